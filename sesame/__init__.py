@@ -1,0 +1,17 @@
+"""sesame: transfer learning for NLP, from raw text to a fine-tuned, evaluated model.
+
+The Python API mirrors the command line::
+
+    import sesame
+    sesame.pretrain(corpus=["text/"], out="runs/bert", family="bert", size="mini", max_minutes=20)
+    sesame.finetune(base="runs/bert", train="train.csv", dev="dev.csv", out="runs/clf",
+                    text_column="text", label_column="label")
+    sesame.evaluate("runs/clf", "dev.csv")["accuracy"]
+    sesame.load("runs/clf").predict(["what a lovely flight"])
+"""
+__version__ = "0.1.0"
+
+from .api import evaluate, finetune, load, predict, pretrain  # noqa: E402
+from .errors import SesameError  # noqa: E402
+
+__all__ = ["pretrain", "finetune", "evaluate", "predict", "load", "SesameError", "__version__"]

@@ -1,0 +1,395 @@
+"""The high-level API: one function per stage, each a thin recipe over the library.
+
+``pretrain`` → a ``pretrained`` run; ``finetune`` → a ``classifier`` run; ``evaluate`` and ``load``
+read either kind. The CLI calls exactly these functions.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .data.corpus import iter_texts, resolve_sources
+from .data.labeled import read_columns
+from .data.shards import Shards, Window, is_shard_dir, prepare_corpus
+from .errors import SesameError
+from .metrics import classification_report, language_model_report
+from .families import backbone_config, get_family, get_size
+from .models import Transformer
+from .objectives import OBJECTIVES, Objective, build_objective
+from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
+from .tasks.classify import Classifier, bucketed_batches, collate, steps_per_epoch
+from .tokenizer import TextTokenizer, train_tokenizer
+from .train import TrainConfig, Trainer
+from .train.checkpoint import load_weights, read_json, write_json
+from .train.trainer import world
+
+EVAL_BATCH = 64
+MAX_EVAL_WINDOWS = 256
+
+
+def _train_config(overrides: dict) -> TrainConfig:
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = set(overrides) - names
+    if unknown:
+        raise TypeError(f"unknown training options {sorted(unknown)}; known: {sorted(names)}")
+    return TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def _example_seed(seed: int, index: int) -> int:
+    return (seed * 0x9E3779B1 + index * 0x85EBCA77 + 1) % (1 << 62)
+
+
+def _generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(_example_seed(seed, i)) for i in indices]
+
+
+def _is_rank0() -> bool:
+    return world()[0] == 0
+
+
+def _barrier(failed: bool = False) -> None:
+    """Wait for every process; ``failed`` on any of them (rank 0's setup, say) makes the others raise too."""
+    if world()[1] > 1:
+        flag = torch.tensor([float(failed)])
+        dist.all_reduce(flag)
+        if flag.item() and not failed:
+            raise SesameError("another process (rank 0) failed to set up the run; its error is printed above")
+
+
+# -- pre-training ----------------------------------------------------------------------------------
+
+def _shard_dir(paths: Sequence[str]) -> Path | None:
+    return Path(paths[0]) if len(paths) == 1 and is_shard_dir(Path(paths[0])) else None
+
+
+def _pretrain_tokenizer(corpus: Sequence[str], tokenizer: str | None, kind: str, vocab_size: int, text_field: str,
+                        progress: bool) -> TextTokenizer:
+    """The tokenizer named by --tokenizer, or the one stored with prepared shards, or one trained on the corpus."""
+    given = _shard_dir(corpus) or tokenizer
+    if given:
+        tok = load_tokenizer(given, "--corpus" if given != tokenizer else "--tokenizer")
+        if tok.kind != kind:
+            raise SesameError(f"--tokenizer {given}: a {tok.kind} tokenizer, but this family uses {kind}")
+        return tok
+    return train_tokenizer(iter_texts(resolve_sources(corpus), text_field), kind, vocab_size, show_progress=progress)
+
+
+def _prepared(paths: Sequence[str], tok: TextTokenizer, dest: Path, flag: str, text_field: str,
+              progress: bool) -> Shards:
+    """Shards for ``paths``: a prepared shard directory made with ``tok``, or raw text prepared into ``dest``."""
+    existing = _shard_dir(paths)
+    if existing is None:
+        return prepare_corpus(resolve_sources(paths, flag), tok, dest, text_field, progress)
+    shards = Shards(existing)
+    if load_tokenizer(existing, flag).backend.to_str() != tok.backend.to_str():
+        raise SesameError(f"{flag} {existing}: these shards were made with another tokenizer; prepare them again")
+    return shards
+
+
+def _window_batches(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, cfg: TrainConfig):
+    """``batches(step)``: this process's micro-batches of global step ``step``.
+
+    Example ``g`` of the run is window ``perm_e[g mod N]`` of epoch ``e = g div N`` and is corrupted with a
+    generator seeded by ``g`` alone, so neither accumulation nor the number of processes changes it.
+    """
+    rank, size = world()
+    length, n = obj.window_length(seq_len), len(windows)
+    cache: dict[int, list[int]] = {}
+
+    def permutation(epoch: int) -> list[int]:
+        if epoch not in cache:
+            cache.clear()
+            cache[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        return cache[epoch]
+
+    def batches(step: int) -> list[dict[str, torch.Tensor]]:
+        mine = list(range(step * cfg.batch_size, (step + 1) * cfg.batch_size))[rank::size]
+        per_micro = math.ceil(len(mine) / cfg.accumulate)
+        micro = []
+        for start in range(0, len(mine), per_micro):
+            chunk = mine[start: start + per_micro]
+            rows = [shards.read(windows[permutation(g // n)[g % n]], length) for g in chunk]
+            micro.append(obj.make_batch(torch.from_numpy(np.stack(rows)), _generators(cfg.seed, chunk)))
+        return micro
+
+    return batches
+
+
+def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
+               n_bytes: int | None = None) -> dict:
+    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable)."""
+    length = obj.window_length(seq_len)
+    loss_sum, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(windows), EVAL_BATCH):
+            idx = range(start, min(len(windows), start + EVAL_BATCH))
+            rows = torch.from_numpy(np.stack([shards.read(windows[i], length) for i in idx]))
+            batch = obj.make_batch(rows, _generators(seed + 1, idx))
+            loss_sum += obj(batch).item()
+            count += batch["targets"].numel()
+    if n_bytes:  # bits per byte over the whole text: nats/token × tokens/byte ÷ ln 2
+        n_bytes = int(n_bytes * count / max(1, shards.n_tokens))
+    return language_model_report(loss_sum, count, n_bytes)
+
+
+def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = "mini", tokenizer: str | None = None,
+             vocab_size: int = 16000, seq_len: int = 128, valid: Sequence[str] | None = None, text_field: str = "text",
+             dropout: float = 0.1, resume: bool = False, progress: bool = True, **train) -> dict:
+    """Pre-train a ``family``/``size`` model on ``corpus`` (text files, folders, JSONL, or a shard directory).
+
+    Training options are :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``,
+    ``batch_size``, ``accumulate``, ...). The time budget counts the whole command, tokenizer and
+    preparation included, so runs compare at equal compute. Returns the last validation metrics.
+    """
+    started = time.time()
+    fam = get_family(family)
+    get_size(size)
+    cfg = _train_config(train)
+    cfg.validate()
+    if not 8 <= seq_len <= 4096:
+        raise SesameError(f"--seq-len {seq_len}: use a length between 8 and 4096")
+    rank, size_world = world()
+    if cfg.batch_size % (size_world * cfg.accumulate):
+        raise SesameError(f"--batch-size {cfg.batch_size} must be divisible by processes × --accumulate "
+                          f"({size_world} × {cfg.accumulate})")
+    # rank 0 claims --out and prepares the tokenizer, shards and config; the others wait, then read them
+    if rank > 0:
+        _barrier()
+    ready = rank > 0
+    try:
+        with new_run(out, "pretrained", resume or rank > 0) as run:
+            if rank == 0 and not resume:
+                tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
+                shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
+                valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
+                model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout,
+                                            max(512, seq_len))
+                config = {"kind": "pretrained", "family": family, "size": size, "objective": fam.objective,
+                          "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
+                          "shards": str(shards.path.resolve()),
+                          "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None, "train": asdict(cfg)}
+                data = _pretraining_data(config, tok, shards, valid_shards)  # checks there is enough text
+                tok.save(run / "tokenizer.json")
+                write_config(run, config)
+            if not ready:
+                ready = True
+                _barrier()  # tokenizer, shards and config.json are in place
+            config = read_config(run, "--out", ("pretrained",))
+            tok = load_tokenizer(run)
+            shards = Shards(config["shards"])
+            valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
+            torch.manual_seed(cfg.seed)
+            obj = build_objective(config["objective"], build_backbone(config), tok.specials)
+            windows, valid_shards, valid_windows = _pretraining_data(config, tok, shards, valid_shards)
+            seq_len = config["seq_len"]
+            trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, windows, seq_len, cfg),
+                              evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed),
+                              started=started, progress=progress)
+            return trainer.fit(resume=resume)
+    except BaseException:
+        if not ready:  # release the waiting processes with an error instead of leaving them hanging
+            _barrier(failed=True)
+        raise
+
+
+def _pretraining_data(config: dict, tok: TextTokenizer, shards: Shards, valid: Shards | None
+                      ) -> tuple[list[Window], Shards, list[Window]]:
+    """Training windows, and validation windows from ``valid`` or else the corpus's last 1% (at most 256)."""
+    length = OBJECTIVES[config["objective"]].window_length(config["seq_len"])
+    windows = shards.windows(length)
+    if valid is not None:
+        held, valid_windows = windows, valid.windows(length)[:MAX_EVAL_WINDOWS]
+    else:
+        n_valid = min(MAX_EVAL_WINDOWS, max(1, len(windows) // 100))
+        held, valid, valid_windows = windows[:-n_valid], shards, windows[-n_valid:]
+    if not held or not valid_windows:
+        raise SesameError(f"--corpus: too little text for --seq-len {config['seq_len']} ({shards.n_tokens} tokens, "
+                          f"validation {valid.n_tokens}); add text or lower --seq-len")
+    return held, valid, valid_windows
+
+
+# -- fine-tuning -----------------------------------------------------------------------------------
+
+def _base_model(base: str, tokenizer: str | None, train_texts: list[str], dropout: float, progress: bool
+                ) -> tuple[dict, Transformer, TextTokenizer]:
+    """(config, backbone, tokenizer) for ``--from``: a run directory, or ``scratch:FAMILY:SIZE``."""
+    if base.startswith("scratch:"):
+        parts = base.split(":")
+        if len(parts) != 3:
+            raise SesameError(f"--from {base}: write scratch:FAMILY:SIZE, e.g. scratch:bert:mini")
+        fam = get_family(parts[1])
+        get_size(parts[2])
+        tok = load_tokenizer(tokenizer) if tokenizer else train_tokenizer(train_texts, fam.tokenizer, 8000)
+        if tok.kind != fam.tokenizer:
+            raise SesameError(f"--tokenizer {tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses {fam.tokenizer}")
+        model_cfg = backbone_config(fam.name, parts[2], tok.vocab_size, tok.specials.pad, dropout)
+        config = {"family": fam.name, "size": parts[2], "pooling": fam.pooling, "model": model_cfg.to_dict()}
+        return config, Transformer(model_cfg), tok
+    config = read_config(base, "--from", ("pretrained", "classifier"))
+    if tokenizer:
+        raise SesameError(f"--tokenizer: {base} brings its own tokenizer; drop --tokenizer")
+    config["model"]["dropout"] = dropout
+    backbone = build_backbone(config)
+    weights = load_weights(Path(base) / "model.safetensors")
+    backbone.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
+    return config, backbone, load_tokenizer(base, "--from")
+
+
+def _classifier_eval(model: Classifier, ids: list[list[int]], gold: list[int], labels: list[str], pad_id: int) -> dict:
+    probs = _probabilities(model, ids, pad_id)
+    report = classification_report(gold, probs.argmax(1).tolist(), labels)
+    return {k: v for k, v in report.items() if k in ("accuracy", "macro_f1")}
+
+
+def _probabilities(model: Classifier, ids: list[list[int]], pad_id: int) -> torch.Tensor:
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together: less padding
+    out = torch.empty(len(ids), model.head.out_features)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(order), EVAL_BATCH):
+            chunk = order[start: start + EVAL_BATCH]
+            out[chunk] = model.logits(collate([ids[i] for i in chunk], pad_id)).float().softmax(-1)
+    return out
+
+
+def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", text_column: str = "text",
+             label_column: str = "label", tokenizer: str | None = None, max_length: int = 128, epochs: int = 3,
+             dropout: float = 0.1, resume: bool = False, progress: bool = True, **train_options) -> dict:
+    """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) as a text classifier.
+
+    Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
+    Training options are :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT
+    (lr 5e-5, batch 32, warmup 10%). Returns the best dev metrics.
+    """
+    started = time.time()
+    cfg = _train_config({"lr": 5e-5, "warmup": 0.1, "batch_size": 32, **train_options})
+    cfg.validate()
+    if task != "classify":
+        raise SesameError(f"--task {task!r}: only 'classify' is available so far")
+    if epochs <= 0:
+        raise SesameError(f"--epochs {epochs}: must be positive")
+    if not 8 <= max_length <= 4096:
+        raise SesameError(f"--max-length {max_length}: use a length between 8 and 4096")
+    train_texts, train_labels = read_columns(train, text_column, label_column)
+    dev_texts, dev_labels = read_columns(dev, text_column, label_column)
+    labels = sorted(set(train_labels))
+    if len(labels) < 2:
+        raise SesameError(f"{train}: column {label_column!r} has only one label ({labels}); a classifier needs two")
+    index = {name: i for i, name in enumerate(labels)}
+    unknown = sorted(set(dev_labels) - set(labels))
+    if unknown:
+        raise SesameError(f"{dev}: labels {unknown[:5]} never occur in {train}; the known labels are {labels}")
+    with new_run(out, "classifier", resume) as run:
+        base_config, backbone, tok = _base_model(base, tokenizer, train_texts, dropout, progress)
+        if max_length > backbone.config.max_positions:
+            raise SesameError(f"--max-length {max_length} exceeds the model's {backbone.config.max_positions} positions")
+        train_ids = tok.encode(train_texts, max_length=max_length)
+        dev_ids = tok.encode(dev_texts, max_length=max_length)
+        train_gold, dev_gold = [index[l] for l in train_labels], [index[l] for l in dev_labels]
+        per_epoch = steps_per_epoch(len(train_ids), cfg.batch_size)
+        cfg.max_steps = cfg.max_steps if "max_steps" in train_options else epochs * per_epoch
+        cfg.eval_every = cfg.save_every = per_epoch
+        cfg.validate()
+        torch.manual_seed(cfg.seed)
+        model = Classifier(backbone, len(labels), base_config["pooling"], dropout)
+        if not resume:
+            tok.save(run / "tokenizer.json")
+            write_json(run / "labels.json", labels)
+            write_config(run, {
+                "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
+                "pooling": base_config["pooling"], "model": backbone.config.to_dict(), "base": base,
+                "max_length": max_length, "text_column": text_column, "label_column": label_column,
+                "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
+        rank, size_world = world()
+        lengths = [len(x) for x in train_ids]
+
+        def batches(step: int) -> list[dict[str, torch.Tensor]]:
+            epoch, k = divmod(step, per_epoch)
+            order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
+            mine = order[rank::size_world]
+            per_micro = math.ceil(len(mine) / cfg.accumulate)
+            return [collate([train_ids[i] for i in mine[j: j + per_micro]], tok.specials.pad,
+                            [train_gold[i] for i in mine[j: j + per_micro]]) for j in range(0, len(mine), per_micro)]
+
+        trainer = Trainer(model, run, cfg, batches, select="accuracy", started=started, progress=progress,
+                          evaluate=lambda m: _classifier_eval(m, dev_ids, dev_gold, labels, tok.specials.pad))
+        return trainer.fit(resume=resume)
+
+
+# -- using a run -----------------------------------------------------------------------------------
+
+class Predictor:
+    """A fine-tuned classifier loaded from its run directory."""
+
+    def __init__(self, run: str | Path):
+        self.run = Path(run)
+        self.config = read_config(self.run, "--model", ("classifier",))
+        self.labels: list[str] = read_json(self.run / "labels.json")
+        self.tokenizer = load_tokenizer(self.run, "--model")
+        self.model = Classifier(build_backbone(self.config), len(self.labels), self.config["pooling"])
+        self.model.load_state_dict(load_weights(self.run / "model.safetensors"))
+        self.model.eval()
+
+    def probabilities(self, texts: Sequence[str]) -> torch.Tensor:
+        ids = self.tokenizer.encode(list(texts), max_length=self.config["max_length"])
+        return _probabilities(self.model, ids, self.tokenizer.specials.pad)
+
+    def predict(self, texts: Sequence[str]) -> list[dict]:
+        """One ``{"label": ..., "probabilities": {label: p}}`` per text."""
+        return [{"label": self.labels[int(p.argmax())],
+                 "probabilities": {name: round(float(x), 6) for name, x in zip(self.labels, p)}}
+                for p in self.probabilities(texts)]
+
+    def evaluate(self, data: str, text_column: str | None = None, label_column: str | None = None) -> dict:
+        texts, gold = read_columns(data, text_column or self.config["text_column"],
+                                   label_column or self.config["label_column"])
+        unknown = sorted(set(gold) - set(self.labels))
+        if unknown:
+            raise SesameError(f"{data}: labels {unknown[:5]} are unknown to the model; it knows {self.labels}")
+        pred = self.probabilities(texts).argmax(1).tolist()
+        return classification_report([self.labels.index(g) for g in gold], pred, self.labels)
+
+
+def load(run: str | Path) -> Predictor:
+    """Load a fine-tuned run for prediction: ``sesame.load(run).predict(["text", ...])``."""
+    return Predictor(run)
+
+
+def predict(model: str, texts: Sequence[str]) -> list[dict]:
+    return load(model).predict(texts)
+
+
+def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = None, label_column: str | None = None,
+             text_field: str = "text", seq_len: int | None = None) -> dict:
+    """Classifier: accuracy, macro-F1, per-class P/R/F1 on a labeled file. Language model: loss,
+    perplexity (and bits per byte for causal models) on text files, folders or a shard directory."""
+    config = read_config(model, "--model", ("pretrained", "classifier"))
+    if config["kind"] == "classifier":
+        if not isinstance(data, str):
+            if len(data) != 1:
+                raise SesameError("--data: give one labeled file for a classifier")
+            data = data[0]
+        return load(model).evaluate(data, text_column, label_column)
+    paths = [data] if isinstance(data, str) else list(data)
+    tok = load_tokenizer(model, "--model")
+    obj = build_objective(config["objective"], build_backbone(config), tok.specials)
+    obj.load_state_dict(load_weights(Path(model) / "model.safetensors"))
+    obj.eval()
+    seq_len = seq_len or config["seq_len"]
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = _prepared(paths, tok, Path(tmp) / "shards", "--data", text_field, progress=False)
+        windows = shards.windows(obj.window_length(seq_len))
+        if not windows:
+            raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
+        n_bytes = None
+        if config["objective"] == "clm" and _shard_dir(paths) is None:
+            n_bytes = sum(f.stat().st_size for f in resolve_sources(paths, "--data"))
+        return lm_metrics(obj, shards, windows, seq_len, n_bytes=n_bytes)

@@ -1,0 +1,198 @@
+"""The ``sesame`` command: one subcommand per stage; each parses flags, calls the library, prints."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from .errors import SesameError
+from .families import FAMILIES, SIZES
+from .tokenizer import KINDS
+from .train import Interrupted, TrainConfig
+
+TRAIN_HELP = {
+    "lr": "peak learning rate", "weight_decay": "AdamW weight decay (not on biases and norms)",
+    "warmup": "fraction of the run spent warming up", "batch_size": "sequences per optimizer step (global)",
+    "accumulate": "micro-batches per step", "clip": "max gradient norm (0 = off)",
+    "max_steps": "step budget", "max_minutes": "wall-time budget for the whole command",
+    "eval_every": "validate every N steps", "save_every": "checkpoint every N steps", "seed": "random seed",
+}
+
+
+def _add_train_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training (defaults: sesame.train.TrainConfig)")
+    for f in fields(TrainConfig):
+        kind = int if f.type in ("int", "int | None") else float
+        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None, help=TRAIN_HELP[f.name])
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+
+def _train_options(args: argparse.Namespace) -> dict:
+    return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sesame", description="Transfer learning for NLP.")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tok = sub.add_parser("tokenizer", help="train a subword tokenizer").add_subparsers(dest="action", required=True)
+    t = tok.add_parser("train", help="train WordPiece, byte-level BPE or Unigram on text files")
+    t.add_argument("--corpus", nargs="+", required=True, help="text files, folders or .jsonl files")
+    t.add_argument("--kind", choices=KINDS, default="wordpiece")
+    t.add_argument("--vocab-size", type=int, default=16000)
+    t.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="lower-case text (default: on for wordpiece, off otherwise)")
+    t.add_argument("--text-field", default="text", help="the text field of .jsonl records")
+    t.add_argument("--out", required=True, help="where to write tokenizer.json")
+
+    p = sub.add_parser("prepare", help="tokenize a corpus into memory-mapped shards")
+    p.add_argument("--corpus", nargs="+", required=True)
+    p.add_argument("--tokenizer", required=True, help="tokenizer.json, or a run directory holding one")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--out", required=True, help="shard directory")
+
+    p = sub.add_parser("pretrain", help="pre-train a language model")
+    p.add_argument("--family", choices=FAMILIES, default="bert")
+    p.add_argument("--size", choices=SIZES, default="mini")
+    p.add_argument("--corpus", nargs="+", required=True, help="text files, folders, .jsonl, or one shard directory")
+    p.add_argument("--valid", nargs="+", help="validation text (default: the corpus's last 1%%)")
+    p.add_argument("--tokenizer", help="tokenizer.json to use (default: train one on the corpus)")
+    p.add_argument("--vocab-size", type=int, default=16000, help="size of the tokenizer trained on the way")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+    _add_train_flags(p)
+
+    p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
+    p.add_argument("--from", dest="base", required=True, help="run directory, or scratch:FAMILY:SIZE")
+    p.add_argument("--task", default="classify", choices=["classify"])
+    p.add_argument("--train", required=True, help="CSV, TSV or JSONL")
+    p.add_argument("--dev", required=True)
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--tokenizer", help="for scratch models: tokenizer.json or a run (default: train one)")
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--out", required=True)
+    p.add_argument("--json", action="store_true")
+    _add_train_flags(p)
+
+    p = sub.add_parser("evaluate", help="metrics of a run on labeled data or text")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", nargs="+", required=True)
+    p.add_argument("--text-column")
+    p.add_argument("--label-column")
+    p.add_argument("--seq-len", type=int, help="language models: window length (default: the run's)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("predict", help="label and class probabilities, one JSON line per input")
+    p.add_argument("--model", required=True)
+    p.add_argument("--input", help="CSV/TSV/JSONL file (default: one text per line on stdin)")
+    p.add_argument("--text-column")
+
+    p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def _print_metrics(metrics: dict, as_json: bool) -> None:
+    from .metrics import format_classification
+
+    if as_json:
+        print(json.dumps(metrics))
+    elif "per_class" in metrics:
+        print(format_classification(metrics))
+    else:
+        print("  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+
+
+def run(args: argparse.Namespace) -> None:
+    from . import api
+
+    progress = not args.no_progress
+    if args.command == "tokenizer":
+        from .data.corpus import iter_texts, resolve_sources
+        from .tokenizer import train_tokenizer
+
+        files = resolve_sources(args.corpus)
+        tok = train_tokenizer(iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
+                              show_progress=progress)
+        out = Path(args.out)
+        out = out / "tokenizer.json" if out.is_dir() else out
+        tok.save(out)
+        print(f"wrote {out}: {tok.kind}, {tok.vocab_size} tokens")
+    elif args.command == "prepare":
+        from .data.corpus import resolve_sources
+        from .data.shards import prepare_corpus
+        from .rundir import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer)
+        shards = prepare_corpus(resolve_sources(args.corpus), tok, args.out, args.text_field, progress)
+        print(f"{shards.path}: {shards.n_tokens:,} tokens in {shards.meta['n_docs']:,} documents")
+    elif args.command == "pretrain":
+        metrics = api.pretrain(args.corpus, args.out, args.family, args.size, args.tokenizer, args.vocab_size,
+                               args.seq_len, args.valid, args.text_field, args.dropout, args.resume, progress,
+                               **_train_options(args))
+        _print_metrics(metrics, args.json)
+    elif args.command == "finetune":
+        metrics = api.finetune(args.base, args.train, args.dev, args.out, args.task, args.text_column,
+                               args.label_column, args.tokenizer, args.max_length, args.epochs, args.dropout,
+                               args.resume, progress, **_train_options(args))
+        _print_metrics(metrics, args.json)
+    elif args.command == "evaluate":
+        _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,
+                                    seq_len=args.seq_len), args.json)
+    elif args.command == "predict":
+        predictor = api.load(args.model)
+        if args.input:
+            from .data.labeled import read_columns
+
+            texts, _ = read_columns(args.input, args.text_column or predictor.config["text_column"], None)
+        else:
+            texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+        for start in range(0, len(texts), 256):
+            chunk = texts[start: start + 256]
+            for text, result in zip(chunk, predictor.predict(chunk)):
+                print(json.dumps({"text": text, **result}, ensure_ascii=False))
+    elif args.command == "demo":
+        from .demo import run_demo
+
+        run_demo(Path(args.out), seed=args.seed, progress=progress)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # Under torchrun (WORLD_SIZE > 1) training commands run on every process as one process group;
+    # every other command runs on rank 0 alone, so it does not write the same files N times.
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    distributed = launched and args.command in ("pretrain", "finetune")
+    if launched and int(os.environ.get("RANK", "0")) > 0:
+        if not distributed:
+            return 0
+        sys.stdout = open(os.devnull, "w")  # results are printed once, by rank 0
+    if distributed:
+        import torch
+        import torch.distributed as dist
+
+        # the trainer keeps tensors on the CPU, so CPU collectives go through gloo even when CUDA is present
+        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        run(args)
+    except SesameError as err:
+        print(f"sesame: error: {err}", file=sys.stderr)
+        return 2
+    except Interrupted as err:
+        print(f"sesame: {err}", file=sys.stderr)
+        return 130
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+    return 0

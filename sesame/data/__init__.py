@@ -1,0 +1,1 @@
+"""Data: raw text corpora, token shards, and labeled files."""

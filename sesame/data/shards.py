@@ -1,0 +1,162 @@
+"""Token shards: a corpus tokenized once into memory-mapped arrays.
+
+Layout of a shard directory::
+
+    meta.json            format, fingerprint of inputs + tokenizer, dtype, tokens per shard
+    tokenizer.json       the tokenizer that made the ids
+    tokens-00000.bin     token ids (uint16 when the vocabulary fits, else uint32), documents
+                         back to back, each followed by the tokenizer's separator token
+    docs.bin             int64 offset of each document's end (global token index)
+
+Preparation streams: text is read a line at a time, tokenized in batches (the ``tokenizers``
+library spreads a batch over all cores) and appended to disk, so peak memory does not grow with
+the corpus. Re-running on unchanged inputs with the same tokenizer reuses the directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import SesameError
+from ..tokenizer import TextTokenizer
+from .corpus import fingerprint, iter_pieces
+
+FORMAT = "sesame-shards/1"
+TOKENS_PER_SHARD = 1 << 26
+BATCH_PIECES = 2048
+
+
+def is_shard_dir(path: Path) -> bool:
+    return (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("format") == FORMAT
+
+
+def _tokenizer_hash(tokenizer: TextTokenizer) -> str:
+    return hashlib.sha256(tokenizer.backend.to_str().encode()).hexdigest()[:16]
+
+
+class _Writer:
+    def __init__(self, out: Path, dtype: np.dtype, sep_id: int):
+        self.out, self.dtype, self.sep = out, dtype, np.array([sep_id], dtype=dtype)
+        self.shard_sizes: list[int] = []
+        self.total = 0
+        self.docs = open(out / "docs.bin", "wb")
+        self.fh = None
+
+    def _file(self):
+        if self.fh is None or self.shard_sizes[-1] >= TOKENS_PER_SHARD:
+            if self.fh:
+                self.fh.close()
+            self.fh = open(self.out / f"tokens-{len(self.shard_sizes):05d}.bin", "wb")
+            self.shard_sizes.append(0)
+        return self.fh
+
+    def write(self, ids: np.ndarray) -> None:
+        self._file().write(ids.tobytes())
+        self.shard_sizes[-1] += len(ids)
+        self.total += len(ids)
+
+    def end_document(self) -> None:
+        self.write(self.sep)
+        self.docs.write(np.array([self.total], dtype=np.int64).tobytes())
+
+    def close(self) -> None:
+        for fh in (self.fh, self.docs):
+            if fh:
+                fh.close()
+
+
+def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | Path, text_field: str = "text",
+                   progress: bool = True) -> "Shards":
+    """Tokenize ``files`` into shards at ``out`` (reused when inputs and tokenizer are unchanged)."""
+    out = Path(out)
+    key = fingerprint(files, _tokenizer_hash(tokenizer), text_field)
+    if out.exists():
+        if is_shard_dir(out):
+            if json.loads((out / "meta.json").read_text())["fingerprint"] == key:
+                return Shards(out)
+        elif any(out.iterdir()):
+            raise SesameError(f"--out {out}: exists and is not a shard directory; choose an empty or new path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
+    writer = _Writer(tmp, dtype, tokenizer.specials.sep)
+    total_bytes = sum(f.stat().st_size for f in files)
+    bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+    try:
+        batch: list[tuple[int, str]] = []
+        current_doc = None
+
+        def flush() -> None:
+            nonlocal current_doc
+            for (doc, text), ids in zip(batch, tokenizer.encode([t for _, t in batch], special=False)):
+                if current_doc is not None and doc != current_doc:
+                    writer.end_document()
+                current_doc = doc
+                writer.write(np.asarray(ids, dtype=dtype))
+                bar.update(len(text.encode()))
+            batch.clear()
+
+        for piece in iter_pieces(files, text_field):
+            batch.append(piece)
+            if len(batch) >= BATCH_PIECES:
+                flush()
+        flush()
+        if current_doc is not None:
+            writer.end_document()
+        writer.close()
+        if writer.total == 0:
+            raise SesameError(f"--corpus: the files {[str(f) for f in files][:3]} hold no text")
+        meta = {"format": FORMAT, "fingerprint": key, "dtype": dtype.name, "shards": writer.shard_sizes,
+                "n_tokens": writer.total, "n_docs": (tmp / "docs.bin").stat().st_size // 8,
+                "vocab_size": tokenizer.vocab_size, "sources": [str(f) for f in files]}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        tokenizer.save(tmp / "tokenizer.json")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        writer.close()
+        bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Shards(out)
+
+
+@dataclass(frozen=True)
+class Window:
+    shard: int
+    start: int
+
+
+class Shards:
+    """Read-only view of a shard directory as memory-mapped arrays."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not is_shard_dir(self.path):
+            raise SesameError(f"{self.path}: not a shard directory (no sesame meta.json); run `sesame prepare` first")
+        self.meta = json.loads((self.path / "meta.json").read_text())
+        dtype = np.dtype(self.meta["dtype"])
+        self.arrays = [
+            np.memmap(self.path / f"tokens-{i:05d}.bin", dtype=dtype, mode="r", shape=(n,))
+            for i, n in enumerate(self.meta["shards"])
+        ]
+
+    @property
+    def n_tokens(self) -> int:
+        return self.meta["n_tokens"]
+
+    def windows(self, length: int) -> list[Window]:
+        """Non-overlapping windows of ``length`` tokens, packed across document boundaries."""
+        return [Window(s, k * length) for s, a in enumerate(self.arrays) for k in range(len(a) // length)]
+
+    def read(self, window: Window, length: int) -> np.ndarray:
+        return np.asarray(self.arrays[window.shard][window.start: window.start + length], dtype=np.int64)

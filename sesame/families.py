@@ -1,0 +1,67 @@
+"""The registry of model families and sizes.
+
+A family is one row: which tokenizer it trains, how its Transformer is configured, which
+pre-training objective it uses and how a fine-tuned classifier pools the sequence.
+Sizes follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64 and a
+feed-forward width of 4 x hidden.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import SesameError
+from .models import TransformerConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    tokenizer: str  # wordpiece | bpe | unigram
+    objective: str  # mlm | clm
+    causal: bool
+    norm: str  # "post" (BERT, GPT) or "pre" (GPT-2: LayerNorm before each sublayer, one after the stack)
+    embedding_norm: bool  # LayerNorm on the summed embeddings (BERT)
+    pooling: str  # "cls": first token (encoders); "last": last real token (decoders)
+    paper: str
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in [
+        #      name    tokenizer    objective causal norm   emb-LN pooling  paper
+        Family("bert", "wordpiece", "mlm", False, "post", True, "cls", "Devlin et al. 2019"),
+        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018"),
+        Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019"),
+    ]
+}
+
+# (layers, hidden) per size; Turc et al. 2019, Table 6 / BERT-base.
+SIZES: dict[str, tuple[int, int]] = {
+    "tiny": (2, 128),
+    "mini": (4, 256),
+    "small": (4, 512),
+    "medium": (8, 512),
+    "base": (12, 768),
+}
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise SesameError(f"--family {name!r} is unknown; choose one of: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def get_size(name: str) -> tuple[int, int]:
+    if name not in SIZES:
+        raise SesameError(f"--size {name!r} is unknown; choose one of: {', '.join(SIZES)}")
+    return SIZES[name]
+
+
+def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropout: float = 0.1,
+                    max_positions: int = 512) -> TransformerConfig:
+    """The Transformer configuration of ``family`` at ``size``."""
+    fam, (layers, hidden) = get_family(family), get_size(size)
+    return TransformerConfig(
+        vocab_size=vocab_size, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,
+        max_positions=max_positions, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
+        dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5)

@@ -1,0 +1,46 @@
+"""Metrics: classification (accuracy, macro-F1, per-class precision/recall/F1) and language modelling."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequence[str]) -> dict:
+    """Accuracy, macro-averaged F1 and per-class precision/recall/F1/support (F1 = 2PR/(P+R), 0 when undefined)."""
+    n = len(labels)
+    tp, fp, fn = [0] * n, [0] * n, [0] * n
+    for g, p in zip(gold, pred):
+        if g == p:
+            tp[g] += 1
+        else:
+            fp[p] += 1
+            fn[g] += 1
+    per_class = {}
+    for i, name in enumerate(labels):
+        precision = tp[i] / (tp[i] + fp[i]) if tp[i] + fp[i] else 0.0
+        recall = tp[i] / (tp[i] + fn[i]) if tp[i] + fn[i] else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": tp[i] + fn[i]}
+    return {
+        "accuracy": sum(tp) / max(1, len(gold)),
+        "macro_f1": sum(c["f1"] for c in per_class.values()) / max(1, n),
+        "per_class": per_class,
+        "n": len(gold),
+    }
+
+
+def language_model_report(loss_sum: float, count: int, n_bytes: int | None = None) -> dict:
+    """Mean loss (nats per predicted token), perplexity = exp(loss); bits per byte when the byte count is known."""
+    loss = loss_sum / max(1, count)
+    report = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": count}
+    if n_bytes:
+        report["bits_per_byte"] = loss_sum / (math.log(2) * n_bytes)
+    return report
+
+
+def format_classification(report: dict) -> str:
+    lines = [f"accuracy  {report['accuracy']:.4f}", f"macro-F1  {report['macro_f1']:.4f}   (n = {report['n']})", "",
+             f"{'label':<20}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
+    for name, c in report["per_class"].items():
+        lines.append(f"{name:<20}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}")
+    return "\n".join(lines)

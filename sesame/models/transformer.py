@@ -1,0 +1,176 @@
+"""One configurable Transformer stack (Vaswani et al. 2017) that is BERT, GPT or GPT-2 by configuration.
+
+* bidirectional (BERT, Devlin et al. 2019) or causal (GPT, Radford et al. 2018) self-attention through
+  ``torch.nn.functional.scaled_dot_product_attention``;
+* learned absolute position embeddings and optional token-type (segment) embeddings;
+* post-LayerNorm (BERT, GPT: ``x = LN(x + f(x))``) or pre-LayerNorm with a final LayerNorm
+  (GPT-2: ``x = x + f(LN(x))``);
+* GELU feed-forward of width 4·hidden; weights initialised N(0, 0.02); in pre-norm stacks the
+  residual output projections use std 0.02/√(2·layers) as in GPT-2.
+
+The backbone knows nothing about losses or tasks; heads live with objectives and tasks and may
+tie their output matrix to ``embed.tokens.weight``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    intermediate: int = 1024
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    causal: bool = False
+    norm: str = "post"
+    embedding_norm: bool = True
+    dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout, as ``F.dropout``: each element is kept with probability 1 − p and scaled by
+    1 / (1 − p). The mask is drawn as uniform 31-bit integers compared with p·2³¹ (exact to within
+    2⁻³¹), which is several times cheaper on a CPU than ``F.dropout``'s Bernoulli sampling."""
+    if not training or p == 0.0:
+        return x
+    with torch.no_grad():
+        bits = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()
+        mask = torch.ge(bits, round(p * 2 ** 31), out=torch.empty_like(x)).mul_(1.0 / (1.0 - p))
+    return x * mask
+
+
+class Dropout(nn.Module):
+    """``nn.Dropout`` drawing its mask with :func:`dropout`."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.hidden)
+        self.positions = nn.Embedding(cfg.max_positions, cfg.hidden)
+        self.types = nn.Embedding(cfg.type_vocab_size, cfg.hidden) if cfg.type_vocab_size else None
+        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if cfg.embedding_norm else nn.Identity()
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, types: torch.Tensor | None) -> torch.Tensor:
+        x = self.tokens(ids) + self.positions.weight[: ids.shape[1]]
+        if self.types is not None:
+            x = x + (self.types(types) if types is not None else self.types.weight[0])
+        return self.dropout(self.norm(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.heads, self.causal, self.pre = cfg.heads, cfg.causal, cfg.norm == "pre"
+        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
+        self.attn_out = nn.Linear(cfg.hidden, cfg.hidden)
+        self.attn_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.ff_in = nn.Linear(cfg.hidden, cfg.intermediate)
+        self.ff_out = nn.Linear(cfg.intermediate, cfg.hidden)
+        self.ff_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.dropout = Dropout(cfg.dropout)
+        self.attn_dropout = cfg.dropout
+
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b, t, h = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        if self.training and self.attn_dropout > 0 and mask is None:
+            scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(h // self.heads))
+            if self.causal:
+                scores.masked_fill_(torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1), float("-inf"))
+            y = dropout(torch.softmax(scores, dim=-1), self.attn_dropout, True) @ v
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=self.causal and mask is None,
+                dropout_p=self.attn_dropout if self.training else 0.0,
+            )
+        return self.dropout(self.attn_out(y.transpose(1, 2).reshape(b, t, h)))
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.ff_out(F.gelu(self.ff_in(x))))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.pre:
+            x = x + self.attend(self.attn_norm(x), mask)
+            return x + self.feed_forward(self.ff_norm(x))
+        x = self.attn_norm(x + self.attend(x, mask))
+        return self.ff_norm(x + self.feed_forward(x))
+
+
+class Transformer(nn.Module):
+    """Token ids (+ segment ids, + padding mask) → hidden states of shape (batch, time, hidden)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        if cfg.hidden % cfg.heads:
+            raise ValueError(f"hidden {cfg.hidden} is not divisible by heads {cfg.heads}")
+        self.config = cfg
+        self.embed = Embeddings(cfg)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.final_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+        self.apply(self._init)
+        if cfg.norm == "pre":
+            for block in self.blocks:
+                for proj in (block.attn_out, block.ff_out):
+                    nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.layers))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def attention_mask(self, padding: torch.Tensor | None, length: int) -> torch.Tensor | None:
+        """Boolean mask (True = may attend) from a (batch, time) padding mask; None when nothing is padded."""
+        if padding is None or bool(padding.all()):
+            return None
+        mask = padding[:, None, None, :].bool()
+        if self.config.causal:
+            mask = mask & torch.ones(length, length, dtype=torch.bool, device=padding.device).tril()
+        return mask
+
+    def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
+                all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """Hidden states of the last layer, or of the embeddings and every layer when ``all_layers``."""
+        if ids.shape[1] > self.config.max_positions:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_positions {self.config.max_positions}")
+        mask = self.attention_mask(padding, ids.shape[1])
+        x = self.embed(ids, types)
+        layers = [x]
+        for block in self.blocks:
+            x = block(x, mask)
+            layers.append(x)
+        x = self.final_norm(x)
+        if all_layers:
+            layers[-1] = x
+            return layers
+        return x

@@ -1,0 +1,1 @@
+"""Downstream tasks: a reader, a head, a loss, metrics and decoded predictions each."""

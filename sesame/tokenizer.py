@@ -1,0 +1,149 @@
+"""Subword tokenizers trained and run by Hugging Face ``tokenizers``.
+
+Three kinds, one wrapper:
+
+* ``wordpiece``: BERT's (Devlin et al. 2019): BERT normalisation (lower-casing by default),
+  whitespace-and-punctuation pre-tokenisation, ``##`` continuation pieces, and the special tokens
+  [PAD] [UNK] [CLS] [SEP] [MASK].
+* ``bpe``: GPT-2's byte-level BPE (Radford et al. 2019): text is split by GPT-2's pattern into runs
+  of letters, digits, punctuation and spaces before merges are learned, so no merge crosses those
+  classes ("dog." "dog!" "dog?" all share "dog"), and every byte is representable (no unknowns).
+* ``unigram``: SentencePiece's unigram LM (Kudo 2018) with metaspace pre-tokenisation.
+
+Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
+are the special ones, in that order of roles. A single text encodes as ``cls text sep`` and a pair
+as ``cls a sep b sep`` (segment 1 for b).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from .errors import SesameError
+
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+SPECIAL_TOKENS: dict[str, dict[str, str]] = {
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
+    "bpe": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
+}
+KINDS = tuple(SPECIAL_TOKENS)
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the special roles, as the model side needs them (no tokenizer object required)."""
+
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+    @property
+    def all(self) -> list[int]:
+        return sorted({self.pad, self.unk, self.cls, self.sep, self.mask})
+
+
+@dataclass
+class TextTokenizer:
+    """A trained tokenizer plus the ids of its special roles."""
+
+    backend: Tokenizer
+    kind: str
+
+    def __post_init__(self) -> None:
+        specials = SPECIAL_TOKENS[self.kind]
+        ids = {role: self.backend.token_to_id(tok) for role, tok in specials.items()}
+        missing = [specials[r] for r, i in ids.items() if i is None]
+        if missing:
+            raise SesameError(f"tokenizer lacks the special tokens {missing}; train it with `sesame tokenizer train`")
+        self.specials = SpecialIds(**ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
+               special: bool = True) -> list[list[int]]:
+        """Token ids per text (``cls text sep`` unless ``special`` is False), truncated to max_length."""
+        if max_length:
+            self.backend.enable_truncation(max_length)
+        else:
+            self.backend.no_truncation()
+        inputs = list(zip(texts, pairs)) if pairs is not None else list(texts)
+        encodings = self.backend.encode_batch(inputs, add_special_tokens=special)
+        return [e.ids for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=True)
+
+    def save(self, path: str | Path) -> None:
+        self.backend.no_truncation()
+        self.backend.save(str(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TextTokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise SesameError(f"{path}: no tokenizer.json here; train one with `sesame tokenizer train`")
+        try:
+            backend = Tokenizer.from_file(str(path))
+        except Exception as err:  # the Rust side raises plain Exception
+            raise SesameError(f"{path}: not a tokenizers JSON file ({err})") from None
+        model = type(backend.model).__name__.lower()
+        kind = {"wordpiece": "wordpiece", "bpe": "bpe", "unigram": "unigram"}.get(model)
+        if kind is None:
+            raise SesameError(f"{path}: a {model} tokenizer is not supported; use wordpiece, bpe or unigram")
+        return cls(backend, kind)
+
+
+def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, lowercase: bool | None = None,
+                    min_frequency: int = 2, show_progress: bool = False) -> TextTokenizer:
+    """Train a tokenizer of ``kind`` on an iterable of texts.
+
+    ``lowercase`` defaults to True for WordPiece (uncased BERT) and False for the others.
+    """
+    if kind not in SPECIAL_TOKENS:
+        raise SesameError(f"--kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
+    if vocab_size < 100:
+        raise SesameError(f"--vocab-size {vocab_size} is too small; use at least 100")
+    specials = [SPECIAL_TOKENS[kind][r] for r in ROLES]
+    if kind == "wordpiece":
+        lower = True if lowercase is None else lowercase
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lower, strip_accents=lower, clean_text=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials, show_progress=show_progress)
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=show_progress)
+    else:
+        steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.Sequence(steps)
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
+                                          show_progress=show_progress)
+    tok.train_from_iterator(texts, trainer)
+    if tok.get_vocab_size() <= len(specials):
+        raise SesameError("the corpus is empty: the tokenizer learned no tokens; check the --corpus files")
+    names = SPECIAL_TOKENS[kind]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{names['cls']} $A {names['sep']}",
+        pair=f"{names['cls']} $A {names['sep']} $B:1 {names['sep']}:1",
+        special_tokens=[(names[r], tok.token_to_id(names[r])) for r in ("cls", "sep")],
+    )
+    return TextTokenizer(tok, kind)

@@ -1,0 +1,256 @@
+"""The training loop shared by pre-training and fine-tuning.
+
+One optimizer step consumes one *global batch*, given as this process's micro-batches; the loss
+is the sum over every target in the global batch divided by their number, so gradient
+accumulation and ``torchrun`` (DistributedDataParallel, one process per core or GPU) give the same
+update as one process with the whole batch. Every random draw in step ``s`` comes from seeds
+derived from ``(seed, s)``, which makes resuming from a checkpoint exact.
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..errors import SesameError
+from .checkpoint import checkpoint_dir, load_optimizer, load_weights, read_json, save_checkpoint, save_weights
+from .optim import adamw, linear_warmup_decay
+
+Batch = dict[str, torch.Tensor]
+
+
+class Interrupted(Exception):
+    """Raised after Ctrl-C once the finished steps are saved."""
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 5e-4
+    weight_decay: float = 0.01
+    warmup: float = 0.06  # fraction of the run spent warming up
+    batch_size: int = 32  # sequences per optimizer step, over all micro-batches and processes
+    accumulate: int = 1  # micro-batches per step
+    clip: float = 1.0  # max global gradient norm (0 = off)
+    max_steps: int | None = 1000
+    max_minutes: float | None = None
+    eval_every: int = 200
+    save_every: int = 200
+    seed: int = 0
+
+    def validate(self) -> None:
+        checks = [
+            (self.max_steps is None and self.max_minutes is None, "--max-steps or --max-minutes", "give a budget"),
+            (self.max_steps is not None and self.max_steps <= 0, "--max-steps", "must be positive"),
+            (self.max_minutes is not None and self.max_minutes <= 0, "--max-minutes", "must be positive"),
+            (self.lr <= 0, "--lr", "must be positive"),
+            (self.batch_size <= 0, "--batch-size", "must be positive"),
+            (self.accumulate <= 0 or self.batch_size % self.accumulate, "--accumulate",
+             "must be positive and divide --batch-size"),
+            (not 0 <= self.warmup < 1, "--warmup", "is a fraction of the run in [0, 1)"),
+            (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
+        ]
+        for bad, flag, what in checks:
+            if bad:
+                raise SesameError(f"{flag}: {what}")
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) when not launched by torchrun."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _all_sum(values: list[float]) -> list[float]:
+    if world()[1] == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+class Trainer:
+    """Runs optimizer steps until the budget is spent, evaluating and checkpointing on the way.
+
+    ``batches(step)`` returns this process's micro-batches for a step; each is a dict with a
+    ``targets`` tensor and ``model(batch)`` returns the summed loss over those targets.
+    ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
+    that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
+    ones written to ``run/model.safetensors``; otherwise the last weights are.
+    """
+
+    def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int], list[Batch]],
+                 evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
+                 started: float | None = None, progress: bool = True):
+        config.validate()
+        self.model, self.run, self.config = model, Path(run), config
+        self.batches, self.evaluate, self.select = batches, evaluate, select
+        self.started = started if started is not None else time.time()
+        self.progress = progress
+        self.rank, self.world = world()
+        self.optimizer = adamw(model, config.lr, config.weight_decay)
+        self.step, self.elapsed_before = 0, 0.0
+        self.best: dict = {}  # dev metrics of the selected weights
+        self.last_eval: dict = {}
+        self.evaluated_at = -1
+        self._stop_requested = False  # this process saw Ctrl-C
+        self._stopping = False  # some process saw Ctrl-C: agreed by all at the top of each step
+
+    # -- state -----------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.started
+
+    def progress_fraction(self, elapsed: float | None = None) -> float:
+        c = self.config
+        by_steps = self.step / c.max_steps if c.max_steps else 0.0
+        elapsed = self.elapsed() if elapsed is None else elapsed
+        by_time = elapsed / (60 * c.max_minutes) if c.max_minutes else 0.0
+        return min(1.0, max(by_steps, by_time))
+
+    def trainer_state(self) -> dict:
+        return {"step": self.step, "elapsed": self.elapsed(), "best": self.best, "last_eval": self.last_eval,
+                "config": asdict(self.config)}
+
+    def resume(self) -> None:
+        ckpt = checkpoint_dir(self.run)
+        if ckpt is None:
+            raise SesameError(f"--resume: {self.run} has no checkpoint to resume from; drop --resume to start fresh")
+        state = read_json(ckpt / "trainer_state.json")
+        self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
+        load_optimizer(self.optimizer, load_weights(ckpt / "optimizer.safetensors"), read_json(ckpt / "optimizer.json"))
+        self.step, self.best, self.last_eval = state["step"], state["best"], state["last_eval"]
+        self.elapsed_before = state["elapsed"]
+        self.started = time.time()
+        metrics = self.run / "metrics.jsonl"
+        if metrics.exists() and self.rank == 0:  # forget what was logged after the checkpoint
+            kept = [l for l in metrics.read_text().splitlines() if json.loads(l)["step"] <= self.step]
+            metrics.write_text("".join(l + "\n" for l in kept))
+
+    def save(self) -> None:
+        if self.rank == 0:
+            save_checkpoint(self.run, self.model.state_dict(), self.optimizer, self.trainer_state())
+
+    def log(self, record: dict) -> None:
+        if self.rank == 0:
+            with open(self.run / "metrics.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+    # -- loop ------------------------------------------------------------------------------
+    def _budget_spent(self) -> bool:
+        """Whether any process has spent the budget; also agrees on ``_stopping`` (any process saw Ctrl-C).
+
+        Called once at the top of every step on every process: one all-reduce, so all processes
+        take the same branch even though their clocks and signals differ.
+        """
+        c = self.config
+        spent = (c.max_steps is not None and self.step >= c.max_steps) or (
+            c.max_minutes is not None and self.elapsed() >= 60 * c.max_minutes)
+        stop = _all_sum([float(spent), float(self._stop_requested)])
+        self._stopping = stop[1] > 0
+        return stop[0] > 0
+
+    def _better(self, metrics: dict) -> bool:
+        if not self.best:
+            return True
+        value, best = metrics[self.select], self.best[self.select]
+        return value < best if self.select.endswith(("loss", "perplexity")) else value > best
+
+    def _evaluate(self) -> None:
+        if self.evaluate is None:
+            return
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.evaluate(self.model)
+        self.model.train()
+        self.last_eval, self.evaluated_at = metrics, self.step
+        self.log({"step": self.step, "split": "dev", **metrics, "elapsed": round(self.elapsed(), 2)})
+        if self.select is not None and self._better(metrics):
+            self.best = metrics
+            if self.rank == 0:
+                save_weights(self.run / "model.safetensors", self.model.state_dict())
+
+    def _train_step(self, wrapped: nn.Module) -> tuple[float, int, int]:
+        c = self.config
+        torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
+        micro = self.batches(self.step)
+        # global target count, and one clock for all processes so a time budget sets the same rate on each
+        total, elapsed = _all_sum([float(sum(b["targets"].numel() for b in micro)), self.elapsed()])
+        for group in self.optimizer.param_groups:
+            group["lr"] = c.lr * linear_warmup_decay(self.progress_fraction(elapsed / self.world), c.warmup)
+        loss_sum, tokens = 0.0, 0
+        for i, batch in enumerate(micro):
+            sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()
+            with sync:
+                loss = wrapped(batch)
+                (loss * (self.world / total)).backward()
+            loss_sum += loss.item()
+            tokens += batch["ids"].numel()
+        if c.clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        loss_sum, tokens = _all_sum([loss_sum, float(tokens)])
+        return loss_sum / total, int(tokens), int(total)
+
+    def fit(self, resume: bool = False) -> dict:
+        """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``)."""
+        self.run.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.resume()
+        wrapped = self.model
+        if self.world > 1:  # averages gradients over processes; forward(batch) passes the dict through
+            wrapped = nn.parallel.DistributedDataParallel(self.model)
+        self.model.train()
+        # every process catches Ctrl-C (torchrun forwards it to each worker); they agree to stop in _budget_spent
+        previous = signal.signal(signal.SIGINT, self._request_stop)
+        c = self.config
+        bar = tqdm(total=c.max_steps, initial=self.step, desc="train", disable=not self.progress or self.rank > 0,
+                   dynamic_ncols=True)
+        window_start, window_tokens = time.time(), 0
+        try:
+            while not self._budget_spent():
+                if self._stopping:
+                    self.save()
+                    raise Interrupted(f"interrupted at step {self.step}; the run is saved, continue with --resume")
+                loss, tokens, _ = self._train_step(wrapped)
+                if not math.isfinite(loss):
+                    raise SesameError(f"the loss became {loss} at step {self.step}; lower --lr or raise --warmup")
+                window_tokens += tokens
+                rate = window_tokens / max(1e-9, time.time() - window_start)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
+                if self.step % 10 == 0 or self.step == 1:
+                    self.log({"step": self.step, "split": "train", "loss": round(loss, 5),
+                              "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": round(rate),
+                              "elapsed": round(self.elapsed(), 2)})
+                    window_start, window_tokens = time.time(), 0
+                if self.step % c.eval_every == 0:
+                    self._evaluate()
+                if self.step % c.save_every == 0:
+                    self.save()
+            if self.evaluated_at != self.step:
+                self._evaluate()
+            if self.select is None and self.rank == 0:
+                save_weights(self.run / "model.safetensors", self.model.state_dict())
+            self.save()
+        finally:
+            bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        return self.best if self.select else self.last_eval
+
+    def _request_stop(self, signum, frame) -> None:
+        if self._stop_requested:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self._stop_requested = True

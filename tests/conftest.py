@@ -1,0 +1,52 @@
+"""Shared fixtures: small generated corpora and labeled files, and the real data when present."""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+WORDS = ("the a cat dog bird fish tree river stone cloud runs sleeps sings jumps over under near quickly slowly "
+         "happy sad green blue old young small large house garden city road").split()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))).capitalize() + "." for _ in range(n)]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A folder of two small text files (two documents)."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(2):
+        (folder / f"doc{i}.txt").write_text("\n".join(sentences(300, seed=i)) + "\n")
+    return folder
+
+
+@pytest.fixture
+def labeled(tmp_path: Path) -> tuple[Path, Path]:
+    """train.csv / dev.csv where the label says whether the text mentions an animal."""
+    animals = {"cat", "dog", "bird", "fish"}
+    paths = []
+    for split, seed, n in (("train", 10, 120), ("dev", 11, 40)):
+        path = tmp_path / f"{split}.csv"
+        rows = ["text,label"]
+        for s in sentences(n, seed):
+            label = "animal" if animals & set(s.lower().rstrip(".").split()) else "none"
+            rows.append(f'"{s}",{label}')
+        path.write_text("\n".join(rows) + "\n")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def shared_data() -> Path | None:
+    """The real data sets (../shared/data or $SESAME_DATA); absence fails under CI and skips elsewhere."""
+    root = Path(os.environ.get("SESAME_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    if root.is_dir():
+        return root
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"real data not found at {root}; CI must have ../shared/data beside the repo")
+    pytest.skip(f"real data not found at {root}; set SESAME_DATA to run the end-to-end tests")

@@ -1,0 +1,116 @@
+"""The command line end to end on tiny data, and every kind of bad input it must refuse cleanly."""
+import hashlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sesame.cli import main
+
+FAST = ["--max-steps", "4", "--batch-size", "8", "--eval-every", "2"]
+
+
+def snapshot(folder):
+    """Every file below ``folder`` with a hash of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A pretrained run and a classifier fine-tuned from it, made through the CLI."""
+    from .conftest import sentences
+
+    root = tmp_path_factory.mktemp("cli")
+    (root / "corpus.txt").write_text("\n".join(sentences(400)) + "\n")
+    animals = {"cat", "dog", "bird", "fish"}
+    for split, seed in (("train", 1), ("dev", 2)):
+        lines = ["text\tlabel"] + [f"{s}\t{'animal' if animals & set(s.lower()[:-1].split()) else 'none'}"
+                                   for s in sentences(60, seed)]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    q = ["--no-progress"]
+    assert main(q + ["tokenizer", "train", "--corpus", str(root / "corpus.txt"), "--vocab-size", "200",
+                     "--out", str(root / "tok.json")]) == 0
+    assert main(q + ["prepare", "--corpus", str(root / "corpus.txt"), "--tokenizer", str(root / "tok.json"),
+                     "--out", str(root / "shards")]) == 0
+    assert main(q + ["pretrain", "--family", "bert", "--size", "tiny", "--corpus", str(root / "shards"),
+                     "--seq-len", "32", "--out", str(root / "pre")] + FAST) == 0
+    assert main(q + ["finetune", "--from", str(root / "pre"), "--train", str(root / "train.tsv"),
+                     "--dev", str(root / "dev.tsv"), "--out", str(root / "clf"), "--epochs", "2",
+                     "--batch-size", "16"]) == 0
+    return root
+
+
+def test_evaluate_prints_json_for_both_kinds(runs, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(runs / "clf"), "--data", str(runs / "dev.tsv"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"accuracy", "macro_f1", "per_class"} <= set(report) and set(report["per_class"]) == {"animal", "none"}
+    assert main(["evaluate", "--model", str(runs / "pre"), "--data", str(runs / "corpus.txt"), "--json"]) == 0
+    lm = json.loads(capsys.readouterr().out)
+    assert lm["perplexity"] > 1 and lm["tokens"] > 0
+
+
+def test_predict_reads_stdin_and_files(runs, capsys, monkeypatch):
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("The cat sleeps.\nA green house.\n"))
+    assert main(["predict", "--model", str(runs / "clf")]) == 0
+    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert [l["text"] for l in lines] == ["The cat sleeps.", "A green house."]
+    assert all(l["label"] in ("animal", "none") and sum(l["probabilities"].values()) == pytest.approx(1, abs=1e-4)
+               for l in lines)
+    assert main(["predict", "--model", str(runs / "clf"), "--input", str(runs / "dev.tsv")]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 60
+
+
+def test_run_directory_layout(runs):
+    for kind, files in (("pre", {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}),
+                        ("clf", {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl", "labels.json"})):
+        assert files <= {p.name for p in (runs / kind).iterdir()}
+        assert {p.name for p in (runs / kind / "checkpoint").iterdir()} == {
+            "model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"}
+    assert json.loads((runs / "clf" / "labels.json").read_text()) == ["animal", "none"]
+    assert json.loads((runs / "clf" / "config.json").read_text())["kind"] == "classifier"
+
+
+def bad_cases(root):
+    r = str(root)
+    return {
+        "missing column": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev", f"{r}/dev.tsv",
+                            "--text-column", "sentence", "--out", f"{r}/new"], "train.tsv: no column 'sentence' for --text-column"),
+        "empty file": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/empty.csv", "--dev", f"{r}/dev.tsv",
+                        "--out", f"{r}/new"], "empty.csv: the file is empty"),
+        "unknown dev label": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev",
+                               f"{r}/odd.tsv", "--out", f"{r}/new"], "odd.tsv: labels ['plant'] never occur"),
+        "invalid utf-8": (["pretrain", "--corpus", f"{r}/latin1.txt", "--out", f"{r}/new"] + FAST,
+                          "latin1.txt:2: not valid UTF-8"),
+        "run of another kind": (["evaluate", "--model", f"{r}/shards", "--data", f"{r}/dev.tsv"],
+                                "shards: not a sesame run directory"),
+        "classifier as pretrain resume": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/clf",
+                                           "--resume"] + FAST, "holds a 'classifier' run"),
+        "occupied --out": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/pre"] + FAST,
+                           "--out"),
+        "negative budget": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/pre", "--max-steps", "-3"],
+                            "--max-steps: must be positive"),
+        "negative minutes": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev", f"{r}/dev.tsv",
+                              "--out", f"{r}/clf", "--max-minutes", "-1"], "--max-minutes: must be positive"),
+        "missing run": (["finetune", "--from", f"{r}/nothing", "--train", f"{r}/train.tsv", "--dev",
+                         f"{r}/dev.tsv", "--out", f"{r}/new"], "--from"),
+    }
+
+
+@pytest.mark.parametrize("case", list(bad_cases(".")))
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs):
+    (runs / "empty.csv").write_text("")
+    (runs / "odd.tsv").write_text("text\tlabel\nA cat.\tplant\n")
+    (runs / "latin1.txt").write_bytes("fine\ncaf\xe9 au lait\n".encode("latin-1"))
+    before = {name: snapshot(runs / name) for name in ("pre", "clf", "shards")}
+    argv, message = bad_cases(runs)[case]
+    result = subprocess.run([sys.executable, "-m", "sesame", "--no-progress", *argv], capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert {name: snapshot(runs / name) for name in before} == before
+    assert not (runs / "new").exists()

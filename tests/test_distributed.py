@@ -1,0 +1,192 @@
+"""`sesame pretrain` under torchrun: two CPU processes (gloo) train exactly like one at the same global batch.
+
+Every run is a real subprocess: the single-process command as a user types it, and the same command
+under ``python -m torch.distributed.run --nproc-per-node 2``. The tokenizer and shards are prepared
+once and passed as ``--corpus``, so both runs see the same token ids.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from sesame.cli import main as sesame_main
+
+pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
+                                reason="torch.distributed with the gloo backend is not available in this torch build")
+
+# Same global batch, different sums: the 2-process gradient is two half-batch sums averaged by DDP,
+# so only float32 rounding differs (measured: max |Δweight| ~3e-7 and |Δloss| ~3e-7 after 20 steps).
+RTOL, ATOL = 1e-4, 1e-5
+TIMEOUT = 300
+
+SUBJECTS = ["the cat", "a dog", "my neighbour", "the old sailor", "every child", "the river", "a quiet robot",
+            "the baker", "our teacher", "the small bird", "a tired farmer", "the painter"]
+VERBS = ["watches", "paints", "carries", "forgets", "remembers", "follows", "builds", "sells", "finds", "loves"]
+OBJECTS = ["the red apple", "a wooden boat", "the morning light", "seven stones", "a strange letter",
+           "the bright moon", "warm bread", "a broken clock", "the green hill", "an empty box"]
+TAILS = ["before dinner", "near the harbour", "in the rain", "after school", "every sunday", "without a word",
+         "under the bridge", "at dawn", "with great care", "for no reason"]
+
+
+def write_corpus(path: Path, n: int = 400, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        line = f"{rng.choice(SUBJECTS).capitalize()} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)}."
+        if rng.random() < 0.5:
+            line += f" Then {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
+    env.pop("WORLD_SIZE", None)
+    env.pop("RANK", None)
+    return env
+
+
+def sesame_cmd(nproc: int) -> list[str]:
+    if nproc == 1:
+        return [sys.executable, "-m", "sesame"]
+    # --standalone: a fresh local rendezvous on a free port, so parallel test runs do not collide
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "-m", "sesame"]
+
+
+def pretrain_args(family: str, shards: Path, out: Path, **extra) -> list[str]:
+    options = {"family": family, "size": "tiny", "corpus": shards, "out": out, "max-steps": 20, "batch-size": 8,
+               "dropout": 0, "seq-len": 32, "vocab-size": 300, "eval-every": 4, "seed": 0, **extra}
+    args = ["--no-progress", "pretrain"]
+    for key, value in options.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def run_sesame(nproc: int, args: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(sesame_cmd(nproc) + args, env=child_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{nproc} process(es) exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run: Path, split: str) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(run) if r["split"] == split}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict[str, Path]:
+    """Shard directories (with their tokenizer) for a WordPiece and a BPE family, made once."""
+    root = tmp_path_factory.mktemp("distributed")
+    corpus = write_corpus(root / "corpus.txt")
+    out = {}
+    for kind in ("wordpiece", "bpe"):
+        assert sesame_main(["--no-progress", "tokenizer", "train", "--corpus", str(corpus), "--kind", kind,
+                            "--vocab-size", "300", "--out", str(root / f"{kind}.json")]) == 0
+        assert sesame_main(["--no-progress", "prepare", "--corpus", str(corpus), "--tokenizer",
+                            str(root / f"{kind}.json"), "--out", str(root / f"{kind}-shards")]) == 0
+        out[kind] = root / f"{kind}-shards"
+    return out
+
+
+def assert_same_training(single: Path, multi: Path) -> dict[str, float]:
+    """Train and dev losses step by step, and the final weights, agree; returns the largest differences."""
+    for split in ("train", "dev"):
+        a, b = losses(single, split), losses(multi, split)
+        assert a and list(a) == list(b), f"{split} steps differ: {list(a)} vs {list(b)}"
+        for step in a:
+            assert b[step] == pytest.approx(a[step], rel=RTOL, abs=ATOL), f"{split} loss at step {step}"
+    wa, wb = load_file(str(single / "model.safetensors")), load_file(str(multi / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=RTOL, atol=ATOL, msg=lambda m: f"{name}: {m}")
+    return {"weights": max((wa[k] - wb[k]).abs().max().item() for k in wa),
+            "loss": max(abs(losses(single, s)[k] - losses(multi, s)[k]) for s in ("train", "dev")
+                        for k in losses(single, s))}
+
+
+def assert_written_once(run: Path) -> None:
+    """Only rank 0 wrote: one record per (step, split), no leftover temp files, one copy of each file."""
+    keys = [(r["step"], r["split"]) for r in records(run)]
+    assert len(keys) == len(set(keys)), f"duplicate metrics lines: {keys}"
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoint", "config.json", "metrics.jsonl", "model.safetensors", "tokenizer.json"]
+    assert sorted(p.name for p in (run / "checkpoint").iterdir()) == [
+        "model.safetensors", "optimizer.json", "optimizer.safetensors", "trainer_state.json"]
+
+
+@pytest.mark.parametrize("family, kind, extra", [
+    ("bert", "wordpiece", {}),
+    ("gpt", "bpe", {"accumulate": 2}),  # 2 processes × 2 micro-batches: exercises DDP's no_sync too
+])
+def test_two_processes_train_like_one(family, kind, extra, prepared, tmp_path):
+    single, multi = tmp_path / "A", tmp_path / "B"
+    run_sesame(1, pretrain_args(family, prepared[kind], single))
+    started = time.time()
+    proc = run_sesame(2, pretrain_args(family, prepared[kind], multi, **extra))
+    print(f"{family}: torchrun run took {time.time() - started:.1f}s")
+
+    differences = assert_same_training(single, multi)
+    print(f"{family}: max |Δ| {differences}")
+    assert_written_once(multi)
+    assert json.loads((multi / "checkpoint/trainer_state.json").read_text())["step"] == 20
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("loss ")]) == 1  # printed once
+
+
+def test_setup_error_on_rank0_stops_every_process(prepared, tmp_path):
+    """A user error on rank 0 (here: a WordPiece shard dir for a BPE family) ends both processes with exit 2."""
+    proc = run_sesame(2, pretrain_args("gpt", prepared["wordpiece"], tmp_path / "run"), check=False)
+    assert proc.returncode != 0
+    assert "a wordpiece tokenizer, but this family uses bpe" in proc.stderr
+    assert "another process (rank 0) failed to set up the run" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_torchrun_saves_once_and_resumes(prepared, tmp_path):
+    """SIGINT to torchrun reaches every worker; they agree to stop at the same step, rank 0 saves, and
+    --resume under torchrun finishes the run exactly like an uninterrupted single process."""
+    steps = 100
+    single, multi = tmp_path / "A", tmp_path / "B"
+    args = lambda out: pretrain_args("bert", prepared["wordpiece"], out, **{"max-steps": steps, "eval-every": 50,
+                                                                            "save-every": 1000})
+    run_sesame(1, args(single))
+
+    proc = subprocess.Popen(sesame_cmd(2) + args(multi), env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + TIMEOUT
+        while not (multi / "metrics.jsonl").exists() or len(records(multi)) < 1:  # step 1 is logged
+            assert proc.poll() is None and time.time() < deadline, "the run ended before it could be interrupted"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "interrupted at step" in stderr, stderr
+    stopped = json.loads((multi / "checkpoint/trainer_state.json").read_text())["step"]
+    assert 1 <= stopped < steps, "interrupted too late to test resuming; raise `steps`"
+    print(f"interrupted at step {stopped} of {steps}")
+
+    run_sesame(2, args(multi) + ["--resume"])
+    assert_same_training(single, multi)
+    assert_written_once(multi)

@@ -1,0 +1,59 @@
+"""BERT's masking, checked as a property over many draws (Devlin et al. 2019, §3.1)."""
+import torch
+
+from sesame.models import Transformer, TransformerConfig
+from sesame.objectives.mlm import MaskedLM, mask_tokens
+from sesame.tokenizer import SpecialIds
+
+SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+VOCAB = 1000
+
+
+def draw(n_rows=400, length=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (n_rows, length), generator=g)
+    ids[:, 0], ids[:, -1], ids[:, 50] = SPECIALS.cls, SPECIALS.sep, SPECIALS.sep
+    corrupted, selected = mask_tokens(ids, torch.tensor(SPECIALS.all), SPECIALS.mask, VOCAB, g)
+    return ids, corrupted, selected
+
+
+def test_fifteen_percent_of_ordinary_tokens_are_selected():
+    ids, _, selected = draw()
+    eligible = ids >= 5
+    rate = selected[eligible].float().mean().item()
+    assert abs(rate - 0.15) < 0.005  # 50k eligible tokens: std ≈ 0.0016
+    assert not selected[~eligible].any()  # special tokens never selected
+
+
+def test_eighty_ten_ten():
+    ids, corrupted, selected = draw()
+    chosen_orig, chosen_new = ids[selected], corrupted[selected]
+    n = len(chosen_orig)
+    masked = (chosen_new == SPECIALS.mask).float().sum().item() / n
+    kept = (chosen_new == chosen_orig).float().sum().item() / n
+    replaced = ((chosen_new != chosen_orig) & (chosen_new != SPECIALS.mask)).float().sum().item() / n
+    assert abs(masked - 0.8) < 0.015 and abs(kept - 0.1) < 0.01 and abs(replaced - 0.1) < 0.01
+    # a random replacement is an ordinary token, never a special one; nothing unselected changes
+    assert (chosen_new[(chosen_new != chosen_orig) & (chosen_new != SPECIALS.mask)] >= 5).all()
+    assert torch.equal(corrupted[~selected], ids[~selected])
+
+
+def test_dynamic_masking_draws_new_masks_each_pass():
+    _, _, first = draw(seed=0)
+    _, _, second = draw(seed=1)
+    assert not torch.equal(first, second)
+    assert (first & second).float().sum() / first.float().sum() < 0.3  # overlap near chance (15%)
+
+
+def test_loss_only_at_selected_positions():
+    model = MaskedLM(Transformer(TransformerConfig(vocab_size=VOCAB, hidden=64, layers=1, heads=1,
+                                                   intermediate=128, dropout=0.0)), SPECIALS)
+    windows = torch.randint(5, VOCAB, (4, 30))
+    batch = model.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(4)])
+    assert batch["ids"].shape == (4, 32) and (batch["ids"][:, 0] == SPECIALS.cls).all()
+    assert len(batch["positions"]) == len(batch["targets"]) > 0
+    full = torch.cat([torch.full((4, 1), 2), windows, torch.full((4, 1), 3)], 1).flatten()
+    assert torch.equal(batch["targets"], full[batch["positions"]])
+    # the same example gets the same mask whatever else is in the batch
+    alone = model.make_batch(windows[1:2], [torch.Generator().manual_seed(1)])
+    assert torch.equal(alone["ids"][0], batch["ids"][1])

@@ -1,0 +1,69 @@
+import json
+
+import numpy as np
+import pytest
+
+from sesame.data.corpus import iter_pieces, resolve_sources
+from sesame.data.shards import Shards, prepare_corpus
+from sesame.errors import SesameError
+from sesame.tokenizer import train_tokenizer
+
+from .conftest import sentences
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(sentences(300), "wordpiece", vocab_size=200)
+
+
+def test_documents_are_separated_and_counted(tok, corpus, tmp_path):
+    shards = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "shards", progress=False)
+    ends = np.fromfile(tmp_path / "shards" / "docs.bin", dtype=np.int64)
+    tokens = np.concatenate(shards.arrays)
+    assert len(ends) == 2 == shards.meta["n_docs"] and ends[-1] == len(tokens) == shards.n_tokens
+    assert (tokens[ends - 1] == tok.specials.sep).all()  # each document closed by the separator
+    assert (tokens == tok.specials.sep).sum() == 2
+    first_doc = tok.encode([l + "\n" for l in (corpus / "doc0.txt").read_text().splitlines()], special=False)
+    assert tokens[: ends[0] - 1].tolist() == [i for ids in first_doc for i in ids]
+
+
+def test_rerun_reuses_and_change_rebuilds(tok, corpus, tmp_path):
+    first = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    stamp = (tmp_path / "s" / "meta.json").stat().st_mtime_ns
+    prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    assert (tmp_path / "s" / "meta.json").stat().st_mtime_ns == stamp
+    (corpus / "doc1.txt").write_text("A brand new document.\n")
+    second = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    assert second.n_tokens < first.n_tokens
+
+
+def test_jsonl_records_are_documents(tok, tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps({"body": s}) for s in sentences(5)) + "\n")
+    assert [d for d, _ in iter_pieces([path], "body")] == [0, 1, 2, 3, 4]
+    with pytest.raises(SesameError, match=r"c.jsonl:1: no string field 'text'"):
+        list(iter_pieces([path]))
+
+
+def test_invalid_utf8_names_file_and_line(tok, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine line\nalso fine\nbroken \xff\xfe here\n")
+    with pytest.raises(SesameError, match=r"bad.txt:3: not valid UTF-8"):
+        prepare_corpus([bad], tok, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_windows_cover_the_stream(tok, corpus, tmp_path):
+    shards = Shards(prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False).path)
+    windows = shards.windows(16)
+    assert len(windows) == shards.n_tokens // 16
+    joined = np.concatenate([shards.read(w, 16) for w in windows])
+    assert joined.tolist() == np.concatenate(shards.arrays)[: len(joined)].tolist()
+
+
+def test_missing_sources_are_named(tmp_path):
+    with pytest.raises(SesameError, match="--corpus .*nope: no such file"):
+        resolve_sources([tmp_path / "nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SesameError, match="holds no .txt"):
+        resolve_sources([tmp_path / "empty"])

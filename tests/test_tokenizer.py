@@ -1,0 +1,59 @@
+import pytest
+
+from sesame.errors import SesameError
+from sesame.tokenizer import KINDS, SPECIAL_TOKENS, TextTokenizer, train_tokenizer
+
+from .conftest import sentences
+
+UNICODE = "Crème brûlée in Zürich, naïve café — 東京タワー and 😀🚀!"
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return sentences(400) + [UNICODE] * 5 + ["dog. dog! dog? dogs, dog's"] * 20
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_specials_come_first_and_wrap_texts(kind, texts):
+    tok = train_tokenizer(texts, kind, vocab_size=300)
+    specials = SPECIAL_TOKENS[kind]
+    assert [tok.backend.id_to_token(i) for i in range(5)] == [specials[r] for r in ("pad", "unk", "cls", "sep", "mask")]
+    ids = tok.encode(["the cat"])[0]
+    assert ids[0] == tok.specials.cls and ids[-1] == tok.specials.sep
+    a, b = tok.backend.encode("the cat", "a dog").type_ids[0], tok.backend.encode("the cat", "a dog").type_ids[-1]
+    assert (a, b) == (0, 1)
+
+
+def test_byte_level_bpe_keeps_words_apart_from_punctuation(texts):
+    tok = train_tokenizer(texts, "bpe", vocab_size=400)
+    pieces = [tok.backend.encode(w, add_special_tokens=False).tokens for w in ("dog.", "dog!", "dog?")]
+    assert all(p[0] == "dog" for p in pieces), pieces
+    assert {p[-1] for p in pieces} == {".", "!", "?"}
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece", "unigram"])
+def test_unicode_round_trip(kind, texts, tmp_path):
+    tok = train_tokenizer(texts, kind, vocab_size=400, lowercase=False)
+    tok.save(tmp_path / "tokenizer.json")
+    loaded = TextTokenizer.load(tmp_path / "tokenizer.json")
+    ids = loaded.encode([UNICODE])[0]
+    assert ids == tok.encode([UNICODE])[0]
+    decoded = loaded.decode(ids)
+    if kind == "bpe":  # byte-level: exact
+        assert decoded == UNICODE
+    else:  # characters seen in training survive; spacing around punctuation may differ
+        assert decoded.replace(" ", "") == UNICODE.replace(" ", "")
+
+
+def test_wordpiece_is_uncased_by_default(texts):
+    tok = train_tokenizer(texts, "wordpiece", vocab_size=300)
+    assert tok.encode(["The CAT"]) == tok.encode(["the cat"])
+
+
+def test_bad_requests_name_the_flag(texts, tmp_path):
+    with pytest.raises(SesameError, match="--kind"):
+        train_tokenizer(texts, "sentencepiece")
+    with pytest.raises(SesameError, match="empty"):
+        train_tokenizer([], "wordpiece", vocab_size=300)
+    with pytest.raises(SesameError, match="no tokenizer.json"):
+        TextTokenizer.load(tmp_path / "missing.json")

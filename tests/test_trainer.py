@@ -1,0 +1,77 @@
+import json
+
+import pytest
+import torch
+
+import sesame
+from sesame.data.corpus import iter_texts, resolve_sources
+from sesame.errors import SesameError
+from sesame.train import Interrupted, Trainer
+from sesame.train.checkpoint import load_weights
+from sesame.train.optim import linear_warmup_decay
+from sesame.tokenizer import train_tokenizer
+
+TINY = dict(family="bert", size="tiny", vocab_size=200, seq_len=32, batch_size=8, eval_every=4, save_every=4,
+            progress=False)
+
+
+def train_losses(run):
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
+
+
+def test_schedule_warms_up_then_decays_linearly():
+    assert linear_warmup_decay(0.0, 0.1) == 0.0
+    assert linear_warmup_decay(0.05, 0.1) == pytest.approx(0.5)
+    assert linear_warmup_decay(0.1, 0.1) == pytest.approx(1.0)
+    assert linear_warmup_decay(0.55, 0.1) == pytest.approx(0.5)
+    assert linear_warmup_decay(1.0, 0.1) == 0.0
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt"])
+def test_interrupted_and_resumed_run_matches_an_uninterrupted_one(family, corpus, tmp_path, monkeypatch):
+    # one tokenizer for both runs: `tokenizers` breaks frequency ties in hash order, so two trainings can differ
+    kind = "wordpiece" if family == "bert" else "bpe"
+    train_tokenizer(iter_texts(resolve_sources([corpus])), kind, 200).save(tmp_path / "tokenizer.json")
+    options = {**TINY, "family": family, "max_steps": 12, "tokenizer": str(tmp_path / "tokenizer.json")}
+    sesame.pretrain([str(corpus)], str(tmp_path / "straight"), **options)
+
+    original = Trainer._train_step
+
+    def stop_after_six(self, wrapped):
+        result = original(self, wrapped)
+        if self.step == 6:
+            self._stop_requested = True  # what Ctrl-C does
+        return result
+
+    monkeypatch.setattr(Trainer, "_train_step", stop_after_six)
+    with pytest.raises(Interrupted, match="step 6"):
+        sesame.pretrain([str(corpus)], str(tmp_path / "resumed"), **options)
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    assert json.loads((tmp_path / "resumed/checkpoint/trainer_state.json").read_text())["step"] == 6
+    sesame.pretrain([str(corpus)], str(tmp_path / "resumed"), resume=True, **options)
+
+    assert train_losses(tmp_path / "resumed") == pytest.approx(train_losses(tmp_path / "straight"), rel=1e-6)
+    a = load_weights(tmp_path / "straight/model.safetensors")
+    b = load_weights(tmp_path / "resumed/model.safetensors")
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_accumulation_gives_the_same_update(corpus, tmp_path):
+    sesame.pretrain([str(corpus)], str(tmp_path / "one"), max_steps=3, dropout=0.0, **TINY)
+    shards = str(tmp_path / "one" / "shards")  # same shards and tokenizer
+    sesame.pretrain([shards], str(tmp_path / "four"), max_steps=3, dropout=0.0, accumulate=4, **TINY)
+    assert train_losses(tmp_path / "four") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
+
+
+def test_pretraining_lowers_the_loss(corpus, tmp_path):
+    metrics = sesame.pretrain([str(corpus)], str(tmp_path / "run"), max_steps=60, lr=2e-3, **TINY)
+    losses = train_losses(tmp_path / "run")
+    assert losses[-1] < losses[0] - 1.0
+    assert metrics["perplexity"] == pytest.approx(2.718281828 ** metrics["loss"], rel=1e-6)
+
+
+def test_budgets_are_checked_before_anything_is_written(corpus, tmp_path):
+    for bad in ({"max_steps": -1}, {"max_minutes": 0}, {"max_minutes": -2.5}):
+        with pytest.raises(SesameError, match="--max-"):
+            sesame.pretrain([str(corpus)], str(tmp_path / "run"), **{**TINY, **bad})
+    assert not (tmp_path / "run").exists()
