@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -43,16 +44,19 @@ def _train_config(overrides: dict) -> TrainConfig:
     return TrainConfig(**{k: v for k, v in overrides.items() if v is not None})
 
 
+def _check_batch(cfg: TrainConfig) -> None:
+    processes = world()[1]
+    if cfg.batch_size % (processes * cfg.accumulate):
+        raise SesameError(f"--batch-size {cfg.batch_size} must be divisible by processes × --accumulate "
+                          f"({processes} × {cfg.accumulate})")
+
+
 def _example_seed(seed: int, index: int) -> int:
     return (seed * 0x9E3779B1 + index * 0x85EBCA77 + 1) % (1 << 62)
 
 
 def _generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(_example_seed(seed, i)) for i in indices]
-
-
-def _is_rank0() -> bool:
-    return world()[0] == 0
 
 
 def _barrier(failed: bool = False) -> None:
@@ -62,6 +66,29 @@ def _barrier(failed: bool = False) -> None:
         dist.all_reduce(flag)
         if flag.item() and not failed:
             raise SesameError("another process (rank 0) failed to set up the run; its error is printed above")
+
+
+@contextmanager
+def _claimed_run(out: str, kind: str, resume: bool, setup: Callable[[Path], None]) -> Iterator[Path]:
+    """Rank 0 claims ``out`` and runs ``setup(run)`` (tokenizer, data, config.json) unless resuming; the
+    other processes wait at a barrier, then open the same run. A setup failure on rank 0 is passed on
+    to the waiting processes instead of leaving them hanging."""
+    rank = world()[0]
+    if rank > 0:
+        _barrier()
+    ready = rank > 0
+    try:
+        with new_run(out, kind, resume or rank > 0) as run:
+            if rank == 0 and not resume:
+                setup(run)
+            if not ready:
+                ready = True
+                _barrier()
+            yield run
+    except BaseException:
+        if not ready:
+            _barrier(failed=True)
+        raise
 
 
 # -- pre-training ----------------------------------------------------------------------------------
@@ -156,51 +183,37 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
     cfg.validate()
     if not 8 <= seq_len <= 4096:
         raise SesameError(f"--seq-len {seq_len}: use a length between 8 and 4096")
-    rank, size_world = world()
-    if cfg.batch_size % (size_world * cfg.accumulate):
-        raise SesameError(f"--batch-size {cfg.batch_size} must be divisible by processes × --accumulate "
-                          f"({size_world} × {cfg.accumulate})")
-    # rank 0 claims --out and prepares the tokenizer, shards and config; the others wait, then read them
-    if rank > 0:
-        _barrier()
-    ready = rank > 0
-    try:
-        with new_run(out, "pretrained", resume or rank > 0) as run:
-            if rank == 0 and not resume:
-                tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
-                shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
-                valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
-                model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout,
-                                            max(512, seq_len))
-                config = {"kind": "pretrained", "family": family, "size": size, "objective": fam.objective,
-                          "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
-                          "shards": str(shards.path.resolve()),
-                          "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None, "train": asdict(cfg)}
-                data = _pretraining_data(config, tok, shards, valid_shards)  # checks there is enough text
-                tok.save(run / "tokenizer.json")
-                write_config(run, config)
-            if not ready:
-                ready = True
-                _barrier()  # tokenizer, shards and config.json are in place
-            config = read_config(run, "--out", ("pretrained",))
-            tok = load_tokenizer(run)
-            shards = Shards(config["shards"])
-            valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
-            torch.manual_seed(cfg.seed)
-            obj = build_objective(config["objective"], build_backbone(config), tok.specials)
-            windows, valid_shards, valid_windows = _pretraining_data(config, tok, shards, valid_shards)
-            seq_len = config["seq_len"]
-            trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, windows, seq_len, cfg),
-                              evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed),
-                              started=started, progress=progress)
-            return trainer.fit(resume=resume)
-    except BaseException:
-        if not ready:  # release the waiting processes with an error instead of leaving them hanging
-            _barrier(failed=True)
-        raise
+    _check_batch(cfg)
+
+    def setup(run: Path) -> None:
+        tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
+        shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
+        valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
+        model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, max(512, seq_len))
+        config = {"kind": "pretrained", "family": family, "size": size, "objective": fam.objective,
+                  "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
+                  "shards": str(shards.path.resolve()),
+                  "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None, "train": asdict(cfg)}
+        _pretraining_data(config, shards, valid_shards)  # enough text?
+        tok.save(run / "tokenizer.json")
+        write_config(run, config)
+
+    with _claimed_run(out, "pretrained", resume, setup) as run:
+        config = read_config(run, "--out", ("pretrained",))
+        tok = load_tokenizer(run)
+        shards = Shards(config["shards"])
+        valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
+        torch.manual_seed(cfg.seed)
+        obj = build_objective(config["objective"], build_backbone(config), tok.specials)
+        windows, valid_shards, valid_windows = _pretraining_data(config, shards, valid_shards)
+        seq_len = config["seq_len"]
+        trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, windows, seq_len, cfg),
+                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed),
+                          started=started, progress=progress)
+        return trainer.fit(resume=resume)
 
 
-def _pretraining_data(config: dict, tok: TextTokenizer, shards: Shards, valid: Shards | None
+def _pretraining_data(config: dict, shards: Shards, valid: Shards | None
                       ) -> tuple[list[Window], Shards, list[Window]]:
     """Training windows, and validation windows from ``valid`` or else the corpus's last 1% (at most 256)."""
     length = OBJECTIVES[config["objective"]].window_length(config["seq_len"])
@@ -218,9 +231,9 @@ def _pretraining_data(config: dict, tok: TextTokenizer, shards: Shards, valid: S
 
 # -- fine-tuning -----------------------------------------------------------------------------------
 
-def _base_model(base: str, tokenizer: str | None, train_texts: list[str], dropout: float, progress: bool
-                ) -> tuple[dict, Transformer, TextTokenizer]:
-    """(config, backbone, tokenizer) for ``--from``: a run directory, or ``scratch:FAMILY:SIZE``."""
+def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropout: float
+                 ) -> tuple[dict, TextTokenizer]:
+    """(config, tokenizer) of ``--from``: a run directory, or ``scratch:FAMILY:SIZE``."""
     if base.startswith("scratch:"):
         parts = base.split(":")
         if len(parts) != 3:
@@ -231,16 +244,18 @@ def _base_model(base: str, tokenizer: str | None, train_texts: list[str], dropou
         if tok.kind != fam.tokenizer:
             raise SesameError(f"--tokenizer {tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses {fam.tokenizer}")
         model_cfg = backbone_config(fam.name, parts[2], tok.vocab_size, tok.specials.pad, dropout)
-        config = {"family": fam.name, "size": parts[2], "pooling": fam.pooling, "model": model_cfg.to_dict()}
-        return config, Transformer(model_cfg), tok
+        return {"family": fam.name, "size": parts[2], "pooling": fam.pooling, "model": model_cfg.to_dict()}, tok
     config = read_config(base, "--from", ("pretrained", "classifier"))
     if tokenizer:
         raise SesameError(f"--tokenizer: {base} brings its own tokenizer; drop --tokenizer")
     config["model"]["dropout"] = dropout
-    backbone = build_backbone(config)
-    weights = load_weights(Path(base) / "model.safetensors")
+    return config, load_tokenizer(base, "--from")
+
+
+def _load_backbone(backbone: Transformer, run: Path) -> None:
+    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind)."""
+    weights = load_weights(run / "model.safetensors")
     backbone.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
-    return config, backbone, load_tokenizer(base, "--from")
 
 
 def _classifier_eval(model: Classifier, ids: list[list[int]], gold: list[int], labels: list[str], pad_id: int) -> dict:
@@ -287,27 +302,35 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
     unknown = sorted(set(dev_labels) - set(labels))
     if unknown:
         raise SesameError(f"{dev}: labels {unknown[:5]} never occur in {train}; the known labels are {labels}")
-    with new_run(out, "classifier", resume) as run:
-        base_config, backbone, tok = _base_model(base, tokenizer, train_texts, dropout, progress)
-        if max_length > backbone.config.max_positions:
-            raise SesameError(f"--max-length {max_length} exceeds the model's {backbone.config.max_positions} positions")
+    _check_batch(cfg)
+
+    def setup(run: Path) -> None:
+        base_config, tok = _base_config(base, tokenizer, train_texts, dropout)
+        if max_length > base_config["model"]["max_positions"]:
+            raise SesameError(f"--max-length {max_length} exceeds the model's {base_config['model']['max_positions']} "
+                              "positions")
+        tok.save(run / "tokenizer.json")
+        write_json(run / "labels.json", labels)
+        write_config(run, {
+            "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
+            "pooling": base_config["pooling"], "model": base_config["model"], "base": base,
+            "max_length": max_length, "text_column": text_column, "label_column": label_column,
+            "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
+
+    with _claimed_run(out, "classifier", resume, setup) as run:
+        config = read_config(run, "--out", ("classifier",))
+        tok = load_tokenizer(run)
+        torch.manual_seed(cfg.seed)
+        backbone = build_backbone(config)
+        if not resume and not base.startswith("scratch:"):
+            _load_backbone(backbone, Path(base))
+        model = Classifier(backbone, len(labels), config["pooling"], dropout)
         train_ids = tok.encode(train_texts, max_length=max_length)
         dev_ids = tok.encode(dev_texts, max_length=max_length)
         train_gold, dev_gold = [index[l] for l in train_labels], [index[l] for l in dev_labels]
         per_epoch = steps_per_epoch(len(train_ids), cfg.batch_size)
         cfg.max_steps = cfg.max_steps if "max_steps" in train_options else epochs * per_epoch
         cfg.eval_every = cfg.save_every = per_epoch
-        cfg.validate()
-        torch.manual_seed(cfg.seed)
-        model = Classifier(backbone, len(labels), base_config["pooling"], dropout)
-        if not resume:
-            tok.save(run / "tokenizer.json")
-            write_json(run / "labels.json", labels)
-            write_config(run, {
-                "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
-                "pooling": base_config["pooling"], "model": backbone.config.to_dict(), "base": base,
-                "max_length": max_length, "text_column": text_column, "label_column": label_column,
-                "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
         rank, size_world = world()
         lengths = [len(x) for x in train_ids]
 

@@ -6,12 +6,17 @@ chase things; tools are sharpened, oiled and hung on hooks. The labeled task ask
 tool?" about sentences that give no hint ("i saw a blick near the barn"), and the dev set uses
 only words the labeled training set never shows. A model pre-trained on the corpus has learned
 what each word means and can answer; a from-scratch twin can only guess.
+
+The demo pre-trains a tiny GPT (causal LM): every position is a prediction, so it learns the
+words' contexts within a few hundred steps on two CPU cores. (A tiny BERT gets a training signal
+at only 15% of positions and stays on its unigram plateau for longer than a demo should take.)
 """
 from __future__ import annotations
 
 import csv
 import json
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -66,24 +71,22 @@ def write_data(out: Path, seed: int = 0, sentences: int = 30000, labeled: int = 
 
 
 def run_demo(out: Path, seed: int = 0, progress: bool = True) -> dict:
-    """Pre-train a tiny BERT, fine-tune it and a from-scratch twin on 400 labels, print both accuracies."""
+    """Pre-train a tiny GPT, fine-tune it and a from-scratch twin on 400 labels, print both accuracies."""
     started = time.time()
     out = Path(out)
     paths = write_data(out / "data", seed)
     print(f"data in {out / 'data'}: an unlabeled corpus and 400 labeled sentences (dev words never seen in training)")
     common = dict(train=str(paths["train"]), dev=str(paths["dev"]), text_column="text", label_column="label",
-                  epochs=8, batch_size=16, lr=1e-4, seed=seed, progress=progress)
-    for name in ("pretrained", "pretrained-finetuned", "scratch-finetuned"):
-        if (out / name).exists():
-            import shutil
-            shutil.rmtree(out / name)
-    print("1/3 pre-training a tiny BERT with masked LM ...")
-    pretrain([str(paths["corpus"])], str(out / "pretrained"), family="bert", size="tiny", vocab_size=1000,
+                  epochs=8, batch_size=16, lr=3e-4, seed=seed, progress=progress)
+    for name in ("pretrained", "pretrained-finetuned", "scratch-finetuned"):  # a demo starts afresh
+        shutil.rmtree(out / name, ignore_errors=True)
+    print("1/3 pre-training a tiny GPT (causal LM) on the unlabeled corpus ...")
+    pretrain([str(paths["corpus"])], str(out / "pretrained"), family="gpt", size="tiny", vocab_size=1000,
              seq_len=64, max_steps=600, batch_size=32, lr=1e-3, eval_every=200, seed=seed, progress=progress)
     print("2/3 fine-tuning it ...")
     transfer = finetune(str(out / "pretrained"), out=str(out / "pretrained-finetuned"), **common)
     print("3/3 fine-tuning a randomly initialised twin (same architecture and tokenizer) ...")
-    scratch = finetune("scratch:bert:tiny", out=str(out / "scratch-finetuned"),
+    scratch = finetune("scratch:gpt:tiny", out=str(out / "scratch-finetuned"),
                        tokenizer=str(out / "pretrained"), **common)
     result = {"pretrained_dev_accuracy": transfer["accuracy"], "scratch_dev_accuracy": scratch["accuracy"],
               "minutes": round((time.time() - started) / 60, 2)}

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +27,7 @@ from tqdm.auto import tqdm
 
 from ..errors import SesameError
 from ..tokenizer import TextTokenizer
+from ..train.checkpoint import temporary_dir
 from .corpus import fingerprint, iter_pieces
 
 FORMAT = "sesame-shards/1"
@@ -86,7 +86,7 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
         elif any(out.iterdir()):
             raise SesameError(f"--out {out}: exists and is not a shard directory; choose an empty or new path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = temporary_dir(out.parent, f".{out.name}.")
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
     total_bytes = sum(f.stat().st_size for f in files)

@@ -17,9 +17,30 @@ from safetensors.torch import load_file, save_file
 from ..errors import SesameError
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _temporary(path: Path) -> str:
+    """A temporary file beside ``path`` with ordinary permissions (mkstemp's are owner-only)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
+    return tmp
+
+
+def temporary_dir(parent: Path, prefix: str) -> Path:
+    """A fresh directory inside ``parent`` (to be renamed into place), with ordinary permissions."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    tmp.chmod(0o777 & ~_umask())
+    return tmp
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = _temporary(path)
+    with open(tmp, "w") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
@@ -40,8 +61,7 @@ def read_json(path: Path) -> Any:
 
 
 def save_weights(path: Path, state: dict[str, torch.Tensor]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    tmp = _temporary(path)
     save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, tmp)
     os.replace(tmp, path)
 
@@ -70,7 +90,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
 def save_checkpoint(run: Path, model_state: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
                     trainer_state: dict) -> None:
     """Write ``run/checkpoint/`` as a whole: build it beside, then swap it in with renames."""
-    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=run))
+    tmp = temporary_dir(run, ".checkpoint.")
     save_weights(tmp / "model.safetensors", model_state)
     tensors, rest = optimizer_tensors(optimizer)
     save_weights(tmp / "optimizer.safetensors", tensors)

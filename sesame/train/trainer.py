@@ -100,6 +100,7 @@ class Trainer:
         self.rank, self.world = world()
         self.optimizer = adamw(model, config.lr, config.weight_decay)
         self.step, self.elapsed_before = 0, 0.0
+        self.setup_seconds = 0.0  # of the budget, spent before the first step
         self.best: dict = {}  # dev metrics of the selected weights
         self.last_eval: dict = {}
         self.evaluated_at = -1
@@ -111,15 +112,20 @@ class Trainer:
         return self.elapsed_before + time.time() - self.started
 
     def progress_fraction(self, elapsed: float | None = None) -> float:
+        """How much of the budget is spent: the larger of the step and time fractions. The time
+        fraction counts from the first step, so set-up time (tokenizer, shards) shortens the run
+        but does not eat the warmup."""
         c = self.config
         by_steps = self.step / c.max_steps if c.max_steps else 0.0
         elapsed = self.elapsed() if elapsed is None else elapsed
-        by_time = elapsed / (60 * c.max_minutes) if c.max_minutes else 0.0
+        by_time = 0.0
+        if c.max_minutes:
+            by_time = (elapsed - self.setup_seconds) / max(1e-9, 60 * c.max_minutes - self.setup_seconds)
         return min(1.0, max(by_steps, by_time))
 
     def trainer_state(self) -> dict:
-        return {"step": self.step, "elapsed": self.elapsed(), "best": self.best, "last_eval": self.last_eval,
-                "config": asdict(self.config)}
+        return {"step": self.step, "elapsed": self.elapsed(), "setup_seconds": self.setup_seconds, "best": self.best,
+                "last_eval": self.last_eval, "config": asdict(self.config)}
 
     def resume(self) -> None:
         ckpt = checkpoint_dir(self.run)
@@ -129,7 +135,7 @@ class Trainer:
         self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
         load_optimizer(self.optimizer, load_weights(ckpt / "optimizer.safetensors"), read_json(ckpt / "optimizer.json"))
         self.step, self.best, self.last_eval = state["step"], state["best"], state["last_eval"]
-        self.elapsed_before = state["elapsed"]
+        self.elapsed_before, self.setup_seconds = state["elapsed"], state["setup_seconds"]
         self.started = time.time()
         metrics = self.run / "metrics.jsonl"
         if metrics.exists() and self.rank == 0:  # forget what was logged after the checkpoint
@@ -215,8 +221,12 @@ class Trainer:
         # every process catches Ctrl-C (torchrun forwards it to each worker); they agree to stop in _budget_spent
         previous = signal.signal(signal.SIGINT, self._request_stop)
         c = self.config
-        bar = tqdm(total=c.max_steps, initial=self.step, desc="train", disable=not self.progress or self.rank > 0,
-                   dynamic_ncols=True)
+        if not resume:
+            self.setup_seconds = _all_sum([self.elapsed()])[0] / self.world
+        by_time = c.max_minutes is not None  # then the bar shows the share of the budget spent
+        bar = tqdm(total=100 if by_time else c.max_steps, initial=0 if by_time else self.step, desc="train",
+                   unit="%" if by_time else "step", disable=not self.progress or self.rank > 0, dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}{postfix}]" if by_time else None)
         window_start, window_tokens = time.time(), 0
         try:
             while not self._budget_spent():
@@ -228,8 +238,8 @@ class Trainer:
                     raise SesameError(f"the loss became {loss} at step {self.step}; lower --lr or raise --warmup")
                 window_tokens += tokens
                 rate = window_tokens / max(1e-9, time.time() - window_start)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
+                bar.update(round(100 * self.progress_fraction(), 1) - bar.n if by_time else 1)
+                bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
                 if self.step % 10 == 0 or self.step == 1:
                     self.log({"step": self.step, "split": "train", "loss": round(loss, 5),
                               "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": round(rate),

@@ -1,0 +1,117 @@
+"""Real-data results for the foundation: pre-train BERT-mini and GPT-mini, fine-tune on airline.
+
+Runs every stage with the public API, skips a stage whose result is already recorded (so an
+interrupted run continues where it stopped), and writes the numbers and the commands into
+docs/results.md between the ``foundation`` markers. Budgets are wall time on this machine.
+
+    python scripts/real_data.py --data ../shared/data --runs runs/real --minutes 20
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+import sesame
+from sesame.data.corpus import iter_texts, resolve_sources
+from sesame.tokenizer import train_tokenizer
+
+START, END = "<!-- foundation:start -->", "<!-- foundation:end -->"
+FAMILIES = {"bert": "wordpiece", "gpt": "bpe"}
+
+
+def stage(results: dict, key: str, path: Path, work) -> dict:
+    """Run ``work()`` unless ``results`` already has ``key``; save results after each stage."""
+    if key not in results:
+        started = time.time()
+        value = work()
+        results[key] = {**value, "minutes": round((time.time() - started) / 60, 2)}
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        print(key, results[key], flush=True)
+    return results[key]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data")
+    parser.add_argument("--runs", default="runs/real")
+    parser.add_argument("--minutes", type=float, default=20.0, help="pre-training budget per model")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES))
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=2e-4, help="fine-tuning learning rate (both twins)")
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--results", default="docs/results.md")
+    args = parser.parse_args()
+    data, runs = Path(args.data), Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    record = runs / "results.json"
+    results = json.loads(record.read_text()) if record.exists() else {}
+    corpus = [str(data / "wikitext2/train.txt"), str(data / "pretrain/gutenberg")]
+    airline = dict(train=str(data / "airline/train.csv"), dev=str(data / "airline/dev.csv"), text_column="text",
+                   label_column="airline_sentiment", max_length=64, epochs=args.epochs, batch_size=32, lr=args.lr)
+    for family in args.families:
+        kind = FAMILIES[family]
+        tok_path = runs / f"{kind}.json"
+
+        def make_tokenizer():
+            tok = train_tokenizer(iter_texts(resolve_sources(corpus)), kind, 16000)
+            tok.save(tok_path)
+            return {"vocab_size": tok.vocab_size}
+
+        stage(results, f"{kind}-tokenizer", record, make_tokenizer)
+        pre = runs / f"{family}-mini"
+        stage(results, f"{family}-pretrain", record, lambda: sesame.pretrain(
+            corpus, str(pre), family=family, size="mini", tokenizer=str(tok_path), seq_len=128, batch_size=32,
+            lr=args.pretrain_lr, max_minutes=args.minutes, max_steps=100_000, eval_every=500, save_every=500,
+            valid=[str(data / "wikitext2/valid.txt")], progress=False))
+        stage(results, f"{family}-test", record, lambda: sesame.evaluate(str(pre), str(data / "wikitext2/test.txt")))
+        for name, base, extra in ((f"{family}-airline-pretrained", str(pre), {}),
+                                  (f"{family}-airline-scratch", f"scratch:{family}:mini", {"tokenizer": str(pre)})):
+            stage(results, name, record, lambda: sesame.finetune(base, out=str(runs / name), progress=False,
+                                                                 **airline, **extra))
+    write_markdown(results, args, Path(args.results))
+
+
+def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
+    cpu = platform.processor() or platform.machine()
+    lines = [START, "## Foundation: pre-training and airline fine-tuning (issue: Foundation)", "",
+             f"Machine: {torch.get_num_threads()} threads, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
+             "```bash", f"python scripts/real_data.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g} "
+             f"--epochs {args.epochs} --lr {args.lr:g} --pretrain-lr {args.pretrain_lr:g}", "```", "",
+             "Pre-training corpus: WikiText-2 train + the 40 Gutenberg books (34.5 MB); validation: WikiText-2 valid.",
+             f"Each model pre-trains for {args.minutes:g} minutes of wall time (the budget covers the whole command),"
+             " `mini` size (4 layers × 256), sequences of 128 tokens, batch 32,"
+             f" peak lr {args.pretrain_lr:g}. Fine-tuning: airline train → dev, text → airline_sentiment (3 classes),"
+             f" {args.epochs} epochs, batch 32, lr {args.lr:g}, max length 64, the best epoch on dev kept;"
+             " the from-scratch twin has the same architecture and tokenizer.", "",
+             "| family | pre-train steps | valid perplexity | WikiText-2 test perplexity | test bits/byte |"
+             " airline dev acc (pre-trained) | airline dev acc (scratch) | gain |",
+             "|---|---|---|---|---|---|---|---|"]
+    for family in args.families:
+        pre, test = results.get(f"{family}-pretrain", {}), results.get(f"{family}-test", {})
+        a, b = results.get(f"{family}-airline-pretrained", {}), results.get(f"{family}-airline-scratch", {})
+        steps = json.loads((Path(args.runs) / f"{family}-mini/checkpoint/trainer_state.json").read_text())["step"] \
+            if (Path(args.runs) / f"{family}-mini/checkpoint").exists() else "?"
+        gain = f"{100 * (a['accuracy'] - b['accuracy']):+.1f} points" if a and b else "?"
+        bpb = f"{test['bits_per_byte']:.3f}" if "bits_per_byte" in test else "n/a (masked LM)"
+        lines.append(f"| {family} | {steps} | {pre.get('perplexity', float('nan')):.1f} | "
+                     f"{test.get('perplexity', float('nan')):.1f} | {bpb} | {a.get('accuracy', float('nan')):.4f} | "
+                     f"{b.get('accuracy', float('nan')):.4f} | {gain} |")
+    lines += ["", "BERT's perplexities are masked-LM perplexities (exp of the loss at the 15% selected positions);"
+              " GPT's are next-token perplexities. They are not comparable with each other, nor across tokenizers.",
+              "", "Raw numbers: `" + str(Path(args.runs) / "results.json") + "` after a run.", END]
+    text = path.read_text() if path.exists() else "# Results\n\nEvery number here comes from a command in this repo.\n\n"
+    if START in text:
+        head, rest = text.split(START, 1)
+        text = head + "\n".join(lines) + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + "\n".join(lines) + "\n"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
