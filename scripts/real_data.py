@@ -43,7 +43,8 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES))
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=2e-4, help="fine-tuning learning rate (both twins)")
-    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--pretrain-lr", type=float, default=5e-4)
+    parser.add_argument("--warmup", type=float, default=0.1, help="pre-training warmup, a fraction of the run")
     parser.add_argument("--results", default="docs/results.md")
     args = parser.parse_args()
     data, runs = Path(args.data), Path(args.runs)
@@ -66,7 +67,7 @@ def main() -> None:
         pre = runs / f"{family}-mini"
         stage(results, f"{family}-pretrain", record, lambda: sesame.pretrain(
             corpus, str(pre), family=family, size="mini", tokenizer=str(tok_path), seq_len=128, batch_size=32,
-            lr=args.pretrain_lr, max_minutes=args.minutes, max_steps=100_000, eval_every=500, save_every=500,
+            lr=args.pretrain_lr, warmup=args.warmup, max_minutes=args.minutes, max_steps=100_000, eval_every=500, save_every=500,
             valid=[str(data / "wikitext2/valid.txt")], progress=False))
         stage(results, f"{family}-test", record, lambda: sesame.evaluate(str(pre), str(data / "wikitext2/test.txt")))
         for name, base, extra in ((f"{family}-airline-pretrained", str(pre), {}),
@@ -81,11 +82,11 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
     lines = [START, "## Foundation: pre-training and airline fine-tuning (issue: Foundation)", "",
              f"Machine: {torch.get_num_threads()} threads, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
              "```bash", f"python scripts/real_data.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g} "
-             f"--epochs {args.epochs} --lr {args.lr:g} --pretrain-lr {args.pretrain_lr:g}", "```", "",
+             f"--epochs {args.epochs} --lr {args.lr:g} --pretrain-lr {args.pretrain_lr:g} --warmup {args.warmup:g}", "```", "",
              "Pre-training corpus: WikiText-2 train + the 40 Gutenberg books (34.5 MB); validation: WikiText-2 valid.",
              f"Each model pre-trains for {args.minutes:g} minutes of wall time (the budget covers the whole command),"
              " `mini` size (4 layers × 256), sequences of 128 tokens, batch 32,"
-             f" peak lr {args.pretrain_lr:g}. Fine-tuning: airline train → dev, text → airline_sentiment (3 classes),"
+             f" peak lr {args.pretrain_lr:g} after a warmup over {100 * args.warmup:g}% of the run. Fine-tuning: airline train → dev, text → airline_sentiment (3 classes),"
              f" {args.epochs} epochs, batch 32, lr {args.lr:g}, max length 64, the best epoch on dev kept;"
              " the from-scratch twin has the same architecture and tokenizer.", "",
              "| family | pre-train steps | valid perplexity | WikiText-2 test perplexity | test bits/byte |"

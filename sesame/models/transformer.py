@@ -1,7 +1,8 @@
 """One configurable Transformer stack (Vaswani et al. 2017) that is BERT, GPT or GPT-2 by configuration.
 
 * bidirectional (BERT, Devlin et al. 2019) or causal (GPT, Radford et al. 2018) self-attention through
-  ``torch.nn.functional.scaled_dot_product_attention``;
+  ``torch.nn.functional.scaled_dot_product_attention``, or computed step by step when attention
+  dropout is on (SDPA cannot fuse it either), so the dropout mask can be drawn cheaply;
 * learned absolute position embeddings and optional token-type (segment) embeddings;
 * post-LayerNorm (BERT, GPT: ``x = LN(x + f(x))``) or pre-LayerNorm with a final LayerNorm
   (GPT-2: ``x = x + f(LN(x))``);
@@ -44,27 +45,43 @@ class TransformerConfig:
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout, as ``F.dropout``: each element is kept with probability 1 − p and scaled by
     1 / (1 − p). The mask is drawn as uniform 31-bit integers compared with p·2³¹ (exact to within
-    2⁻³¹), which is several times cheaper on a CPU than ``F.dropout``'s Bernoulli sampling."""
+    2⁻³¹), several times cheaper on a CPU than ``F.dropout``'s Bernoulli sampling."""
     if not training or p == 0.0:
         return x
+    if p == 1.0:
+        return x * 0.0
     with torch.no_grad():
         bits = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()
         mask = torch.ge(bits, round(p * 2 ** 31), out=torch.empty_like(x)).mul_(1.0 / (1.0 - p))
     return x * mask
 
 
-class Dropout(nn.Module):
+class Dropout(nn.Dropout):
     """``nn.Dropout`` drawing its mask with :func:`dropout`."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training)
 
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+              dropout_p: float) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` on (batch, heads, time, head size) tensors. With attention
+    dropout (training) and no mask it goes through :func:`explicit_attention` instead: SDPA has no
+    fused kernel with dropout on a CPU and computes the same steps, but with a slower dropout mask."""
+    if dropout_p > 0.0 and mask is None:
+        return explicit_attention(q, k, v, causal, dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                          dropout_p=dropout_p)
+
+
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                       dropout_p: float) -> torch.Tensor:
+    """dropout(softmax(q·kᵀ/√d, causally masked if ``causal``))·v, computed step by step."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu_(1)
+        scores.masked_fill_(future, float("-inf"))
+    return dropout(torch.softmax(scores, dim=-1), dropout_p, True) @ v
 
 
 class Embeddings(nn.Module):
@@ -99,16 +116,7 @@ class Block(nn.Module):
     def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        if self.training and self.attn_dropout > 0 and mask is None:
-            scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(h // self.heads))
-            if self.causal:
-                scores.masked_fill_(torch.ones(t, t, dtype=torch.bool, device=x.device).triu_(1), float("-inf"))
-            y = dropout(torch.softmax(scores, dim=-1), self.attn_dropout, True) @ v
-        else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=self.causal and mask is None,
-                dropout_p=self.attn_dropout if self.training else 0.0,
-            )
+        y = attention(q, k, v, mask, self.causal, self.attn_dropout if self.training else 0.0)
         return self.dropout(self.attn_out(y.transpose(1, 2).reshape(b, t, h)))
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 15% of the non-special tokens of each sequence are selected; of those, 80% are replaced by
 [MASK], 10% by a random (non-special) token and 10% are left unchanged. The loss is the
 cross-entropy of the original token at the selected positions only, and the vocabulary projection
-is computed only there, chunk by chunk and fused with the loss (``clm.linear_cross_entropy``).
+is computed only there, chunk by chunk and fused with the loss (``projection.linear_cross_entropy``).
 Masks are drawn afresh every time a sequence is seen (dynamic masking, RoBERTa, Liu et al. 2019).
 Deviation: selection is an independent Bernoulli(0.15) draw per token (as in RoBERTa and Hugging
 Face) rather than exactly round(0.15·n) positions per sequence.
@@ -16,7 +16,7 @@ from torch import nn
 from ..models import Transformer
 from ..tokenizer import SpecialIds
 from .base import Objective
-from .clm import Workspace, linear_cross_entropy
+from .projection import Workspace, linear_cross_entropy
 
 
 def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,

@@ -1,0 +1,146 @@
+"""The fast paths compute exactly what the plain formulas compute (within float32 rounding)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sesame.models import Transformer, TransformerConfig
+from sesame.models.transformer import Dropout, dropout, explicit_attention
+from sesame.objectives import CausalLM, MaskedLM
+from sesame.objectives.projection import linear_cross_entropy
+from sesame.tokenizer import SpecialIds
+
+RTOL = 1e-5
+SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal within RTOL relative to the largest magnitude of ``expected``."""
+    scale = expected.abs().max().clamp_min(1e-30)
+    assert float((actual - expected).abs().max() / scale) <= RTOL
+
+
+def leaves(*shapes: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g).requires_grad_() for s in shapes]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1, 7, 50, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_cross_entropy_matches_the_plain_loss_and_gradients(chunk_size: int | None, with_bias: bool) -> None:
+    hidden, weight, bias = leaves((50, 16), (97, 16), (97,))
+    targets = torch.randint(0, 97, (50,), generator=torch.Generator().manual_seed(1))
+    b = bias if with_bias else None
+    scale = 0.37  # the incoming gradient, as when the trainer divides by the number of targets
+
+    fused = linear_cross_entropy(hidden, weight, targets, b, chunk_size=chunk_size)
+    (fused * scale).backward()
+    got = [hidden.grad, weight.grad, bias.grad]
+    for p in (hidden, weight, bias):
+        p.grad = None
+    logits = hidden @ weight.t() + (bias if with_bias else 0)
+    plain = F.cross_entropy(logits, targets, reduction="sum")
+    (plain * scale).backward()
+
+    assert_close(fused.detach(), plain.detach())
+    assert_close(got[0], hidden.grad)
+    assert_close(got[1], weight.grad)
+    if with_bias:
+        assert_close(got[2], bias.grad)
+    else:
+        assert got[2] is None
+    with torch.no_grad():
+        assert_close(linear_cross_entropy(hidden, weight, targets, b, chunk_size=chunk_size), plain.detach())
+
+
+def test_linear_cross_entropy_of_no_positions_is_zero_with_zero_gradients() -> None:
+    hidden, weight, bias = leaves((0, 4), (11, 4), (11,))
+    loss = linear_cross_entropy(hidden, weight, torch.zeros(0, dtype=torch.long), bias)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert not weight.grad.any() and not bias.grad.any() and hidden.grad.shape == (0, 4)
+
+
+def test_linear_cross_entropy_refuses_a_second_backward() -> None:
+    hidden, weight = leaves((5, 4), (11, 4))
+    loss = linear_cross_entropy(hidden, weight, torch.arange(5))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="only once"):
+        loss.backward()
+
+
+def tiny_backbone(causal: bool) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig(
+        vocab_size=101, hidden=32, layers=2, heads=4, intermediate=64, max_positions=64, dropout=0.0,
+        causal=causal, norm="pre" if causal else "post", embedding_norm=not causal))
+
+
+def gradients(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_causal_lm_loss_and_gradients_match_the_plain_tied_projection() -> None:
+    model = CausalLM(tiny_backbone(causal=True), SPECIALS).train()
+    windows = torch.randint(5, 101, (3, CausalLM.window_length(20)), generator=torch.Generator().manual_seed(2))
+    batch = model.make_batch(windows, [])
+
+    fused = model(batch)
+    got = gradients(model, fused)
+    logits = model.tied_logits(model.backbone(batch["ids"]))
+    plain = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="sum")
+    expected = gradients(model, plain)
+
+    assert_close(fused.detach(), plain.detach())
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert_close(got[name], expected[name])
+
+
+def test_masked_lm_loss_and_gradients_match_the_plain_head() -> None:
+    model = MaskedLM(tiny_backbone(causal=False), SPECIALS).train()
+    windows = torch.randint(5, 101, (4, MaskedLM.window_length(24)), generator=torch.Generator().manual_seed(3))
+    batch = model.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(4)])
+    assert batch["targets"].numel() > 0
+
+    fused = model(batch)
+    got = gradients(model, fused)
+    hidden = model.backbone(batch["ids"]).flatten(0, 1)[batch["positions"]]
+    logits = model.tied_logits(model.transform(hidden)) + model.bias
+    plain = F.cross_entropy(logits, batch["targets"], reduction="sum")
+    expected = gradients(model, plain)
+
+    assert_close(fused.detach(), plain.detach())
+    assert got.keys() == expected.keys()
+    for name in expected:
+        assert_close(got[name], expected[name])
+
+
+def test_dropout_keeps_one_minus_p_of_the_elements_scaled_by_its_inverse() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(1_000_000, requires_grad=True)
+    y = dropout(x, 0.1, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 5 * (0.9 * 0.1 / x.numel()) ** 0.5  # five sigma
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # d(x·mask)/dx = mask
+    assert dropout(x, 0.1, training=False) is x and dropout(x, 0.0, training=True) is x
+    assert not dropout(x, 1.0, training=True).any()
+    module = Dropout(0.1).eval()
+    assert isinstance(module, torch.nn.Dropout) and module(x) is x
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_explicit_attention_matches_sdpa(causal: bool) -> None:
+    q, k, v = leaves((2, 3, 10, 8), (2, 3, 10, 8), (2, 3, 10, 8))
+    got = explicit_attention(q, k, v, causal, dropout_p=0.0)
+    got_grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    assert_close(got.detach(), expected.detach())
+    for a, b in zip(got_grads, expected_grads, strict=True):
+        assert_close(a, b)
