@@ -63,8 +63,8 @@ def read_columns(path: str | Path, text_column: str, label_column: str | None,
         if column is not None and column not in available:
             raise SesameError(f"{path}: no column {column!r} for {flag}; the file has: {', '.join(available)}")
     texts, labels = [], [] if label_column else None
-    offset = 1 if path and Path(path).suffix.lower() != ".jsonl" else 0
-    for i, row in enumerate(rows, 1 + offset):
+    first = 1 if FORMATS[Path(path).suffix.lower()] == "jsonl" else 2  # CSV/TSV: line 1 is the header
+    for i, row in enumerate(rows, first):
         text = row.get(text_column)
         if text is None or not text.strip():
             raise SesameError(f"{path}: row {i} has an empty {text_column!r}; remove or fill it")

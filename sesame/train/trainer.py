@@ -185,7 +185,8 @@ class Trainer:
             if self.rank == 0:
                 save_weights(self.run / "model.safetensors", self.model.state_dict())
 
-    def _train_step(self, wrapped: nn.Module) -> tuple[float, int, int]:
+    def _train_step(self, wrapped: nn.Module) -> tuple[float, int]:
+        """One optimizer step; returns (mean loss over the global batch's targets, input tokens)."""
         c = self.config
         torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
         micro = self.batches(self.step)
@@ -207,7 +208,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         loss_sum, tokens = _all_sum([loss_sum, float(tokens)])
-        return loss_sum / total, int(tokens), int(total)
+        return loss_sum / total, int(tokens)
 
     def fit(self, resume: bool = False) -> dict:
         """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``)."""
@@ -233,7 +234,7 @@ class Trainer:
                 if self._stopping:
                     self.save()
                     raise Interrupted(f"interrupted at step {self.step}; the run is saved, continue with --resume")
-                loss, tokens, _ = self._train_step(wrapped)
+                loss, tokens = self._train_step(wrapped)
                 if not math.isfinite(loss):
                     raise SesameError(f"the loss became {loss} at step {self.step}; lower --lr or raise --warmup")
                 window_tokens += tokens
