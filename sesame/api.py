@@ -26,11 +26,11 @@ from .families import backbone_config, get_family, get_size
 from .models import Transformer
 from .objectives import OBJECTIVES, Objective, build_objective
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
-from .tasks.classify import Classifier, bucketed_batches, collate, steps_per_epoch
+from .tasks.classify import POOLINGS, Classifier, bucketed_batches, collate, steps_per_epoch
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer
 from .train.checkpoint import load_weights, read_json, write_json
-from .train.trainer import world
+from .train.trainer import all_sum, world
 
 EVAL_BATCH = 64
 MAX_EVAL_WINDOWS = 256
@@ -154,14 +154,18 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
                n_bytes: int | None = None) -> dict:
     """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable)."""
     length = obj.window_length(seq_len)
+    rank, size = world()
+    mine = range(rank, len(windows), size)  # under torchrun each process scores its share
     loss_sum, count = 0.0, 0
     with torch.no_grad():
-        for start in range(0, len(windows), EVAL_BATCH):
-            idx = range(start, min(len(windows), start + EVAL_BATCH))
+        for start in range(0, len(mine), EVAL_BATCH):
+            idx = mine[start: start + EVAL_BATCH]
             rows = torch.from_numpy(np.stack([shards.read(windows[i], length) for i in idx]))
             batch = obj.make_batch(rows, _generators(seed + 1, idx))
             loss_sum += obj(batch).item()
             count += batch["targets"].numel()
+    loss_sum, count = all_sum([loss_sum, count])
+    count = int(count)
     if n_bytes:  # bits per byte over the whole text: nats/token × tokens/byte ÷ ln 2
         n_bytes = int(n_bytes * count / max(1, shards.n_tokens))
     return language_model_report(loss_sum, count, n_bytes)
@@ -265,22 +269,28 @@ def _classifier_eval(model: Classifier, ids: list[list[int]], gold: list[int], l
 
 
 def _probabilities(model: Classifier, ids: list[list[int]], pad_id: int) -> torch.Tensor:
+    rank, size = world()
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together: less padding
-    out = torch.empty(len(ids), model.head.out_features)
+    order = order[rank::size]  # under torchrun each process scores its share
+    out = torch.zeros(len(ids), model.head.out_features)
     model.eval()
     with torch.no_grad():
         for start in range(0, len(order), EVAL_BATCH):
             chunk = order[start: start + EVAL_BATCH]
             out[chunk] = model.logits(collate([ids[i] for i in chunk], pad_id)).float().softmax(-1)
+    if size > 1:
+        dist.all_reduce(out)
     return out
 
 
 def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", text_column: str = "text",
              label_column: str = "label", tokenizer: str | None = None, max_length: int = 128, epochs: int = 3,
-             dropout: float = 0.1, resume: bool = False, progress: bool = True, **train_options) -> dict:
+             dropout: float = 0.1, resume: bool = False, progress: bool = True, pooling: str | None = None,
+             **train_options) -> dict:
     """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) as a text classifier.
 
-    Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
+    ``pooling`` (``cls``, ``last`` or ``mean``; default: the family's) picks the representation the
+    head reads. Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
     Training options are :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT
     (lr 5e-5, batch 32, warmup 10%). Returns the best dev metrics.
     """
@@ -291,6 +301,8 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         raise SesameError(f"--task {task!r}: only 'classify' is available so far")
     if epochs <= 0:
         raise SesameError(f"--epochs {epochs}: must be positive")
+    if pooling is not None and pooling not in POOLINGS:
+        raise SesameError(f"--pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
     if not 8 <= max_length <= 4096:
         raise SesameError(f"--max-length {max_length}: use a length between 8 and 4096")
     train_texts, train_labels = read_columns(train, text_column, label_column)
@@ -313,7 +325,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         write_json(run / "labels.json", labels)
         write_config(run, {
             "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
-            "pooling": base_config["pooling"], "model": base_config["model"], "base": base,
+            "pooling": pooling or base_config["pooling"], "model": base_config["model"], "base": base,
             "max_length": max_length, "text_column": text_column, "label_column": label_column,
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
 

@@ -106,9 +106,9 @@ def prepared(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def assert_same_training(single: Path, multi: Path) -> dict[str, float]:
-    """Train and dev losses step by step, and the final weights, agree; returns the largest differences."""
-    for split in ("train", "dev"):
+def assert_same_training(single: Path, multi: Path, splits: tuple[str, ...] = ("train", "dev")) -> dict[str, float]:
+    """Losses step by step (train and dev), and the final weights, agree; returns the largest differences."""
+    for split in splits:
         a, b = losses(single, split), losses(multi, split)
         assert a and list(a) == list(b), f"{split} steps differ: {list(a)} vs {list(b)}"
         for step in a:
@@ -118,7 +118,7 @@ def assert_same_training(single: Path, multi: Path) -> dict[str, float]:
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=RTOL, atol=ATOL, msg=lambda m: f"{name}: {m}")
     return {"weights": max((wa[k] - wb[k]).abs().max().item() for k in wa),
-            "loss": max(abs(losses(single, s)[k] - losses(multi, s)[k]) for s in ("train", "dev")
+            "loss": max(abs(losses(single, s)[k] - losses(multi, s)[k]) for s in splits
                         for k in losses(single, s))}
 
 
@@ -190,3 +190,28 @@ def test_ctrl_c_under_torchrun_saves_once_and_resumes(prepared, tmp_path):
     run_sesame(2, args(multi) + ["--resume"])
     assert_same_training(single, multi)
     assert_written_once(multi)
+
+
+def test_finetune_two_processes_like_one(prepared, tmp_path):
+    """`sesame finetune` under torchrun: each process takes its half of every batch and scores half of
+    dev; losses, dev accuracy per epoch and the kept weights match one process."""
+    rng = random.Random(1)
+    rows = ["text,label"]
+    for _ in range(120):
+        verb = rng.choice(VERBS)
+        rows.append(f"{rng.choice(SUBJECTS)} {verb} {rng.choice(OBJECTS)},{'warm' if verb in VERBS[:5] else 'cold'}")
+    (tmp_path / "train.csv").write_text("\n".join(rows[:97]) + "\n")
+    (tmp_path / "dev.csv").write_text("\n".join(rows[:1] + rows[97:]) + "\n")
+    args = lambda out: ["--no-progress", "finetune", "--from", "scratch:bert:tiny", "--tokenizer",
+                        str(prepared["wordpiece"] / "tokenizer.json"), "--train", str(tmp_path / "train.csv"),
+                        "--dev", str(tmp_path / "dev.csv"), "--epochs", "2", "--batch-size", "8", "--dropout", "0",
+                        "--lr", "1e-3", "--max-length", "16", "--out", str(out)]
+    single, multi = tmp_path / "A", tmp_path / "B"
+    run_sesame(1, args(single))
+    run_sesame(2, args(multi))
+    assert_same_training(single, multi, splits=("train",))  # classifier dev records hold accuracy
+    dev = lambda run: [(r["step"], r["accuracy"]) for r in records(run) if r["split"] == "dev"]
+    assert len(dev(single)) == 2 and dev(multi) == dev(single)
+    keys = [(r["step"], r["split"]) for r in records(multi)]
+    assert len(keys) == len(set(keys)), f"duplicate metrics lines: {keys}"
+    assert sorted(p.name for p in multi.iterdir()) == sorted(p.name for p in single.iterdir())

@@ -71,7 +71,8 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def _all_sum(values: list[float]) -> list[float]:
+def all_sum(values: list[float]) -> list[float]:
+    """Element-wise sum over the torchrun processes (the values themselves in a single process)."""
     if world()[1] == 1:
         return values
     t = torch.tensor(values, dtype=torch.float64)
@@ -161,7 +162,7 @@ class Trainer:
         c = self.config
         spent = (c.max_steps is not None and self.step >= c.max_steps) or (
             c.max_minutes is not None and self.elapsed() >= 60 * c.max_minutes)
-        stop = _all_sum([float(spent), float(self._stop_requested)])
+        stop = all_sum([float(spent), float(self._stop_requested)])
         self._stopping = stop[1] > 0
         return stop[0] > 0
 
@@ -191,7 +192,7 @@ class Trainer:
         torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
         micro = self.batches(self.step)
         # global target count, and one clock for all processes so a time budget sets the same rate on each
-        total, elapsed = _all_sum([float(sum(b["targets"].numel() for b in micro)), self.elapsed()])
+        total, elapsed = all_sum([float(sum(b["targets"].numel() for b in micro)), self.elapsed()])
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr * linear_warmup_decay(self.progress_fraction(elapsed / self.world), c.warmup)
         loss_sum, tokens = 0.0, 0
@@ -207,7 +208,7 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        loss_sum, tokens = _all_sum([loss_sum, float(tokens)])
+        loss_sum, tokens = all_sum([loss_sum, float(tokens)])
         return loss_sum / total, int(tokens)
 
     def fit(self, resume: bool = False) -> dict:
@@ -223,7 +224,7 @@ class Trainer:
         previous = signal.signal(signal.SIGINT, self._request_stop)
         c = self.config
         if not resume:
-            self.setup_seconds = _all_sum([self.elapsed()])[0] / self.world
+            self.setup_seconds = all_sum([self.elapsed()])[0] / self.world
         by_time = c.max_minutes is not None  # then the bar shows the share of the budget spent
         bar = tqdm(total=100 if by_time else c.max_steps, initial=0 if by_time else self.step, desc="train",
                    unit="%" if by_time else "step", disable=not self.progress or self.rank > 0, dynamic_ncols=True,
