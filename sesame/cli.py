@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--pooling", choices=["cls", "last", "mean"],
+                   help="what the head reads: the first token through a tanh pooler, the last real token, or the "
+                        "mean over real tokens (default: the family's: cls for encoders, last for decoders)")
     p.add_argument("--out", required=True)
     p.add_argument("--json", action="store_true")
     _add_train_flags(p)
@@ -145,7 +148,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "finetune":
         metrics = api.finetune(args.base, args.train, args.dev, args.out, args.task, args.text_column,
                                args.label_column, args.tokenizer, args.max_length, args.epochs, args.dropout,
-                               args.resume, progress, **_train_options(args))
+                               args.resume, progress, pooling=args.pooling, **_train_options(args))
         _print_metrics(metrics, args.json)
     elif args.command == "evaluate":
         _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,

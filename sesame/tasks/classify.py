@@ -2,6 +2,8 @@
 
 Encoders pool the first ([CLS]) position through BERT's pooler (dense + tanh, Devlin et al. 2019);
 causal decoders read the last real token, which has seen the whole text (GPT, Radford et al. 2018).
+``mean`` averages the final states of the real tokens (as Sentence-BERT does, Reimers & Gurevych
+2019), useful for encoders whose [CLS] was never trained by a sentence-level objective.
 Batches are padded only to their own longest text, and texts of similar length are batched together.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch import nn
 from ..models import Transformer
 
 BUCKET_BATCHES = 50  # sort by length within windows of this many batches
+POOLINGS = ("cls", "last", "mean")
 
 
 class Classifier(nn.Module):
@@ -31,11 +34,13 @@ class Classifier(nn.Module):
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = self.backbone(batch["ids"], padding=batch["padding"])
+        real = batch["padding"]
         if self.pooling == "cls":
             pooled = hidden[:, 0]
+        elif self.pooling == "mean":
+            pooled = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
         else:
-            last = batch["padding"].sum(1) - 1
-            pooled = hidden[torch.arange(hidden.shape[0]), last]
+            pooled = hidden[torch.arange(hidden.shape[0]), real.sum(1) - 1]
         return self.head(self.dropout(self.pooler(pooled)))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

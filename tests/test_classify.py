@@ -1,0 +1,30 @@
+import pytest
+import torch
+
+from sesame.models import Transformer, TransformerConfig
+from sesame.tasks.classify import POOLINGS, Classifier, collate
+
+
+def classifier(pooling: str, causal: bool) -> Classifier:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=50, hidden=16, layers=1, heads=2, intermediate=32, max_positions=32,
+                            causal=causal, dropout=0.0)
+    return Classifier(Transformer(cfg), n_labels=3, pooling=pooling).eval()
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_a_text_scores_the_same_alone_and_padded_in_a_batch(pooling):
+    """Every pooling reads only real tokens, so padding to a longer neighbour changes nothing."""
+    m = classifier(pooling, causal=pooling == "last")
+    short, long = [5, 6, 7], [8, 9, 10, 11, 12, 13, 14]
+    alone = m.logits(collate([short], pad_id=0))
+    batched = m.logits(collate([short, long], pad_id=0))
+    assert torch.allclose(alone[0], batched[0], atol=1e-5)
+
+
+def test_mean_pooling_is_the_average_of_real_final_states():
+    m = classifier("mean", causal=False)
+    batch = collate([[5, 6, 7], [8, 9, 10, 11, 12]], pad_id=0)
+    hidden = m.backbone(batch["ids"], padding=batch["padding"])
+    expected = m.head(hidden[0, :3].mean(0))
+    assert torch.allclose(m.logits(batch)[0], expected, atol=1e-5)
