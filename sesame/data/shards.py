@@ -9,8 +9,8 @@ Layout of a shard directory::
     docs.bin             int64 offset of each document's end (global token index)
 
 Preparation streams: text is read a line at a time, tokenized in batches (the ``tokenizers``
-library spreads a batch over all cores) and appended to disk, so peak memory does not grow with
-the corpus. Re-running on unchanged inputs with the same tokenizer reuses the directory.
+library spreads a batch over all cores, in a thread so that reading and writing go on meanwhile)
+and appended to disk, so peak memory does not grow with the corpus. Re-running on unchanged inputs with the same tokenizer reuses the directory.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import chain, groupby, islice
 from pathlib import Path
 from typing import Sequence
 
@@ -91,25 +93,30 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
     total_bytes = sum(f.stat().st_size for f in files)
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+    current_doc = None
+
+    def write(pieces: list[tuple[int, str]], encodings: list[list[int]]) -> None:
+        """Append one tokenized batch: one array per document run, a separator where documents change."""
+        nonlocal current_doc
+        for doc, group in groupby(zip(pieces, encodings), key=lambda pair: pair[0][0]):
+            if current_doc is not None and doc != current_doc:
+                writer.end_document()
+            current_doc = doc
+            writer.write(np.fromiter(chain.from_iterable(ids for _, ids in group), dtype))
+        bar.update(sum(len(text.encode()) for _, text in pieces))
+
+    pieces = iter_pieces(files, text_field)
     try:
-        batch: list[tuple[int, str]] = []
-        current_doc = None
-
-        def flush() -> None:
-            nonlocal current_doc
-            for (doc, text), ids in zip(batch, tokenizer.encode([t for _, t in batch], special=False)):
-                if current_doc is not None and doc != current_doc:
-                    writer.end_document()
-                current_doc = doc
-                writer.write(np.asarray(ids, dtype=dtype))
-                bar.update(len(text.encode()))
-            batch.clear()
-
-        for piece in iter_pieces(files, text_field):
-            batch.append(piece)
-            if len(batch) >= BATCH_PIECES:
-                flush()
-        flush()
+        # Tokenizing batch k (Rust, all cores, GIL released) overlaps reading k+1 and writing k-1.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = None
+            while batch := list(islice(pieces, BATCH_PIECES)):
+                job = pool.submit(tokenizer.encode, [text for _, text in batch], special=False)
+                if pending:
+                    write(pending[0], pending[1].result())
+                pending = (batch, job)
+            if pending:
+                write(pending[0], pending[1].result())
         if current_doc is not None:
             writer.end_document()
         writer.close()
