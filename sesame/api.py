@@ -122,7 +122,7 @@ def _prepared(paths: Sequence[str], tok: TextTokenizer, dest: Path, flag: str, t
 
 
 def _window_batches(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, cfg: TrainConfig):
-    """``batches(step)``: this process's micro-batches of global step ``step``.
+    """``batches(step, progress)``: this process's micro-batches of global step ``step``.
 
     Example ``g`` of the run is window ``perm_e[g mod N]`` of epoch ``e = g div N`` and is corrupted with a
     generator seeded by ``g`` alone, so neither accumulation nor the number of processes changes it.
@@ -137,7 +137,7 @@ def _window_batches(obj: Objective, shards: Shards, windows: list[Window], seq_l
             cache[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
         return cache[epoch]
 
-    def batches(step: int) -> list[dict[str, torch.Tensor]]:
+    def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
         mine = list(range(step * cfg.batch_size, (step + 1) * cfg.batch_size))[rank::size]
         per_micro = math.ceil(len(mine) / cfg.accumulate)
         micro = []
@@ -208,7 +208,7 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         shards = Shards(config["shards"])
         valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
         torch.manual_seed(cfg.seed)
-        obj = build_objective(config["objective"], build_backbone(config), tok.specials)
+        obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))
         windows, valid_shards, valid_windows = _pretraining_data(config, shards, valid_shards)
         seq_len = config["seq_len"]
         trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, windows, seq_len, cfg),
@@ -346,7 +346,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         rank, size_world = world()
         lengths = [len(x) for x in train_ids]
 
-        def batches(step: int) -> list[dict[str, torch.Tensor]]:
+        def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
             epoch, k = divmod(step, per_epoch)
             order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
             mine = order[rank::size_world]
@@ -415,7 +415,7 @@ def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = No
         return load(model).evaluate(data, text_column, label_column)
     paths = [data] if isinstance(data, str) else list(data)
     tok = load_tokenizer(model, "--model")
-    obj = build_objective(config["objective"], build_backbone(config), tok.specials)
+    obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))
     obj.load_state_dict(load_weights(Path(model) / "model.safetensors"))
     obj.eval()
     seq_len = seq_len or config["seq_len"]

@@ -56,5 +56,5 @@ def test_all_layers():
 
 def test_gpt2_residual_projections_are_scaled():
     m = model(causal=True, norm="pre")
-    std = m.blocks[0].attn_out.weight.std().item()
+    std = m.attention[0].out.weight.std().item()
     assert abs(std - 0.02 / 2) < 0.004  # 0.02 / sqrt(2 * layers)

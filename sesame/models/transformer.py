@@ -1,4 +1,4 @@
-"""One configurable Transformer stack (Vaswani et al. 2017) that is BERT, GPT or GPT-2 by configuration.
+"""One configurable Transformer stack (Vaswani et al. 2017) that is BERT, GPT, GPT-2 or ALBERT by configuration.
 
 * bidirectional (BERT, Devlin et al. 2019) or causal (GPT, Radford et al. 2018) self-attention through
   ``torch.nn.functional.scaled_dot_product_attention``, or computed step by step when attention
@@ -7,10 +7,14 @@
 * post-LayerNorm (BERT, GPT: ``x = LN(x + f(x))``) or pre-LayerNorm with a final LayerNorm
   (GPT-2: ``x = x + f(LN(x))``);
 * GELU feed-forward of width 4·hidden; weights initialised N(0, 0.02); in pre-norm stacks the
-  residual output projections use std 0.02/√(2·layers) as in GPT-2.
+  residual output projections use std 0.02/√(2·layers) as in GPT-2;
+* ALBERT (Lan et al. 2020, §3.1): a factorised embedding (V×E, then a E×H projection) when
+  ``embedding_size`` < hidden, and cross-layer parameter sharing: ``sharing`` = ``all`` (one layer's
+  attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
+  sublayer is stored once, so checkpoints hold each tensor once.
 
 The backbone knows nothing about losses or tasks; heads live with objectives and tasks and may
-tie their output matrix to ``embed.tokens.weight``.
+tie their output matrix to ``embed.tokens.weight`` (of width ``embedding_size``).
 """
 from __future__ import annotations
 
@@ -37,9 +41,24 @@ class TransformerConfig:
     dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     pad_id: int = 0
+    embedding_size: int | None = None  # E; None = hidden (no factorisation)
+    sharing: str = "none"  # cross-layer sharing: none | all | attention | ffn
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.sharing not in SHARING:
+            raise ValueError(f"sharing {self.sharing!r}: choose one of {', '.join(SHARING)}")
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+SHARING = ("none", "all", "attention", "ffn")
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -85,12 +104,15 @@ def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 
 
 class Embeddings(nn.Module):
+    """Token + position (+ segment) embeddings of width E, normalised (BERT) and dropped out."""
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.tokens = nn.Embedding(cfg.vocab_size, cfg.hidden)
-        self.positions = nn.Embedding(cfg.max_positions, cfg.hidden)
-        self.types = nn.Embedding(cfg.type_vocab_size, cfg.hidden) if cfg.type_vocab_size else None
-        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if cfg.embedding_norm else nn.Identity()
+        width = cfg.embedding_width
+        self.tokens = nn.Embedding(cfg.vocab_size, width)
+        self.positions = nn.Embedding(cfg.max_positions, width)
+        self.types = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
+        self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps) if cfg.embedding_norm else nn.Identity()
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None) -> torch.Tensor:
@@ -100,52 +122,60 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class Block(nn.Module):
+class SelfAttention(nn.Module):
+    """Multi-head self-attention sublayer f(x), with the LayerNorm its residual connection uses."""
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.heads, self.causal, self.pre = cfg.heads, cfg.causal, cfg.norm == "pre"
+        self.heads, self.causal, self.attn_dropout = cfg.heads, cfg.causal, cfg.dropout
         self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
-        self.attn_out = nn.Linear(cfg.hidden, cfg.hidden)
-        self.attn_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
-        self.ff_in = nn.Linear(cfg.hidden, cfg.intermediate)
-        self.ff_out = nn.Linear(cfg.intermediate, cfg.hidden)
-        self.ff_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.out = nn.Linear(cfg.hidden, cfg.hidden)
+        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
-        self.attn_dropout = cfg.dropout
 
-    def attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         y = attention(q, k, v, mask, self.causal, self.attn_dropout if self.training else 0.0)
-        return self.dropout(self.attn_out(y.transpose(1, 2).reshape(b, t, h)))
-
-    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.ff_out(F.gelu(self.ff_in(x))))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        if self.pre:
-            x = x + self.attend(self.attn_norm(x), mask)
-            return x + self.feed_forward(self.ff_norm(x))
-        x = self.attn_norm(x + self.attend(x, mask))
-        return self.ff_norm(x + self.feed_forward(x))
+        return self.dropout(self.out(y.transpose(1, 2).reshape(b, t, h)))
 
 
-class Transformer(nn.Module):
-    """Token ids (+ segment ids, + padding mask) → hidden states of shape (batch, time, hidden)."""
+class FeedForward(nn.Module):
+    """Position-wise GELU feed-forward sublayer f(x), with the LayerNorm its residual connection uses."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        if cfg.hidden % cfg.heads:
-            raise ValueError(f"hidden {cfg.hidden} is not divisible by heads {cfg.heads}")
+        self.inp = nn.Linear(cfg.hidden, cfg.intermediate)
+        self.out = nn.Linear(cfg.intermediate, cfg.hidden)
+        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.dropout(self.out(F.gelu(self.inp(x))))
+
+
+class Transformer(nn.Module):
+    """Token ids (+ segment ids, + padding mask) → hidden states of shape (batch, time, hidden).
+
+    Layer ``i`` applies ``attention[i]`` then ``feed_forward[i]`` (index 0 for every layer when that
+    sublayer is shared), each inside a residual connection with its LayerNorm.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
         self.config = cfg
         self.embed = Embeddings(cfg)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.final_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+        self.project = nn.Linear(cfg.embedding_width, cfg.hidden) if cfg.embedding_width != cfg.hidden else None
+        n_attention = 1 if cfg.sharing in ("all", "attention") else cfg.layers
+        n_ffn = 1 if cfg.sharing in ("all", "ffn") else cfg.layers
+        self.attention = nn.ModuleList(SelfAttention(cfg) for _ in range(n_attention))
+        self.feed_forward = nn.ModuleList(FeedForward(cfg) for _ in range(n_ffn))
+        self.pre_norm = cfg.norm == "pre"
+        self.final_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if self.pre_norm else nn.Identity()
         self.apply(self._init)
-        if cfg.norm == "pre":
-            for block in self.blocks:
-                for proj in (block.attn_out, block.ff_out):
-                    nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * cfg.layers))
+        if self.pre_norm:
+            for sublayer in (*self.attention, *self.feed_forward):
+                nn.init.normal_(sublayer.out.weight, std=0.02 / math.sqrt(2 * cfg.layers))
 
     @staticmethod
     def _init(module: nn.Module) -> None:
@@ -166,16 +196,28 @@ class Transformer(nn.Module):
             mask = mask & torch.ones(length, length, dtype=torch.bool, device=padding.device).tril()
         return mask
 
+    def residual(self, sublayer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Post-LN ``LN(x + f(x))`` or pre-LN ``x + f(LN(x))``."""
+        if self.pre_norm:
+            return x + sublayer(sublayer.norm(x), mask)
+        return sublayer.norm(x + sublayer(x, mask))
+
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
-                all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
-        """Hidden states of the last layer, or of the embeddings and every layer when ``all_layers``."""
+                all_layers: bool = False, embedded: torch.Tensor | None = None) -> torch.Tensor | list[torch.Tensor]:
+        """Hidden states of the last layer, or of the embeddings and every layer when ``all_layers``.
+
+        ``embedded`` replaces ``self.embed(ids, types)``: a model sharing another's embeddings (ELECTRA's
+        generator reads the discriminator's) passes them in and sets its own ``embed`` to None."""
         if ids.shape[1] > self.config.max_positions:
             raise ValueError(f"sequence length {ids.shape[1]} exceeds max_positions {self.config.max_positions}")
         mask = self.attention_mask(padding, ids.shape[1])
-        x = self.embed(ids, types)
+        x = self.embed(ids, types) if embedded is None else embedded
+        if self.project is not None:
+            x = self.project(x)
         layers = [x]
-        for block in self.blocks:
-            x = block(x, mask)
+        for i in range(self.config.layers):
+            x = self.residual(self.attention[i % len(self.attention)], x, mask)
+            x = self.residual(self.feed_forward[i % len(self.feed_forward)], x, mask)
             layers.append(x)
         x = self.final_norm(x)
         if all_layers:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from ..models import Transformer
-from ..tokenizer import SpecialIds
+from ..tokenizer import SpecialIds, TextTokenizer
 
 
 class Objective(nn.Module):
@@ -14,10 +14,18 @@ class Objective(nn.Module):
     ``make_batch`` turns clean token windows into model inputs and targets, drawing the randomness of
     row ``i`` from ``generators[i]`` only, so an example is corrupted the same way however it is
     batched; ``forward`` returns the loss summed over ``batch["targets"]``, so the trainer can
-    average over a whole global batch across micro-batches and processes.
+    average over a whole global batch across micro-batches and processes. An objective with several
+    losses of different counts scales each so that dividing by ``batch["targets"].numel()`` gives
+    the sum of their means.
+
+    Objectives with ``pairs = True`` (next-sentence and sentence-order prediction) also receive
+    ``partners``: for each row, a window of the same length from another document.
+    ``build`` makes an objective from the backbone, the tokenizer (for word boundaries and special
+    ids) and the objective's options as recorded in the run's config.json.
     """
 
     name = ""
+    pairs = False
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
@@ -25,12 +33,17 @@ class Objective(nn.Module):
         self.specials = specials
         self.register_buffer("special_ids", torch.tensor(specials.all), persistent=False)
 
+    @classmethod
+    def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":
+        return cls(backbone, tokenizer.specials, **options)
+
     @staticmethod
     def window_length(seq_len: int) -> int:
         """How many corpus tokens one example of ``seq_len`` model positions consumes."""
         raise NotImplementedError
 
-    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -20,13 +20,16 @@ class CausalLM(Objective):
 
     def __init__(self, backbone: Transformer, specials: SpecialIds) -> None:
         super().__init__(backbone, specials)
+        if backbone.config.embedding_width != backbone.config.hidden:
+            raise ValueError("the causal LM ties its output to the input embedding: embedding_size must equal hidden")
         self.workspace = Workspace()
 
     @staticmethod
     def window_length(seq_len: int) -> int:
         return seq_len + 1  # inputs are the first seq_len tokens, targets the last seq_len
 
-    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         return {"ids": windows[:, :-1], "targets": windows[:, 1:]}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -46,8 +46,9 @@ class MaskedLM(Objective):
         super().__init__(backbone, specials)
         cfg = backbone.config
         self.rate = rate
-        self.transform = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(),
-                                       nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps))
+        width = cfg.embedding_width  # the tied decoder's input width (E < H under ALBERT's factorisation)
+        self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(),
+                                       nn.LayerNorm(width, eps=cfg.layer_norm_eps))
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         nn.init.normal_(self.transform[0].weight, std=0.02)
         nn.init.zeros_(self.transform[0].bias)
@@ -57,20 +58,30 @@ class MaskedLM(Objective):
     def window_length(seq_len: int) -> int:
         return seq_len - 2  # room for [CLS] and [SEP]
 
-    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         b = windows.shape[0]
         cls = torch.full((b, 1), self.specials.cls, dtype=windows.dtype)
         sep = torch.full((b, 1), self.specials.sep, dtype=windows.dtype)
-        ids = torch.cat([cls, windows, sep], dim=1)
-        rows = [mask_tokens(row, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, g, self.rate)
-                for row, g in zip(ids, generators)]
-        inputs = torch.stack([r[0] for r in rows])
+        return self.masked(torch.cat([cls, windows, sep], dim=1), generators)
+
+    def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One sequence → ``(corrupted ids, selected positions)``."""
+        return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, generator,
+                           self.rate)
+
+    def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+        """Corrupt each row of the model inputs ``ids``; ``positions`` index the flattened selected tokens."""
+        rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
         selected = torch.stack([r[1] for r in rows])
         positions = selected.flatten().nonzero().squeeze(1)
-        return {"ids": inputs, "positions": positions, "targets": ids.flatten()[positions]}
+        return {"ids": torch.stack([r[0] for r in rows]), "positions": positions, "targets": ids.flatten()[positions]}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.backbone(batch["ids"])
+    def mlm_loss(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Summed cross-entropy of the original tokens at the selected positions."""
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["positions"])
         return linear_cross_entropy(self.transform(picked), self.backbone.embed.tokens.weight, batch["targets"],
                                     self.bias, workspace=self.workspace)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.mlm_loss(self.backbone(batch["ids"]), batch)

@@ -83,14 +83,16 @@ def all_sum(values: list[float]) -> list[float]:
 class Trainer:
     """Runs optimizer steps until the budget is spent, evaluating and checkpointing on the way.
 
-    ``batches(step)`` returns this process's micro-batches for a step; each is a dict with a
-    ``targets`` tensor and ``model(batch)`` returns the summed loss over those targets.
+    ``batches(step, progress)`` returns this process's micro-batches for a step (``progress``: the
+    fraction of the budget spent, for schedules of the data such as BERT's two sequence lengths);
+    each is a dict with a ``targets`` tensor and ``model(batch)`` returns the summed loss over those
+    targets. A model with a ``set_progress(fraction)`` method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
     ones written to ``run/model.safetensors``; otherwise the last weights are.
     """
 
-    def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int], list[Batch]],
+    def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int, float], list[Batch]],
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
                  started: float | None = None, progress: bool = True):
         config.validate()
@@ -190,11 +192,14 @@ class Trainer:
         """One optimizer step; returns (mean loss over the global batch's targets, input tokens)."""
         c = self.config
         torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
-        micro = self.batches(self.step)
-        # global target count, and one clock for all processes so a time budget sets the same rate on each
-        total, elapsed = all_sum([float(sum(b["targets"].numel() for b in micro)), self.elapsed()])
+        # one clock for all processes, so a time budget sets the same rate and schedule on each
+        progress = self.progress_fraction(all_sum([self.elapsed()])[0] / self.world)
+        if hasattr(self.model, "set_progress"):
+            self.model.set_progress(progress)
+        micro = self.batches(self.step, progress)
+        total = all_sum([float(sum(b["targets"].numel() for b in micro))])[0]  # global target count
         for group in self.optimizer.param_groups:
-            group["lr"] = c.lr * linear_warmup_decay(self.progress_fraction(elapsed / self.world), c.warmup)
+            group["lr"] = c.lr * linear_warmup_decay(progress, c.warmup)
         loss_sum, tokens = 0.0, 0
         for i, batch in enumerate(micro):
             sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()
