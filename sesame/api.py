@@ -24,16 +24,18 @@ from .errors import SesameError
 from .metrics import classification_report, language_model_report
 from .families import backbone_config, get_family, get_size
 from .models import Transformer
-from .objectives import OBJECTIVES, Objective, build_objective
+from .objectives import OBJECTIVES, Objective, build_objective, objective_option_names
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
 from .tasks.classify import POOLINGS, Classifier, bucketed_batches, collate, steps_per_epoch
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer
 from .train.checkpoint import load_weights, read_json, write_json
-from .train.trainer import all_sum, world
+from .train.trainer import all_sum, loss_counts, loss_parts, world
 
 EVAL_BATCH = 64
 MAX_EVAL_WINDOWS = 256
+TWO_PHASE_SWITCH = 0.9  # BERT, Appendix A.2: short sequences for 90% of the steps, then long ones
+PARTNER_SALT = 7919
 
 
 def _train_config(overrides: dict) -> TrainConfig:
@@ -121,30 +123,70 @@ def _prepared(paths: Sequence[str], tok: TextTokenizer, dest: Path, flag: str, t
     return shards
 
 
-def _window_batches(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, cfg: TrainConfig):
+def _partners(shards: Shards, windows: list[Window], length: int) -> Callable[[int, torch.Generator], Window]:
+    """``partner(own, generator)``: a window (of ``length`` tokens) drawn uniformly from those sharing no
+    document with window ``own`` (next-sentence negatives); when every window shares one, from the others."""
+    first = shards.documents(windows)  # both non-decreasing: windows are in corpus order
+    last = shards.documents([Window(w.shard, w.start + length - 1) for w in windows])
+
+    def partner(own: int, generator: torch.Generator) -> Window:
+        # windows lo..hi-1 overlap the documents of window own; the rest share none with it
+        lo, hi = np.searchsorted(last, first[own], "left"), np.searchsorted(first, last[own], "right")
+        if hi - lo == len(windows):
+            lo, hi = own, own + 1
+        r = int(torch.randint(max(1, len(windows) - (hi - lo)), (1,), generator=generator))
+        return windows[min(len(windows) - 1, r if r < lo else r + hi - lo)]
+
+    return partner
+
+
+def _examples(obj: Objective, shards: Shards, windows: list[Window], picks: Sequence[int], seeds: Sequence[int],
+              seq_len: int, seed: int, partner: Callable[[int, torch.Generator], Window] | None = None
+              ) -> dict[str, torch.Tensor]:
+    """The objective's batch for windows ``picks``, example ``i`` corrupted by a generator seeded by ``seeds[i]``;
+    pair objectives also get a window from ``partner`` per example, drawn by a generator of the same seed."""
+    length = obj.window_length(seq_len)
+    rows = torch.from_numpy(np.stack([shards.read(windows[w], length) for w in picks]))
+    partners = None
+    if partner is not None:
+        draws = _generators(seed + PARTNER_SALT, seeds)
+        partners = torch.from_numpy(np.stack([shards.read(partner(w, g), length) for w, g in zip(picks, draws)]))
+    return obj.make_batch(rows, _generators(seed, seeds), partners)
+
+
+def _window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[Window]]], cfg: TrainConfig,
+                    static_masks: int = 0):
     """``batches(step, progress)``: this process's micro-batches of global step ``step``.
 
-    Example ``g`` of the run is window ``perm_e[g mod N]`` of epoch ``e = g div N`` and is corrupted with a
-    generator seeded by ``g`` alone, so neither accumulation nor the number of processes changes it.
+    ``phases`` holds ``(seq_len, windows)``: one, or two for BERT's two-phase schedule (the second from
+    ``TWO_PHASE_SWITCH`` of the budget on). Example ``g`` of the run is window ``perm_e[g mod N]`` of
+    epoch ``e = g div N`` and is corrupted with a generator seeded by ``g`` alone, so neither
+    accumulation nor the number of processes changes it. With ``static_masks = k`` the seed is
+    ``(window, e mod k)`` instead: each window has k fixed corruptions, as when BERT duplicated its
+    data k times with different masks at preparation (same effect, nothing stored).
     """
     rank, size = world()
-    length, n = obj.window_length(seq_len), len(windows)
-    cache: dict[int, list[int]] = {}
+    cache: dict[tuple[int, int], list[int]] = {}
+    partners = [_partners(shards, windows, obj.window_length(n)) if obj.pairs else None for n, windows in phases]
 
-    def permutation(epoch: int) -> list[int]:
-        if epoch not in cache:
+    def permutation(n: int, epoch: int) -> list[int]:
+        if (n, epoch) not in cache:
             cache.clear()
-            cache[epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
-        return cache[epoch]
+            cache[n, epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        return cache[n, epoch]
 
     def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+        phase = len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
+        seq_len, windows = phases[phase]
+        n = len(windows)
         mine = list(range(step * cfg.batch_size, (step + 1) * cfg.batch_size))[rank::size]
         per_micro = math.ceil(len(mine) / cfg.accumulate)
         micro = []
         for start in range(0, len(mine), per_micro):
             chunk = mine[start: start + per_micro]
-            rows = [shards.read(windows[permutation(g // n)[g % n]], length) for g in chunk]
-            micro.append(obj.make_batch(torch.from_numpy(np.stack(rows)), _generators(cfg.seed, chunk)))
+            picks = [permutation(n, g // n)[g % n] for g in chunk]
+            seeds = [w * static_masks + (g // n) % static_masks for g, w in zip(chunk, picks)] if static_masks else chunk
+            micro.append(_examples(obj, shards, windows, picks, seeds, seq_len, cfg.seed, partners[phase]))
         return micro
 
     return batches
@@ -152,41 +194,72 @@ def _window_batches(obj: Objective, shards: Shards, windows: list[Window], seq_l
 
 def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
                n_bytes: int | None = None) -> dict:
-    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable)."""
-    length = obj.window_length(seq_len)
+    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable).
+
+    For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
+    trained, each part's mean is reported as ``<part>_loss``, and perplexity is that of the first
+    part, the language model's."""
     rank, size = world()
     mine = range(rank, len(windows), size)  # under torchrun each process scores its share
-    loss_sum, count = 0.0, 0
+    partner = _partners(shards, windows, obj.window_length(seq_len)) if obj.pairs else None
+    names = obj.part_names or ("loss",)
+    sums, counts = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
     with torch.no_grad():
         for start in range(0, len(mine), EVAL_BATCH):
             idx = mine[start: start + EVAL_BATCH]
-            rows = torch.from_numpy(np.stack([shards.read(windows[i], length) for i in idx]))
-            batch = obj.make_batch(rows, _generators(seed + 1, idx))
-            loss_sum += obj(batch).item()
-            count += batch["targets"].numel()
-    loss_sum, count = all_sum([loss_sum, count])
-    count = int(count)
+            batch = _examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner)
+            n = loss_counts(batch)
+            for name, value in loss_parts(obj(batch)).items():
+                sums[name] += value.item()
+                counts[name] += n[name]
+    flat = all_sum([*sums.values(), *counts.values()])
+    sums, counts = dict(zip(names, flat[: len(names)])), dict(zip(names, map(int, flat[len(names):])))
     if n_bytes:  # bits per byte over the whole text: nats/token × tokens/byte ÷ ln 2
-        n_bytes = int(n_bytes * count / max(1, shards.n_tokens))
-    return language_model_report(loss_sum, count, n_bytes)
+        n_bytes = int(n_bytes * counts[names[0]] / max(1, shards.n_tokens))
+    report = language_model_report(sums[names[0]], counts[names[0]], n_bytes)
+    if obj.part_names:
+        means = {name: sums[name] / max(1, counts[name]) for name in names}
+        report["loss"] = sum(obj.part_weights.get(name, 1.0) * mean for name, mean in means.items())
+        report.update({f"{name}_loss": mean for name, mean in means.items()})
+    return report
 
 
 def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = "mini", tokenizer: str | None = None,
              vocab_size: int = 16000, seq_len: int = 128, valid: Sequence[str] | None = None, text_field: str = "text",
-             dropout: float = 0.1, resume: bool = False, progress: bool = True, **train) -> dict:
+             dropout: float = 0.1, resume: bool = False, progress: bool = True, objective: str | None = None,
+             objective_options: dict | None = None, static_masks: int = 0, final_seq_len: int | None = None,
+             **train) -> dict:
     """Pre-train a ``family``/``size`` model on ``corpus`` (text files, folders, JSONL, or a shard directory).
 
+    ``objective`` and ``objective_options`` override the family's (e.g. BERT without NSP:
+    ``objective="mlm"``; whole-word masking: ``objective_options={"masking": "whole_word"}``).
+    ``static_masks=k`` gives each sequence k fixed corruptions (original BERT) instead of fresh ones;
+    ``final_seq_len`` switches to longer sequences for the last 10% of the budget (BERT's two phases).
     Training options are :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``,
-    ``batch_size``, ``accumulate``, ...). The time budget counts the whole command, tokenizer and
-    preparation included, so runs compare at equal compute. Returns the last validation metrics.
+    ``batch_size``, ``accumulate``, ...) over the family's recipe. The time budget counts the whole
+    command, tokenizer and preparation included, so runs compare at equal compute. Returns the last
+    validation metrics.
     """
     started = time.time()
     fam = get_family(family)
     get_size(size)
-    cfg = _train_config(train)
+    objective = objective or fam.objective
+    if objective not in OBJECTIVES:
+        raise SesameError(f"--objective {objective!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
+    options = {**(fam.objective_options if objective == fam.objective else {}), **(objective_options or {})}
+    known = objective_option_names(OBJECTIVES[objective])
+    if set(options) - known:
+        raise SesameError(f"--objective-option {', '.join(sorted(set(options) - known))}: not an option of the "
+                          f"{objective} objective; it takes {', '.join(sorted(known)) or 'none'}")
+    cfg = _train_config({**fam.recipe, **train})
     cfg.validate()
     if not 8 <= seq_len <= 4096:
         raise SesameError(f"--seq-len {seq_len}: use a length between 8 and 4096")
+    if final_seq_len is not None and not seq_len < final_seq_len <= max(512, seq_len):
+        raise SesameError(f"--final-seq-len {final_seq_len}: must exceed --seq-len {seq_len} and be at most "
+                          f"{max(512, seq_len)} (the model's positions)")
+    if static_masks < 0:
+        raise SesameError(f"--static-masks {static_masks}: use 0 (fresh masks each time) or a positive count")
     _check_batch(cfg)
 
     def setup(run: Path) -> None:
@@ -194,7 +267,8 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
         valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
         model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, max(512, seq_len))
-        config = {"kind": "pretrained", "family": family, "size": size, "objective": fam.objective,
+        config = {"kind": "pretrained", "family": family, "size": size, "objective": objective,
+                  "objective_options": options, "static_masks": static_masks, "final_seq_len": final_seq_len,
                   "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
                   "shards": str(shards.path.resolve()),
                   "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None, "train": asdict(cfg)}
@@ -208,10 +282,13 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         shards = Shards(config["shards"])
         valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
         torch.manual_seed(cfg.seed)
-        obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))
+        obj = build_objective(config["objective"], build_backbone(config), tok, config["objective_options"])
         windows, valid_shards, valid_windows = _pretraining_data(config, shards, valid_shards)
         seq_len = config["seq_len"]
-        trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, windows, seq_len, cfg),
+        phases = [(seq_len, windows)]
+        if config["final_seq_len"]:
+            phases.append((config["final_seq_len"], shards.windows(obj.window_length(config["final_seq_len"]))))
+        trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, phases, cfg, config["static_masks"]),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed),
                           started=started, progress=progress)
         return trainer.fit(resume=resume)
@@ -256,10 +333,15 @@ def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropo
     return config, load_tokenizer(base, "--from")
 
 
-def _load_backbone(backbone: Transformer, run: Path) -> None:
-    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind)."""
+def _load_pretrained(model: Classifier, run: Path) -> None:
+    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind), and the
+    [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the classifier pools [CLS]."""
     weights = load_weights(run / "model.safetensors")
-    backbone.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
+    for part in ("backbone", "pooler"):
+        prefix = part + "."
+        found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        if found and (part == "backbone" or model.pooling == "cls"):
+            getattr(model, part).load_state_dict(found)
 
 
 def _classifier_eval(model: Classifier, ids: list[list[int]], gold: list[int], labels: list[str], pad_id: int) -> dict:
@@ -333,10 +415,9 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         config = read_config(run, "--out", ("classifier",))
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
-        backbone = build_backbone(config)
+        model = Classifier(build_backbone(config), len(labels), config["pooling"], dropout)
         if not resume and not base.startswith("scratch:"):
-            _load_backbone(backbone, Path(base))
-        model = Classifier(backbone, len(labels), config["pooling"], dropout)
+            _load_pretrained(model, Path(base))
         train_ids = tok.encode(train_texts, max_length=max_length)
         dev_ids = tok.encode(dev_texts, max_length=max_length)
         train_gold, dev_gold = [index[l] for l in train_labels], [index[l] for l in dev_labels]

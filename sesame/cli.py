@@ -34,6 +34,27 @@ def _train_options(args: argparse.Namespace) -> dict:
     return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
 
 
+def _objective_options(args: argparse.Namespace) -> dict:
+    """--masking, --phrases and --objective-option KEY=VALUE (VALUE read as JSON when it parses)."""
+    options = {}
+    for item in args.objective_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SesameError(f"--objective-option {item!r}: write KEY=VALUE, e.g. disc_weight=50")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    if args.masking:
+        options["masking"] = args.masking
+    if args.phrases:
+        path = Path(args.phrases)
+        if not path.is_file():
+            raise SesameError(f"--phrases {path}: no such file; give a text file with one phrase per line")
+        options["phrases"] = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return options
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sesame", description="Transfer learning for NLP.")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -67,6 +88,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--text-field", default="text")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+    o = p.add_argument_group("objective (defaults: the family's row in sesame.families)")
+    o.add_argument("--objective", help="override the family's objective, e.g. mlm for BERT without NSP")
+    o.add_argument("--masking", choices=["token", "whole_word", "phrase"],
+                   help="masked-LM units: tokens, whole words, or phrases (--phrases, else n-grams of words)")
+    o.add_argument("--phrases", help="text file, one phrase or entity per line, for --masking phrase")
+    o.add_argument("--objective-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other objective option, e.g. generator_fraction=0.25 or disc_weight=50 (repeatable)")
+    o.add_argument("--static-masks", type=int, default=0,
+                   help="k fixed masks per sequence, as original BERT (default 0: fresh masks every time)")
+    o.add_argument("--final-seq-len", type=int,
+                   help="BERT's second phase: sequences this long for the last 10%% of the budget")
     _add_train_flags(p)
 
     p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
@@ -143,6 +175,8 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "pretrain":
         metrics = api.pretrain(args.corpus, args.out, args.family, args.size, args.tokenizer, args.vocab_size,
                                args.seq_len, args.valid, args.text_field, args.dropout, args.resume, progress,
+                               objective=args.objective, objective_options=_objective_options(args),
+                               static_masks=args.static_masks, final_seq_len=args.final_seq_len,
                                **_train_options(args))
         _print_metrics(metrics, args.json)
     elif args.command == "finetune":

@@ -1,13 +1,13 @@
 """The registry of model families and sizes.
 
 A family is one row: which tokenizer it trains, how its Transformer is configured, which
-pre-training objective it uses and how a fine-tuned classifier pools the sequence.
-Sizes follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64 and a
-feed-forward width of 4 x hidden.
+pre-training objective (with which options) it uses, its default training recipe, and how a
+fine-tuned classifier pools the sequence. Sizes follow Turc et al. (2019), "Well-Read Students
+Learn Better": heads = hidden / 64 and a feed-forward width of 4 x hidden.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import SesameError
 from .models import TransformerConfig
@@ -17,19 +17,29 @@ from .models import TransformerConfig
 class Family:
     name: str
     tokenizer: str  # wordpiece | bpe | unigram
-    objective: str  # mlm | clm
+    objective: str  # a key of sesame.objectives.OBJECTIVES
     causal: bool
     norm: str  # "post" (BERT, GPT) or "pre" (GPT-2: LayerNorm before each sublayer, one after the stack)
     embedding_norm: bool  # LayerNorm on the summed embeddings (BERT)
     pooling: str  # "cls": first token (encoders); "last": last real token (decoders)
     paper: str
+    embedding_size: int | None = None  # ALBERT's factorised embedding E (None: E = hidden)
+    sharing: str = "none"  # ALBERT's cross-layer sharing: none | all | attention | ffn
+    objective_options: dict = field(default_factory=dict)
+    recipe: dict = field(default_factory=dict)  # defaults for TrainConfig fields
 
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in [
-        #      name    tokenizer    objective causal norm   emb-LN pooling  paper
-        Family("bert", "wordpiece", "mlm", False, "post", True, "cls", "Devlin et al. 2019"),
+        #      name        tokenizer    objective  causal norm  emb-LN pooling paper
+        Family("bert", "wordpiece", "mlm_nsp", False, "post", True, "cls", "Devlin et al. 2019"),
+        Family("roberta", "bpe", "mlm", False, "post", True, "cls", "Liu et al. 2019",
+               recipe={"batch_size": 128, "accumulate": 4}),  # FULL-SENTENCES, dynamic masks, large batches
+        Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",
+               embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3}),
+        Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
+        Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018"),
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019"),
     ]
@@ -61,7 +71,9 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
                     max_positions: int = 512) -> TransformerConfig:
     """The Transformer configuration of ``family`` at ``size``."""
     fam, (layers, hidden) = get_family(family), get_size(size)
+    embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
     return TransformerConfig(
         vocab_size=vocab_size, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,
         max_positions=max_positions, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
-        dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5)
+        dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5,
+        embedding_size=embedding_size, sharing=fam.sharing)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import SesameError
@@ -80,6 +81,30 @@ class TextTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=True)
+
+    def word_starts(self) -> torch.Tensor:
+        """A bool per vocabulary entry: True where the token begins a word (for whole-word and span masking).
+
+        * wordpiece: every piece not marked ``##``.
+        * bpe: pieces whose text (bytes decoded) begins with a space or with neither a letter nor a digit,
+          since GPT-2's pre-tokeniser starts each run of punctuation or whitespace afresh. Known miss: the
+          first word of a line has no leading space, so it counts as a continuation of what precedes it
+          (a newline, or nothing: masking starts a word after every special token anyway). A piece
+          beginning inside a multi-byte character counts as a continuation.
+        * unigram: pieces beginning with ``▁`` or with neither a letter nor a digit (punctuation).
+
+        Special tokens count as word starts.
+        """
+        if self.kind == "bpe":
+            texts = self.backend.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=False)
+            starts = [not (t[:1].isalnum() or t[:1] == "\ufffd") for t in texts]
+        else:
+            starts = [True] * self.vocab_size
+            for token, i in self.backend.get_vocab().items():
+                starts[i] = not token.startswith("##") if self.kind == "wordpiece" else not token[:1].isalnum()
+        for i in self.specials.all:
+            starts[i] = True
+        return torch.tensor(starts)
 
     def save(self, path: str | Path) -> None:
         self.backend.no_truncation()

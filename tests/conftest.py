@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 WORDS = ("the a cat dog bird fish tree river stone cloud runs sleeps sings jumps over under near quickly slowly "
          "happy sad green blue old young small large house garden city road").split()
@@ -14,6 +15,15 @@ WORDS = ("the a cat dog bird fish tree river stone cloud runs sleeps sings jumps
 def sentences(n: int, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))).capitalize() + "." for _ in range(n)]
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread, above all on a CPU shared with other jobs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

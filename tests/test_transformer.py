@@ -58,3 +58,40 @@ def test_gpt2_residual_projections_are_scaled():
     m = model(causal=True, norm="pre")
     std = m.attention[0].out.weight.std().item()
     assert abs(std - 0.02 / 2) < 0.004  # 0.02 / sqrt(2 * layers)
+
+
+def count(m: torch.nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def albert(embedding_size: int | None = None, sharing: str = "none", layers: int = 4) -> Transformer:
+    return Transformer(TransformerConfig(vocab_size=1000, hidden=64, layers=layers, heads=2, intermediate=256,
+                                         max_positions=32, type_vocab_size=2, embedding_size=embedding_size,
+                                         sharing=sharing, dropout=0.0))
+
+
+def test_factorised_embedding_parameters_follow_v_e_plus_e_h():
+    """ALBERT §3.1: V·H embedding parameters become V·E + E·H (plus E-wide positions, segments, norm)."""
+    v, h, e, p, t = 1000, 64, 16, 32, 2
+    full, factorised = albert(), albert(embedding_size=e)
+    assert count(full) - count(factorised) == (v + p + t) * (h - e) + 2 * (h - e) - (e * h + h)
+    assert count(factorised.embed) == (v + p + t) * e + 2 * e and count(factorised.project) == e * h + h
+
+
+@pytest.mark.parametrize("sharing, attention_copies, ffn_copies", [
+    ("none", 4, 4), ("all", 1, 1), ("attention", 1, 4), ("ffn", 4, 1)])
+def test_cross_layer_sharing_stores_one_copy_of_each_shared_sublayer(sharing, attention_copies, ffn_copies):
+    m = albert(sharing=sharing)
+    attention, ffn = count(m.attention[0]), count(m.feed_forward[0])
+    assert count(m) == count(m.embed) + attention_copies * attention + ffn_copies * ffn
+    assert len(m.state_dict()) == len({id(t) for t in m.state_dict().values()})  # no aliased tensors to save
+    deeper = albert(sharing=sharing, layers=8)
+    grows = (attention_copies == 4) * 4 * attention + (ffn_copies == 4) * 4 * ffn
+    assert count(deeper) - count(m) == grows  # shared sublayers cost nothing per extra layer
+
+
+def test_all_shared_layers_apply_the_same_function_at_every_depth():
+    m = albert(sharing="all").eval()
+    layers = m(torch.randint(5, 1000, (1, 6)), all_layers=True)
+    again = m.residual(m.feed_forward[0], m.residual(m.attention[0], layers[1], None), None)
+    assert torch.allclose(again, layers[2], atol=1e-6)

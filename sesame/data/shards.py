@@ -156,6 +156,8 @@ class Shards:
             np.memmap(self.path / f"tokens-{i:05d}.bin", dtype=dtype, mode="r", shape=(n,))
             for i, n in enumerate(self.meta["shards"])
         ]
+        self.shard_starts = np.cumsum([0] + self.meta["shards"][:-1])
+        self.doc_ends = np.fromfile(self.path / "docs.bin", dtype=np.int64)
 
     @property
     def n_tokens(self) -> int:
@@ -164,6 +166,11 @@ class Shards:
     def windows(self, length: int) -> list[Window]:
         """Non-overlapping windows of ``length`` tokens, packed across document boundaries."""
         return [Window(s, k * length) for s, a in enumerate(self.arrays) for k in range(len(a) // length)]
+
+    def documents(self, windows: Sequence[Window]) -> np.ndarray:
+        """Index of the document in which each window starts."""
+        starts = np.array([self.shard_starts[w.shard] + w.start for w in windows], dtype=np.int64)
+        return np.searchsorted(self.doc_ends, starts, side="right")
 
     def read(self, window: Window, length: int) -> np.ndarray:
         return np.asarray(self.arrays[window.shard][window.start: window.start + length], dtype=np.int64)

@@ -15,8 +15,9 @@ class Objective(nn.Module):
     row ``i`` from ``generators[i]`` only, so an example is corrupted the same way however it is
     batched; ``forward`` returns the loss summed over ``batch["targets"]``, so the trainer can
     average over a whole global batch across micro-batches and processes. An objective with several
-    losses of different counts scales each so that dividing by ``batch["targets"].numel()`` gives
-    the sum of their means.
+    losses (BERT's MLM + NSP, ELECTRA's MLM + λ·discriminator) names them in ``part_names``, returns a
+    dict of their sums, and counts their terms in ``batch["counts"]``; the trainer minimises the
+    weighted sum of their means over the global batch.
 
     Objectives with ``pairs = True`` (next-sentence and sentence-order prediction) also receive
     ``partners``: for each row, a window of the same length from another document.
@@ -26,6 +27,9 @@ class Objective(nn.Module):
 
     name = ""
     pairs = False
+    internal_options: tuple[str, ...] = ()  # constructor arguments ``build`` derives from the tokenizer
+    part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
+    part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()

@@ -1,51 +1,66 @@
-"""Masked language modelling (BERT, Devlin et al. 2019, §3.1 and Appendix A.1).
+"""Masked language modelling (BERT, Devlin et al. 2019, §3.1 and Appendix A.1), by token, whole word or phrase.
 
 15% of the non-special tokens of each sequence are selected; of those, 80% are replaced by
 [MASK], 10% by a random (non-special) token and 10% are left unchanged. The loss is the
 cross-entropy of the original token at the selected positions only, and the vocabulary projection
 is computed only there, chunk by chunk and fused with the loss (``projection.linear_cross_entropy``).
 Masks are drawn afresh every time a sequence is seen (dynamic masking, RoBERTa, Liu et al. 2019).
-Deviation: selection is an independent Bernoulli(0.15) draw per token (as in RoBERTa and Hugging
-Face) rather than exactly round(0.15·n) positions per sequence.
+
+``masking`` chooses what is selected (see :mod:`.masking`):
+
+* ``token``: each token independently. Deviation: a Bernoulli(0.15) draw per token (as in RoBERTa
+  and Hugging Face) rather than exactly round(0.15·n) positions per sequence.
+* ``whole_word``: BERT's whole-word masking: whole words in random order until round(0.15·n) tokens
+  are covered, 80/10/10 decided per word.
+* ``phrase``: ERNIE's phrase/entity-level masking (Sun et al. 2019, §3.2): each occurrence of a
+  given phrase is masked as a whole, as one unit among the other words. ERNIE finds phrases and
+  entities with a chunker and a recogniser; here they are a list given as text. Without a list, the
+  units are random n-grams of up to ``ngram`` words (ALBERT's n-gram masking, Lan et al. 2020, §4.1).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from ..models import Transformer
-from ..tokenizer import SpecialIds
+from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Objective
+from .masking import (mask_tokens, mask_units, ngram_units, phrase_table, phrase_units, replacement_pool,
+                      select_words, word_index)
 from .projection import Workspace, linear_cross_entropy
 
 
-def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
-                generator: torch.Generator, rate: float = 0.15, mask_frac: float = 0.8,
-                random_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return ``(corrupted ids, selected)`` where ``selected`` marks the positions to predict."""
-    eligible = ~torch.isin(ids, special_ids)
-    selected = (torch.rand(ids.shape, generator=generator) < rate) & eligible
-    action = torch.rand(ids.shape, generator=generator)
-    corrupted = ids.clone()
-    corrupted[selected & (action < mask_frac)] = mask_id
-    randomize = selected & (action >= mask_frac) & (action < mask_frac + random_frac)
-    allowed = torch.ones(vocab_size, dtype=torch.bool)
-    allowed[special_ids] = False
-    pool = allowed.nonzero().squeeze(1)
-    picks = torch.randint(len(pool), (int(randomize.sum()),), generator=generator)
-    corrupted[randomize] = pool[picks]
-    return corrupted, selected
-
-
 class MaskedLM(Objective):
-    """BERT's masked LM with its prediction head (dense → GELU → LayerNorm → tied decoder + bias)."""
+    """BERT's masked LM with its prediction head (dense → GELU → LayerNorm → tied decoder + bias).
+
+    ``word_starts`` (a bool per vocabulary entry, :meth:`TextTokenizer.word_starts`) is needed by
+    every ``masking`` but ``token``; ``phrase_ids`` are the phrases as token ids (``build`` tokenizes
+    the ``phrases`` of the run's options).
+    """
 
     name = "mlm"
+    internal_options = ("word_starts", "phrase_ids")
+    maskings = ("token", "whole_word", "phrase")
 
-    def __init__(self, backbone: Transformer, specials: SpecialIds, rate: float = 0.15):
+    def __init__(self, backbone: Transformer, specials: SpecialIds, rate: float = 0.15, masking: str = "token",
+                 word_starts: torch.Tensor | None = None, phrase_ids: Sequence[Sequence[int]] | None = None,
+                 ngram: int = 3):
         super().__init__(backbone, specials)
+        if masking not in self.maskings:
+            raise ValueError(f"masking {masking!r}: choose one of {', '.join(self.maskings)}")
+        if masking != "token" and word_starts is None:
+            raise ValueError(f"{masking} masking needs word_starts; build the objective with its tokenizer")
+        if phrase_ids and masking != "phrase":
+            raise ValueError(f"phrases are for masking='phrase', not {masking!r}")
+        if ngram < 1:
+            raise ValueError(f"ngram {ngram}: use at least 1")
         cfg = backbone.config
-        self.rate = rate
+        self.rate, self.masking, self.ngram = rate, masking, ngram
+        self.phrases = phrase_table(phrase_ids or [])
+        self.register_buffer("word_starts", word_starts, persistent=False)
+        self.register_buffer("pool", replacement_pool(cfg.vocab_size, self.special_ids), persistent=False)
         width = cfg.embedding_width  # the tied decoder's input width (E < H under ALBERT's factorisation)
         self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(),
                                        nn.LayerNorm(width, eps=cfg.layer_norm_eps))
@@ -53,6 +68,14 @@ class MaskedLM(Objective):
         nn.init.normal_(self.transform[0].weight, std=0.02)
         nn.init.zeros_(self.transform[0].bias)
         self.workspace = Workspace()
+
+    @classmethod
+    def build(cls, backbone: Transformer, tokenizer: TextTokenizer, phrases: Sequence[str] | None = None,
+              **options) -> "MaskedLM":
+        """Tokenize ``phrases`` both as they are and after a space (how byte-level BPE sees a word inside a line)."""
+        phrase_ids = tokenizer.encode([t for p in phrases for t in (p, " " + p)], special=False) if phrases else None
+        return cls(backbone, tokenizer.specials, word_starts=tokenizer.word_starts(), phrase_ids=phrase_ids,
+                   **options)
 
     @staticmethod
     def window_length(seq_len: int) -> int:
@@ -65,17 +88,40 @@ class MaskedLM(Objective):
         sep = torch.full((b, 1), self.specials.sep, dtype=windows.dtype)
         return self.masked(torch.cat([cls, windows, sep], dim=1), generators)
 
+    def units(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
+        """One sequence → ``(unit of each selected position, −1 elsewhere; number of units)``."""
+        word = word_index(ids, self.special_ids, self.word_starts)
+        if self.masking == "whole_word":
+            unit_of_word = torch.arange(int(word.max()) + 1)
+        elif self.phrases:
+            unit_of_word = phrase_units(ids, word, self.phrases)
+        else:
+            unit_of_word = ngram_units(word, self.ngram, generator)
+        return select_words(word, unit_of_word, self.rate, generator)
+
+    def corrupt_units(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One sequence → ``(corrupted ids, unit of each position)``, 80/10/10 decided per unit."""
+        unit, n_units = self.units(ids, generator)
+        return mask_units(ids, unit, n_units, self.specials.mask, self.pool, generator), unit
+
     def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """One sequence → ``(corrupted ids, selected positions)``."""
-        return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, generator,
-                           self.rate)
+        if self.masking == "token":
+            return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size,
+                               generator, self.rate)
+        corrupted, unit = self.corrupt_units(ids, generator)
+        return corrupted, unit >= 0
 
     def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
         """Corrupt each row of the model inputs ``ids``; ``positions`` index the flattened selected tokens."""
         rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
-        selected = torch.stack([r[1] for r in rows])
+        return self.selection(ids, torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
+
+    @staticmethod
+    def selection(ids: torch.Tensor, corrupted: torch.Tensor, selected: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The batch: corrupted ``ids``, flattened ``positions`` of the selected tokens and their ``targets``."""
         positions = selected.flatten().nonzero().squeeze(1)
-        return {"ids": torch.stack([r[0] for r in rows]), "positions": positions, "targets": ids.flatten()[positions]}
+        return {"ids": corrupted, "positions": positions, "targets": ids.flatten()[positions]}
 
     def mlm_loss(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Summed cross-entropy of the original tokens at the selected positions."""

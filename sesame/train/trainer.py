@@ -80,13 +80,33 @@ def all_sum(values: list[float]) -> list[float]:
     return t.tolist()
 
 
+def loss_parts(output: torch.Tensor | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A model's summed loss, or its several named summed losses, as a dict."""
+    return output if isinstance(output, dict) else {"loss": output}
+
+
+def loss_counts(batch: Batch) -> dict[str, int]:
+    """How many terms each loss of ``batch`` sums: ``batch["counts"]`` when the model returns several
+    losses, else the number of ``targets``."""
+    return batch.get("counts") or {"loss": batch["targets"].numel()}
+
+
+def mean_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """The loss the trainer minimises, for ``batch`` alone: Σ weight · summed loss / its count."""
+    counts, weights = loss_counts(batch), getattr(model, "part_weights", {})
+    return sum(weights.get(name, 1.0) * value / max(1, counts[name]) for name, value in loss_parts(model(batch)).items())
+
+
 class Trainer:
     """Runs optimizer steps until the budget is spent, evaluating and checkpointing on the way.
 
     ``batches(step, progress)`` returns this process's micro-batches for a step (``progress``: the
     fraction of the budget spent, for schedules of the data such as BERT's two sequence lengths);
     each is a dict with a ``targets`` tensor and ``model(batch)`` returns the summed loss over those
-    targets. A model with a ``set_progress(fraction)`` method is told the progress before each step.
+    targets. A model with several losses names them in ``part_names`` (weights in ``part_weights``),
+    returns a dict of summed losses, and each batch counts their terms in ``batch["counts"]``; the
+    step minimises Σ weight · (global sum / global count). A model with a ``set_progress(fraction)``
+    method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
     ones written to ``run/model.safetensors``; otherwise the last weights are.
@@ -197,16 +217,19 @@ class Trainer:
         if hasattr(self.model, "set_progress"):
             self.model.set_progress(progress)
         micro = self.batches(self.step, progress)
-        total = all_sum([float(sum(b["targets"].numel() for b in micro))])[0]  # global target count
+        names = getattr(self.model, "part_names", ()) or ("loss",)
+        totals = all_sum([float(sum(loss_counts(b)[name] for b in micro)) for name in names])  # global counts
+        scale = {name: getattr(self.model, "part_weights", {}).get(name, 1.0) * self.world / max(1.0, total)
+                 for name, total in zip(names, totals)}
         for group in self.optimizer.param_groups:
             group["lr"] = c.lr * linear_warmup_decay(progress, c.warmup)
         loss_sum, tokens = 0.0, 0
         for i, batch in enumerate(micro):
             sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()
             with sync:
-                loss = wrapped(batch)
-                (loss * (self.world / total)).backward()
-            loss_sum += loss.item()
+                loss = sum(value * scale[name] for name, value in loss_parts(wrapped(batch)).items())
+                loss.backward()
+            loss_sum += loss.item() / self.world
             tokens += batch["ids"].numel()
         if c.clip:
             nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
@@ -214,7 +237,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         loss_sum, tokens = all_sum([loss_sum, float(tokens)])
-        return loss_sum / total, int(tokens)
+        return loss_sum, int(tokens)
 
     def fit(self, resume: bool = False) -> dict:
         """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``)."""

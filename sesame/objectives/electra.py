@@ -1,0 +1,158 @@
+"""ELECTRA: replaced token detection (Clark et al. 2020).
+
+A small generator G, trained as a masked LM, fills the masked positions of each sequence with samples
+x̂_i ~ p_G(x_i | x^masked); the discriminator D (``self.backbone``, the only part kept for fine-tuning)
+predicts for every position whether its token is the original (§2). The loss is eq. (1),
+L_MLM(x, θ_G) + λ·L_Disc(x, θ_D) with λ = 50 (Appendix A), and no gradient flows through the sampling.
+
+* Inputs are [CLS] window [SEP]; 15% of the ordinary tokens are selected by independent Bernoulli
+  draws (as in :mod:`~sesame.objectives.mlm`, where that deviation from a fixed count is noted) and
+  replaced by [MASK], as §2 defines x^masked. Deviation from the official code, which leaves 15% of
+  the selected tokens unchanged instead of masking them all.
+* G (§3.2, "Smaller generators") is a Transformer of width round(fraction·H), with max(1, width // 64)
+  heads (fewer if needed to divide the width), feed-forward 4·width, and D's depth and norm style. It
+  reads D's token, position and segment embeddings (§3.2, "Weight sharing": all embeddings tied)
+  through its own E→width projection, so each tensor is stored once. Its head is BERT's MLM head
+  (dense → GELU → LayerNorm → decoder tied to the token embeddings, + bias).
+* A sample equal to the original counts as original (label 0, §2). D's head is the official one:
+  dense → GELU → Linear(H, 1); L_Disc is the sigmoid cross-entropy over all non-padding positions.
+* ``two_stage`` = p > 0 (§3.2, "Training algorithms") trains only G, with L_MLM, for the first
+  fraction p of the run, then only D, with L_Disc and G frozen. Deviations: the paper starts D from
+  G's weights, which needs equal sizes; here D keeps its own initialisation. And since the
+  embeddings are D's, they keep training in the second stage while the rest of G stays frozen.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models import Transformer, TransformerConfig
+from ..tokenizer import SpecialIds
+from .base import Objective
+from .mlm import mask_tokens
+from .projection import CHUNK_ELEMENTS, Workspace, linear_cross_entropy
+
+
+def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConfig:
+    """The generator of a discriminator configured by ``cfg``: ``fraction`` of its width, as deep,
+    reading embeddings of the discriminator's width E."""
+    hidden = max(1, round(fraction * cfg.hidden))
+    heads = max(1, hidden // 64)
+    while hidden % heads:
+        heads -= 1
+    return dataclasses.replace(cfg, hidden=hidden, heads=heads, intermediate=4 * hidden,
+                               embedding_size=cfg.embedding_width)
+
+
+class Electra(Objective):
+    """Generator + discriminator trained jointly (or in two stages) on replaced token detection.
+
+    ``make_batch`` returns ``ids`` (G's masked input), ``positions`` (the masked positions of the
+    flattened batch), ``targets`` (the original tokens there; their count is the loss count) and
+    ``seeds`` (one per row, from the row's generator, which seed G's sampling in ``forward``).
+    ``forward`` returns the summed losses ``{"mlm": ..., "disc": ...}`` and the batch counts their terms
+    (masked tokens, positions), so the trainer minimises mean L_MLM + λ·mean L_Disc (``part_weights``).
+    """
+
+    name = "electra"
+    part_names = ("mlm", "disc")
+
+    def __init__(self, backbone: Transformer, specials: SpecialIds, generator_fraction: float = 0.25,
+                 disc_weight: float = 50.0, two_stage: float = 0.0, rate: float = 0.15):
+        super().__init__(backbone, specials)
+        if generator_fraction <= 0:
+            raise ValueError(f"generator_fraction must be positive, got {generator_fraction}")
+        if not 0.0 <= two_stage < 1.0:
+            raise ValueError(f"two_stage is a fraction of the run in [0, 1), got {two_stage}")
+        cfg = backbone.config
+        self.two_stage, self.rate = two_stage, rate
+        self.part_weights = {"disc": disc_weight}
+        self.progress = 0.0
+        self.generator = Transformer(generator_config(cfg, generator_fraction))
+        self.generator.embed = None  # it reads the discriminator's embeddings
+        width = cfg.embedding_width
+        self.generator_head = nn.Sequential(nn.Linear(self.generator.config.hidden, width), nn.GELU(),
+                                            nn.LayerNorm(width, eps=cfg.layer_norm_eps))
+        self.generator_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.discriminator_head = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU(), nn.Linear(cfg.hidden, 1))
+        self.generator_head.apply(Transformer._init)
+        self.discriminator_head.apply(Transformer._init)
+        self.workspace = Workspace()
+
+    @staticmethod
+    def window_length(seq_len: int) -> int:
+        return seq_len - 2  # room for [CLS] and [SEP]
+
+    def set_progress(self, fraction: float) -> None:
+        """The fraction of the run spent, told by the trainer before every step (for ``two_stage``)."""
+        self.progress = fraction
+
+    @property
+    def trains_generator(self) -> bool:
+        return not self.two_stage or self.progress < self.two_stage
+
+    @property
+    def trains_discriminator(self) -> bool:
+        return not self.two_stage or self.progress >= self.two_stage
+
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        b = windows.shape[0]
+        cls = torch.full((b, 1), self.specials.cls, dtype=windows.dtype)
+        sep = torch.full((b, 1), self.specials.sep, dtype=windows.dtype)
+        ids = torch.cat([cls, windows, sep], dim=1)
+        rows = [mask_tokens(row, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, g, self.rate,
+                            mask_frac=1.0, random_frac=0.0) for row, g in zip(ids, generators)]
+        positions = torch.stack([r[1] for r in rows]).flatten().nonzero().squeeze(1)
+        seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in generators])
+        return {"ids": torch.stack([r[0] for r in rows]), "positions": positions,
+                "targets": ids.flatten()[positions], "seeds": seeds,
+                "counts": {"mlm": len(positions), "disc": ids.numel()}}
+
+    def predict(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """G's head output at the masked positions, (n_masked, E): the logits are its product with
+        the token embeddings, plus ``generator_bias``."""
+        ids = batch["ids"]
+        hidden = self.generator(ids, padding=batch.get("padding"), embedded=self.backbone.embed(ids, None))
+        return self.generator_head(hidden.flatten(0, 1).index_select(0, batch["positions"]))
+
+    @torch.no_grad()
+    def sample(self, predicted: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        """One token per row of ``predicted`` from G's softmax, chunk by chunk; the draws are a
+        function of the batch's ``seeds``, and no gradient flows through them."""
+        generator = torch.Generator(predicted.device).manual_seed(int(seeds.sum()))
+        weight = self.backbone.embed.tokens.weight
+        rows = max(1, CHUNK_ELEMENTS // weight.shape[0])
+        return torch.cat([torch.multinomial(torch.softmax(torch.addmm(self.generator_bias, h, weight.t()), 1), 1,
+                                            generator=generator).squeeze(1) for h in predicted.split(rows)])
+
+    def corrupt(self, batch: dict[str, torch.Tensor], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(D's input: the masked positions filled with ``samples``, labels: 1.0 where it differs from the original)."""
+        ids, positions = batch["ids"], batch["positions"]
+        corrupted = ids.flatten().index_put((positions,), samples.to(ids.dtype)).view_as(ids)
+        labels = torch.zeros(ids.numel(), device=ids.device)
+        labels[positions] = (samples != batch["targets"]).float()
+        return corrupted, labels.view_as(ids)
+
+    def discriminate(self, ids: torch.Tensor, labels: torch.Tensor, padding: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, int]:
+        """(D's sigmoid cross-entropy summed over the non-padding positions, their number)."""
+        logits = self.discriminator_head(self.backbone(ids, padding=padding)).squeeze(-1)
+        real = padding.bool() if padding is not None else torch.ones_like(ids, dtype=torch.bool)
+        return F.binary_cross_entropy_with_logits(logits[real], labels[real], reduction="sum"), int(real.sum())
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The summed generator MLM loss and discriminator loss (each only in its stage when two-stage)."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_generator):
+            predicted = self.predict(batch)
+        losses = {}
+        if self.trains_generator:
+            losses["mlm"] = linear_cross_entropy(predicted, self.backbone.embed.tokens.weight, batch["targets"],
+                                                 self.generator_bias, workspace=self.workspace)
+        if self.trains_discriminator:
+            ids, labels = self.corrupt(batch, self.sample(predicted, batch["seeds"]))
+            losses["disc"] = self.discriminate(ids, labels, batch.get("padding"))[0]
+        return losses

@@ -1,0 +1,205 @@
+"""What to mask: tokens, whole words, phrases and n-grams, or spans; and how to corrupt what was chosen.
+
+* Tokens (BERT, Devlin et al. 2019, §3.1): :func:`mask_tokens`.
+* Units of whole words (BERT's whole-word masking, google-research/bert README, 2019): the non-special
+  tokens of a sequence are grouped into words (:func:`word_index`) and the words into units: one word
+  each, an occurrence of a given phrase (:func:`phrase_units`) or a random n-gram of words
+  (:func:`ngram_units`), ERNIE's phrase- and entity-level masking (Sun et al. 2019, §3.2).
+  :func:`select_units` picks units in random order until 15% of the tokens are covered; every token
+  of a chosen unit is selected, so no word is ever split.
+* Spans (SpanBERT, Joshi et al. 2020, §3.1): :func:`span_units`.
+
+Every strategy returns ``unit``: per position, the index of the chosen unit it belongs to, or −1;
+:func:`mask_units` then applies BERT's 80/10/10 once per unit.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def replacement_pool(vocab_size: int, special_ids: torch.Tensor) -> torch.Tensor:
+    """The ids a random replacement is drawn from: every non-special token."""
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[special_ids] = False
+    return allowed.nonzero().squeeze(1)
+
+
+def replace(ids: torch.Tensor, selected: torch.Tensor, action: torch.Tensor, mask_id: int, pool: torch.Tensor,
+            generator: torch.Generator, mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
+    """BERT's corruption of the ``selected`` positions by their uniform draw ``action``: [MASK] below
+    ``mask_frac``, a random token of ``pool`` below ``mask_frac + random_frac``, else left unchanged."""
+    corrupted = ids.clone()
+    corrupted[selected & (action < mask_frac)] = mask_id
+    randomize = selected & (action >= mask_frac) & (action < mask_frac + random_frac)
+    picks = torch.randint(len(pool), (int(randomize.sum()),), generator=generator)
+    corrupted[randomize] = pool[picks]
+    return corrupted
+
+
+def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
+                generator: torch.Generator, rate: float = 0.15, mask_frac: float = 0.8,
+                random_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level masking: return ``(corrupted ids, selected)`` where ``selected`` marks the positions to predict.
+
+    Deviation (as RoBERTa and Hugging Face): each non-special token is selected by an independent
+    Bernoulli(``rate``) draw rather than exactly round(rate·n) per sequence; 80/10/10 is drawn per token.
+    """
+    eligible = ~torch.isin(ids, special_ids)
+    selected = (torch.rand(ids.shape, generator=generator) < rate) & eligible
+    action = torch.rand(ids.shape, generator=generator)
+    pool = replacement_pool(vocab_size, special_ids)
+    return replace(ids, selected, action, mask_id, pool, generator, mask_frac, random_frac), selected
+
+
+def mask_units(ids: torch.Tensor, unit: torch.Tensor, n_units: int, mask_id: int, pool: torch.Tensor,
+               generator: torch.Generator, mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
+    """80/10/10 decided once per unit: all tokens of a unit are masked, or all replaced by random
+    tokens (each its own), or all kept. ``unit`` is the unit of each position, −1 where unselected."""
+    selected = unit >= 0
+    action = torch.ones(ids.shape)
+    action[selected] = torch.rand(n_units, generator=generator)[unit[selected]]
+    return replace(ids, selected, action, mask_id, pool, generator, mask_frac, random_frac)
+
+
+def budget(n_tokens: int, rate: float) -> int:
+    """How many tokens to select among ``n_tokens``: round(rate·n), at least one (BERT's
+    create_pretraining_data)."""
+    return max(1, round(rate * n_tokens)) if n_tokens else 0
+
+
+def word_index(ids: torch.Tensor, special_ids: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:
+    """The word number (0, 1, ...) of each position of one sequence, −1 at special tokens.
+
+    A word begins at a token ``word_starts`` marks, and also right after a special token (a window may
+    begin inside a word; a byte-level BPE line begins without a space).
+    """
+    eligible = ~torch.isin(ids, special_ids)
+    follows_special = torch.cat([eligible.new_ones(1), ~eligible[:-1]])
+    begins = eligible & (word_starts[ids] | follows_special)
+    return torch.where(eligible, begins.cumsum(0) - 1, -1)
+
+
+def after_special(word: torch.Tensor) -> torch.Tensor:
+    """A bool per word: True where it begins right after a special token (or the sequence start), i.e.
+    a document boundary that no n-gram or span crosses."""
+    begins = (word >= 0) & torch.cat([word.new_ones(1, dtype=torch.bool), word[:-1] < 0])
+    fresh = torch.zeros(int(word.max()) + 1, dtype=torch.bool)
+    fresh[word[begins]] = True
+    return fresh
+
+
+def ngram_units(word: torch.Tensor, ngram: int, generator: torch.Generator) -> torch.Tensor:
+    """The words cut into consecutive n-grams of 1..``ngram`` words, n drawn with p(n) ∝ 1/n (ALBERT's
+    n-gram masking, Lan et al. 2020, §4.1), also cut at special tokens; returns the unit of each word."""
+    begins = after_special(word)
+    weights = 1.0 / torch.arange(1, ngram + 1, dtype=torch.float)
+    lengths = torch.multinomial(weights, max(len(begins), 1), replacement=True, generator=generator) + 1
+    ends = lengths.cumsum(0)
+    begins[ends[ends < len(begins)]] = True
+    return begins.long().cumsum(0) - 1
+
+
+def phrase_table(phrases: Sequence[Sequence[int]]) -> dict[int, list[tuple[int, ...]]]:
+    """Phrases as token-id sequences, looked up by their first token, longest first."""
+    table: dict[int, list[tuple[int, ...]]] = {}
+    for phrase in sorted({tuple(p) for p in phrases if p}, key=len, reverse=True):
+        table.setdefault(phrase[0], []).append(phrase)
+    return table
+
+
+def phrase_units(ids: torch.Tensor, word: torch.Tensor, table: dict[int, list[tuple[int, ...]]]) -> torch.Tensor:
+    """The unit of each word: each occurrence of a phrase of ``table`` (:func:`phrase_table`) that begins
+    at the first token of a word and ends with the last token of a word is one unit (leftmost, then
+    longest, non-overlapping); every other word is a unit of its own."""
+    tokens, words = ids.tolist(), word.tolist()
+    n = len(tokens)
+    firsts = [p for p in range(n) if words[p] >= 0 and (p == 0 or words[p - 1] != words[p])]
+
+    def occurs(p: int, phrase: tuple[int, ...]) -> bool:
+        end = p + len(phrase)
+        return (tuple(tokens[p:end]) == phrase and -1 not in words[p:end]
+                and (end == n or words[end] != words[end - 1]))
+
+    begins_unit = [False] * len(firsts)
+    w = 0
+    while w < len(firsts):
+        begins_unit[w] = True
+        p = firsts[w]
+        length = next((len(q) for q in table.get(tokens[p], ()) if occurs(p, q)), 1)
+        w = words[p + length - 1] + 1
+    return torch.tensor(begins_unit, dtype=torch.long).cumsum(0) - 1
+
+
+def select_units(sizes: Sequence[int], target: int, generator: torch.Generator) -> torch.Tensor:
+    """BERT's whole-word selection: go through the units in random order, taking each one that still fits
+    in the budget of ``target`` tokens, until it is spent. ``sizes`` are the units' token counts; returns
+    a bool per unit."""
+    chosen = torch.zeros(len(sizes), dtype=torch.bool)
+    covered = 0
+    for u in torch.randperm(len(sizes), generator=generator).tolist():
+        if covered >= target:
+            break
+        if covered + sizes[u] <= target:
+            chosen[u] = True
+            covered += sizes[u]
+    return chosen
+
+
+def select_words(word: torch.Tensor, unit_of_word: torch.Tensor, rate: float,
+                 generator: torch.Generator) -> tuple[torch.Tensor, int]:
+    """Select whole units of words (:func:`select_units`) covering ``rate`` of the words' tokens.
+
+    Returns ``(unit, n_units)``: the unit of each selected position (−1 elsewhere) and how many units
+    there are (the range of ``unit``).
+    """
+    eligible = word >= 0
+    if not eligible.any():
+        return torch.full_like(word, -1), 0
+    n_units = int(unit_of_word[-1]) + 1
+    unit = unit_of_word[word.clamp(min=0)]
+    sizes = torch.bincount(unit[eligible], minlength=n_units)
+    chosen = select_units(sizes.tolist(), budget(int(eligible.sum()), rate), generator)
+    return torch.where(eligible & chosen[unit], unit, -1), n_units
+
+
+def span_lengths(n: int, generator: torch.Generator, p: float = 0.2, max_span: int = 10) -> torch.Tensor:
+    """``n`` span lengths ℓ ~ Geo(p) on 1..``max_span`` (SpanBERT §3.1). The paper says "clip"; its stated
+    mean of 3.8 for p = 0.2, ℓ_max = 10 is that of the geometric truncated there and renormalised
+    (min(ℓ, 10) would have mean 4.46), so that is what is drawn."""
+    k = torch.arange(1, max_span + 1, dtype=torch.float64)
+    return torch.multinomial(p * (1 - p) ** (k - 1), n, replacement=True, generator=generator) + 1
+
+
+def span_units(word: torch.Tensor, rate: float, generator: torch.Generator, p: float = 0.2,
+               max_span: int = 10) -> tuple[torch.Tensor, int]:
+    """SpanBERT's span masking (Joshi et al. 2020, §3.1): repeatedly draw a length ℓ in words
+    (:func:`span_lengths`) and a start uniformly among the words, and select those ℓ complete words,
+    until ``rate`` of the tokens is covered.
+
+    Returns ``(unit, n_spans)`` as :func:`select_words`, each span one unit. Details the paper leaves open:
+    a start inside an earlier span is drawn again; a span stops early at an earlier span, at a special
+    token (a document boundary), at the end of the sequence, or once the budget is spent (so the last
+    span may overshoot it by part of one word, never splitting a word). Adjacent spans stay distinct.
+    """
+    eligible = word >= 0
+    sizes = torch.bincount(word[eligible]).tolist()
+    n_words, target = len(sizes), budget(int(eligible.sum()), rate)
+    if not n_words:
+        return torch.full_like(word, -1), 0
+    fresh = after_special(word).tolist()
+    span_of_word = [-1] * n_words
+    covered, n_spans = 0, 0
+    while covered < target:
+        length = int(span_lengths(1, generator, p, max_span))
+        start = int(torch.randint(n_words, (1,), generator=generator))
+        if span_of_word[start] >= 0:
+            continue
+        for w in range(start, min(start + length, n_words)):
+            if span_of_word[w] >= 0 or covered >= target or (w > start and fresh[w]):
+                break
+            span_of_word[w] = n_spans
+            covered += sizes[w]
+        n_spans += 1
+    return torch.tensor(span_of_word)[word.clamp(min=0)].masked_fill(~eligible, -1), n_spans

@@ -1,0 +1,98 @@
+"""How pre-training examples are drawn: partners from other documents, static masks, two phases."""
+import torch
+import pytest
+
+from sesame.api import TWO_PHASE_SWITCH, _partners, _window_batches
+from sesame.data.corpus import resolve_sources
+from sesame.data.shards import Window, prepare_corpus
+from sesame.models import Transformer, TransformerConfig
+from sesame.objectives import MaskedLM
+from sesame.tokenizer import train_tokenizer
+from sesame.train import TrainConfig
+
+from .conftest import sentences
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(sentences(300), "wordpiece", vocab_size=200)
+
+
+@pytest.fixture
+def setting(tok, corpus, tmp_path):
+    shards = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "shards", progress=False)
+    backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=16, layers=1, heads=2,
+                                             intermediate=32, max_positions=64))
+    return shards, MaskedLM(backbone, tok.specials)
+
+
+def test_shards_know_the_document_of_a_window(setting):
+    shards, _ = setting
+    windows = shards.windows(16)
+    docs = shards.documents(windows)
+    first_of_second = windows[list(docs).index(1)]
+    assert list(docs) == sorted(docs) and set(docs) == {0, 1}
+    assert all(w.start < shards.doc_ends[0] for w, d in zip(windows, docs) if d == 0)
+    assert first_of_second.start >= shards.doc_ends[0] > first_of_second.start - 16
+
+
+def test_partners_come_uniformly_from_another_document(setting):
+    shards, _ = setting
+    windows = shards.windows(16)
+    first = shards.documents(windows)
+    last = shards.documents([Window(w.shard, w.start + 15) for w in windows])
+    partner = _partners(shards, windows, 16)
+    g = torch.Generator().manual_seed(0)
+    straddling = int((first != last).nonzero()[0][0])  # holds the end of document 0 and the start of 1
+    for own in (0, len(windows) // 3, len(windows) - 1, straddling):
+        picks = [windows.index(partner(own, g)) for _ in range(2000)]
+        mine = {int(first[own]), int(last[own])}
+        strangers = [p for p, (a, b) in enumerate(zip(first, last)) if not {int(a), int(b)} & mine]
+        if strangers:
+            assert set(picks) <= set(strangers) and len(set(picks)) > 0.95 * len(strangers)  # uniform over them
+        else:  # with two documents, the window holding both shares one with every other: any other will do
+            assert own not in picks and len(set(picks)) > 0.95 * (len(windows) - 1)
+
+
+def record_seeds(obj):
+    """Wrap make_batch to record, per row, (clean window, the seed of its generator)."""
+    seen = []
+    make_batch = obj.make_batch
+
+    def recording(windows, generators, partners=None):
+        seen.extend((tuple(w.tolist()), g.initial_seed()) for w, g in zip(windows, generators))
+        return make_batch(windows, generators, partners)
+
+    obj.make_batch = recording
+    return seen
+
+
+def test_static_masks_repeat_every_k_epochs_and_dynamic_masks_do_not(setting):
+    shards, obj = setting
+    windows = shards.windows(obj.window_length(16))
+    cfg = TrainConfig(batch_size=len(windows), max_steps=10)  # one step = one epoch, in a fresh order each time
+
+    def seeds_per_epoch(static: int) -> list[dict]:
+        seen = record_seeds(obj)
+        batches = _window_batches(obj, shards, [(16, windows)], cfg, static_masks=static)
+        epochs = []
+        for epoch in range(4):
+            seen.clear()
+            batches(epoch, 0.0)
+            epochs.append(dict(seen))
+        return epochs
+
+    static = seeds_per_epoch(2)
+    assert static[0] == static[2] and static[1] == static[3]  # the same corruption every k = 2 epochs
+    assert all(static[0][w] != static[1][w] for w in static[0])  # and k different ones
+    dynamic = seeds_per_epoch(0)
+    assert all(dynamic[0][w] != dynamic[2][w] for w in dynamic[0])
+
+
+def test_two_phases_switch_to_long_sequences_at_ninety_percent(setting):
+    shards, obj = setting
+    phases = [(16, shards.windows(obj.window_length(16))), (48, shards.windows(obj.window_length(48)))]
+    batches = _window_batches(obj, shards, phases, TrainConfig(batch_size=4, max_steps=10))
+    assert batches(0, 0.0)[0]["ids"].shape == (4, 16)
+    assert batches(8, TWO_PHASE_SWITCH - 1e-6)[0]["ids"].shape == (4, 16)
+    assert batches(9, TWO_PHASE_SWITCH)[0]["ids"].shape == (4, 48)
