@@ -32,7 +32,7 @@ from torch import nn
 from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
 from .base import Objective
-from .mlm import mask_tokens
+from .masking import mask_tokens
 from .projection import CHUNK_ELEMENTS, Workspace, linear_cross_entropy
 
 
