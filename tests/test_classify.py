@@ -28,3 +28,27 @@ def test_mean_pooling_is_the_average_of_real_final_states():
     hidden = m.backbone(batch["ids"], padding=batch["padding"])
     expected = m.head(hidden[0, :3].mean(0))
     assert torch.allclose(m.logits(batch)[0], expected, atol=1e-5)
+
+
+def test_fine_tuning_starts_from_the_pretrained_backbone_and_nsp_pooler(tmp_path):
+    """BERT's classifier begins from the pre-trained encoder and the pooler NSP trained (Devlin et al. 2019, §4.1);
+    the NSP head itself and ELECTRA-style generators are left behind."""
+    from sesame.api import _load_pretrained
+    from sesame.objectives import BertPretraining
+    from sesame.tokenizer import SpecialIds
+    from sesame.train.checkpoint import save_weights
+
+    torch.manual_seed(1)
+    cfg = TransformerConfig(vocab_size=50, hidden=16, layers=1, heads=2, intermediate=32, max_positions=32)
+    pretrained = BertPretraining(Transformer(cfg), SpecialIds(0, 1, 2, 3, 4))
+    save_weights(tmp_path / "model.safetensors", pretrained.state_dict())
+    for pooling, copies_pooler in (("cls", True), ("mean", False)):
+        torch.manual_seed(2)
+        model = Classifier(Transformer(cfg), n_labels=3, pooling=pooling)
+        fresh_head = model.head.weight.clone()
+        _load_pretrained(model, tmp_path)
+        for name, value in pretrained.backbone.state_dict().items():
+            assert torch.equal(model.backbone.state_dict()[name], value), name
+        if copies_pooler:
+            assert torch.equal(model.pooler[0].weight, pretrained.pooler[0].weight)
+        assert torch.equal(model.head.weight, fresh_head)
