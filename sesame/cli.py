@@ -8,6 +8,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from . import compare
 from .errors import SesameError
 from .families import FAMILIES, SIZES
 from .tokenizer import KINDS
@@ -132,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="CSV/TSV/JSONL file (default: one text per line on stdin)")
     p.add_argument("--text-column")
 
+    compare.add_parser(sub)
+
     p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--seed", type=int, default=0)
@@ -184,6 +187,8 @@ def run(args: argparse.Namespace) -> None:
                                args.label_column, args.tokenizer, args.max_length, args.epochs, args.dropout,
                                args.resume, progress, pooling=args.pooling, **_train_options(args))
         _print_metrics(metrics, args.json)
+    elif args.command == "compare":
+        compare.run(args)
     elif args.command == "evaluate":
         _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,
                                     seq_len=args.seq_len), args.json)

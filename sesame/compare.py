@@ -1,0 +1,472 @@
+"""``sesame compare``: pre-training approaches side by side at equal compute, against two baselines.
+
+Every approach (``FAMILY:SIZE[:KEY=VALUE...]``) pre-trains on the same corpus for the same wall time,
+then fine-tunes with the same settings on each task. Two baselines join every table: the same
+architecture fine-tuned from random weights with the approach's tokenizer, and TF-IDF word and
+character n-grams with logistic regression. Each cell is a directory under ``out``::
+
+    pretrain/bert-mini/          the pretrained run
+    airline/bert-mini/           fine-tuned from it
+    airline/scratch-bert-mini/   the same architecture from random weights
+    airline/tfidf/               the TF-IDF baseline (its record only)
+
+A cell is finished once its ``compare.json`` record (settings and measurements) is written; a finished
+cell is reused, an unfinished one resumed from its checkpoint, or started afresh when it has none.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import inspect
+import json
+import re
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import api
+from .data.corpus import resolve_sources
+from .data.labeled import read_columns
+from .errors import SesameError
+from .families import get_family, get_size
+from .metrics import classification_report
+from .train import Interrupted, TrainConfig
+from .train.checkpoint import checkpoint_dir, read_json, write_json
+
+RECORD = "compare.json"
+NO_STEP_CAP = 10**9  # the time budget ends pre-training, not a step count
+C_GRID = (0.25, 1.0, 4.0, 16.0)  # logistic regression's inverse regularisation, picked on dev
+SHORTCUTS = {  # name: (train, dev, text column, label column), relative to --data
+    "airline": ("airline/train.csv", "airline/dev.csv", "text", "airline_sentiment"),
+    "sst2": ("glue/SST-2/train.tsv", "glue/SST-2/dev.tsv", "sentence", "label"),
+}
+COLUMNS = {  # CSV/JSON field: Markdown header
+    "approach": "approach", "kind": "kind", "parameters": "parameters", "pretrain_seconds": "pre-training time",
+    "pretrain_tokens": "pre-training tokens", "finetune_epochs": "fine-tuning epochs",
+    "finetune_seconds": "fine-tuning time", "train_accuracy": "train accuracy", "dev_accuracy": "dev accuracy",
+    "dev_macro_f1": "dev macro-F1",
+}
+KINDS = {"pretrained": ("#4c72b0", ""), "scratch": ("#b0b0b0", "//"), "tf-idf": ("#dd8452", "xx")}  # colour, hatch
+# set by compare itself, the same for every approach
+RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "max_minutes",
+            "max_steps", "seed"}
+
+
+@dataclass
+class Approach:
+    """One pre-training approach: a family, a size and a recipe of pre-training options."""
+    spec: str  # as written: FAMILY:SIZE[:KEY=VALUE...]
+    family: str
+    size: str
+    options: dict  # keyword arguments for sesame.pretrain
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^\w.=+-]+", "-", self.spec.replace(":", "-"))
+
+
+@dataclass
+class Task:
+    """A labeled train/dev pair."""
+    name: str
+    train: str
+    dev: str
+    text_column: str = "text"
+    label_column: str = "label"
+
+
+def _recipe_defaults() -> dict:
+    """Every option a recipe may name, with its default: sesame.pretrain's parameters and TrainConfig's fields."""
+    defaults = {name: p.default for name, p in inspect.signature(api.pretrain).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    defaults.update({f.name: f.default for f in fields(TrainConfig)})
+    return {k: v for k, v in defaults.items() if k not in RESERVED}
+
+
+def _typed(spec: str, key: str, text: str, default: object) -> object:
+    """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    if isinstance(default, float) and type(value) is int:
+        value = float(value)
+    if default is not None and type(value) is not type(default):
+        raise SesameError(f"--approaches {spec}: {key}={text} should be a {type(default).__name__}, "
+                          f"like the default {key}={json.dumps(default)}")
+    return value
+
+
+def parse_approach(spec: str) -> Approach:
+    """``FAMILY:SIZE[:KEY=VALUE...]``: KEY is a ``sesame.pretrain`` option or a TrainConfig field (e.g.
+    ``seq_len``, ``lr``, ``accumulate``), or else an option of the family's objective (e.g. ``masking``)."""
+    parts = spec.split(":")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise SesameError(f"--approaches {spec!r}: write FAMILY:SIZE[:KEY=VALUE...], e.g. bert:mini or "
+                          "roberta:mini:accumulate=4")
+    family, size, *items = parts
+    try:
+        fam = get_family(family)
+        get_size(size)
+    except SesameError as err:
+        raise SesameError(f"--approaches {spec}: {err}") from None
+    known, options, objective = _recipe_defaults(), {}, {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key or key in options or key in objective:
+            raise SesameError(f"--approaches {spec}: {item!r} should be KEY=VALUE, each KEY once, e.g. lr=1e-3")
+        if key in RESERVED:
+            raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
+                              "(--minutes, --max-steps, --seed, --corpus, --valid)")
+        if key in known:
+            options[key] = _typed(spec, key, text, known[key])
+        else:  # the objective checks these when pre-training starts
+            objective[key] = _typed(spec, key, text, None)
+    try:
+        train = {f.name for f in fields(TrainConfig)}
+        TrainConfig(**{**fam.recipe, **{k: v for k, v in options.items() if k in train}}).validate()
+    except SesameError as err:
+        raise SesameError(f"--approaches {spec}: {err}") from None
+    return Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})})
+
+
+def resolve_tasks(specs: Sequence[str], data: str) -> list[Task]:
+    """Tasks from built-in names (resolved against ``data``) or JSON files holding one task object or a
+    list of them: ``{"name", "train", "dev", "text_column", "label_column"}``, paths relative to the file."""
+    tasks = []
+    for spec in specs:
+        if spec in SHORTCUTS:
+            train, dev, text, label = SHORTCUTS[spec]
+            tasks.append(Task(spec, str(Path(data) / train), str(Path(data) / dev), text, label))
+            continue
+        path = Path(spec)
+        if not path.is_file():
+            raise SesameError(f"--tasks {spec}: neither a built-in task ({', '.join(SHORTCUTS)}) nor a JSON task "
+                              "file; give one of those names or a file like "
+                              '{"name": "mine", "train": "train.csv", "dev": "dev.csv"}')
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SesameError(f"--tasks {spec}: not valid JSON ({err})") from None
+        for entry in entries if isinstance(entries, list) else [entries]:
+            names = {f.name for f in fields(Task)}
+            if not isinstance(entry, dict) or not {"name", "train", "dev"} <= set(entry) or set(entry) - names:
+                raise SesameError(f"--tasks {spec}: each task is an object with name, train, dev and optionally "
+                                  "text_column, label_column")
+            relative = {k: str(path.parent / entry[k]) for k in ("train", "dev")}
+            tasks.append(Task(**{**entry, **relative}))
+    for task in tasks:
+        _check_task(task)
+    names = [t.name for t in tasks]
+    for name in names:
+        if names.count(name) > 1 or name == "pretrain" or not re.fullmatch(r"[A-Za-z0-9][\w-]*", name):
+            raise SesameError(f"--tasks: task name {name!r} must be unique, not 'pretrain', and use only letters, "
+                              "digits, _ and -")
+    return tasks
+
+
+def _check_task(task: Task) -> None:
+    """Read both files now, so a bad column or label fails before any training."""
+    hint = f" (task {task.name}; check --data)" if task.name in SHORTCUTS else f" (task {task.name})"
+    for path in (task.train, task.dev):
+        if not Path(path).is_file():
+            raise SesameError(f"--tasks: {path}: no such file{hint}")
+    _, train = read_columns(task.train, task.text_column, task.label_column)
+    _, dev = read_columns(task.dev, task.text_column, task.label_column)
+    if len(set(train)) < 2:
+        raise SesameError(f"{task.train}: column {task.label_column!r} has only one label; a classifier needs two")
+    if set(dev) - set(train):
+        raise SesameError(f"{task.dev}: labels {sorted(set(dev) - set(train))[:5]} never occur in {task.train}")
+
+
+# -- cells -----------------------------------------------------------------------------------------
+
+def _say(where: str, name: str, record: dict, reused: bool) -> None:
+    what = (f"dev accuracy {record['dev']['accuracy']:.4f}" if "dev" in record
+            else f"{record['steps']:,} steps, {record['tokens']:,} tokens")
+    print(f"{where:<10} {name:<36} {what} in {_duration(record['seconds'])}{'  (reused)' if reused else ''}",
+          file=sys.stderr, flush=True)
+
+
+def _cell(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict, bool]:
+    """(record, reused): the record of a finished cell made with ``settings``, or of ``work(resume)`` run now.
+
+    An unfinished cell resumes when it holds a run with a checkpoint; otherwise it starts afresh.
+    """
+    settings = json.loads(json.dumps(settings))
+    if (run / RECORD).is_file():
+        record = read_json(run / RECORD)
+        changed = sorted(k for k in settings.keys() | record["settings"].keys()
+                         if settings.get(k) != record["settings"].get(k))
+        if changed:
+            raise SesameError(f"{run}: made with other settings ({', '.join(changed)}); choose another --out, "
+                              f"or delete {run} to redo it")
+        return record, True
+    resume = (run / "config.json").is_file() and checkpoint_dir(run) is not None
+    if not resume:
+        shutil.rmtree(run, ignore_errors=True)
+    try:
+        record = {"settings": settings, **work(resume)}
+    except Interrupted:
+        raise Interrupted(f"{run}: interrupted; it is saved, run the same command again to continue") from None
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / RECORD, record)
+    return record, False
+
+
+def _state(run: Path) -> dict:
+    return read_json(checkpoint_dir(run) / "trainer_state.json")
+
+
+def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str] | None, minutes: float,
+              max_steps: int | None, seed: int, progress: bool) -> tuple[dict, bool]:
+    def work(resume: bool) -> dict:
+        try:
+            api.pretrain(corpus, str(run), family=approach.family, size=approach.size, valid=valid, resume=resume,
+                         progress=progress, max_minutes=minutes, max_steps=max_steps or NO_STEP_CAP, seed=seed,
+                         **approach.options)
+        except SesameError as err:
+            raise SesameError(f"--approaches {approach.spec}: {err}") from None
+        state, config = _state(run), read_json(run / "config.json")
+        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config["seq_len"],
+                "seconds": round(state["elapsed"], 3)}
+
+    settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": minutes,
+                "max_steps": max_steps, "seed": seed}
+    return _cell(run, settings, work)
+
+
+def _finetune(base: str, run: Path, task: Task, origin: dict, options: dict, tokenizer: str | None,
+              progress: bool) -> tuple[dict, bool]:
+    """Fine-tune ``base``; ``origin`` (the records it depends on) is part of the cell's settings."""
+    def work(resume: bool) -> dict:
+        dev = api.finetune(base, task.train, task.dev, str(run), text_column=task.text_column,
+                           label_column=task.label_column, tokenizer=tokenizer, resume=resume, progress=progress,
+                           **options)
+        model = api.load(run)
+        return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
+                "seconds": round(_state(run)["elapsed"], 3), "train": _scores(model.evaluate(task.train)),
+                "dev": _scores(dev)}
+
+    return _cell(run, {"from": origin, "task": asdict(task), **options}, work)
+
+
+def _scores(report: dict) -> dict:
+    return {"accuracy": round(report["accuracy"], 6), "macro_f1": round(report["macro_f1"], 6)}
+
+
+def tfidf_baseline(task: Task, seed: int = 0) -> dict:
+    """TF-IDF word 1–2-grams and character 2–5-grams (within words) → logistic regression.
+
+    The inverse regularisation C is the one of ``C_GRID`` with the best dev accuracy (the smallest on
+    ties), so the dev score is slightly optimistic. Returns parameters (coefficients), C, seconds, and
+    train and dev accuracy and macro-F1.
+    """
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import FeatureUnion
+
+    started = time.time()
+    train_texts, train_labels = read_columns(task.train, task.text_column, task.label_column)
+    dev_texts, dev_labels = read_columns(task.dev, task.text_column, task.label_column)
+    labels = sorted(set(train_labels))
+    y_train, y_dev = ([labels.index(y) for y in ys] for ys in (train_labels, dev_labels))
+    features = FeatureUnion([
+        ("word", TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)),
+        ("char", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True))])
+    x_train = features.fit_transform(train_texts)
+    x_dev = features.transform(dev_texts)
+    fits = [LogisticRegression(C=c, max_iter=3000, random_state=seed).fit(x_train, y_train) for c in C_GRID]
+    best = max(fits, key=lambda model: model.score(x_dev, y_dev))
+    return {"parameters": int(best.coef_.size + best.intercept_.size), "C": best.C,
+            "seconds": round(time.time() - started, 3),
+            "train": _scores(classification_report(y_train, best.predict(x_train).tolist(), labels)),
+            "dev": _scores(classification_report(y_dev, best.predict(x_dev).tolist(), labels))}
+
+
+# -- the whole comparison --------------------------------------------------------------------------
+
+def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[str], out: str, minutes: float,
+            valid: Sequence[str] | None = None, data: str = "../shared/data", epochs: int = 3, lr: float = 2e-4,
+            batch_size: int = 32, max_length: int = 128, seed: int = 0, max_steps: int | None = None,
+            progress: bool = True) -> list[dict]:
+    """Pre-train every approach on ``corpus`` for ``minutes`` of wall time each (``max_steps`` caps the steps
+    too, for quick checks), fine-tune each and its from-scratch twin on every task with the same settings,
+    add the TF-IDF baseline, and write ``results.{md,csv,json,png}`` in ``out``. Returns the table's rows.
+
+    ``approaches``: ``FAMILY:SIZE[:KEY=VALUE...]`` (see :func:`parse_approach`); ``tasks``: built-in names
+    (``airline``, ``sst2``, found under ``data``) or JSON task files (see :func:`resolve_tasks`). The
+    fine-tuning defaults (lr 2e-4, 3 epochs) suit the small sizes; every row uses the same ones.
+    """
+    plan = [parse_approach(spec) for spec in approaches]
+    slugs = [a.slug for a in plan]
+    if not plan or len(set(slugs)) < len(slugs):
+        raise SesameError("--approaches: give at least one approach, each once")
+    for flag, bad in (("--minutes", minutes <= 0), ("--epochs", epochs <= 0), ("--max-steps", (max_steps or 1) <= 0)):
+        if bad:
+            raise SesameError(f"{flag}: must be positive")
+    resolve_sources(corpus, "--corpus")
+    if valid:
+        resolve_sources(valid, "--valid")
+    task_list = resolve_tasks(tasks, data)
+    command = shlex.join(["sesame", "compare", "--approaches", *approaches, "--corpus", *corpus,
+                          *(["--valid", *valid] if valid else []), "--tasks", *tasks, "--data", data, "--out", str(out),
+                          "--minutes", f"{minutes:g}", *(["--max-steps", str(max_steps)] if max_steps else []),
+                          "--epochs", str(epochs), "--lr", f"{lr:g}", "--batch-size", str(batch_size),
+                          "--max-length", str(max_length), "--seed", str(seed)])
+    out = Path(out)
+    corpus_paths = [str(Path(p).resolve()) for p in corpus]
+    valid_paths = [str(Path(p).resolve()) for p in valid] if valid else None
+    pretrained = {}
+    for a in plan:
+        pretrained[a.spec], reused = _pretrain(a, out / "pretrain" / a.slug, corpus_paths, valid_paths, minutes,
+                                               max_steps, seed, progress)
+        _say("pretrain", a.spec, pretrained[a.spec], reused)
+    options = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "max_length": max_length, "seed": seed}
+    scratch: dict[str, Approach] = {}  # one per family and size, with the first such approach's tokenizer
+    for a in plan:
+        scratch.setdefault(f"scratch:{a.family}:{a.size}", a)
+    no_pretraining = {"seconds": 0, "tokens": 0}
+    rows = []
+
+    def add(task: Task, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict) -> None:
+        rows.append({"task": task.name, "approach": name, "kind": kind, "parameters": record["parameters"],
+                     "pretrain_seconds": pre["seconds"], "pretrain_tokens": pre["tokens"],
+                     "finetune_epochs": record.get("epochs"), "finetune_seconds": record["seconds"],
+                     "train_accuracy": record["train"]["accuracy"], "dev_accuracy": record["dev"]["accuracy"],
+                     "dev_macro_f1": record["dev"]["macro_f1"], "run": f"{task.name}/{slug}",
+                     **({"C": record["C"]} if "C" in record else {})})
+        _say(task.name, name, record, reused)
+
+    for task in task_list:
+        for a in plan:
+            add(task, a.spec, "pretrained", a.slug, *_finetune(
+                str(out / "pretrain" / a.slug), out / task.name / a.slug, task, pretrained[a.spec], options, None,
+                progress), pretrained[a.spec])
+        for name, a in scratch.items():
+            slug = f"scratch-{a.family}-{a.size}"
+            add(task, name, "scratch", slug, *_finetune(
+                name, out / task.name / slug, task, {"scratch": name, "tokenizer": pretrained[a.spec]}, options,
+                str(out / "pretrain" / a.slug), progress), no_pretraining)
+        add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *_cell(
+            out / task.name / "tfidf", {"task": asdict(task), "grid": C_GRID, "seed": seed},
+            lambda resume: tfidf_baseline(task, seed)), no_pretraining)
+    _write_results(out, rows, task_list, command, minutes, options)
+    return rows
+
+
+# -- outputs ---------------------------------------------------------------------------------------
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def _count(n: int) -> str:
+    for unit, name in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= unit:
+            return f"{n / unit:.1f}{name}"
+    return str(n)
+
+
+def _cells(row: dict) -> list[str]:
+    pre = row["pretrain_seconds"]
+    return [row["approach"], row["kind"], _count(row["parameters"]), _duration(pre) if pre else "—",
+            _count(row["pretrain_tokens"]) if pre else "—", str(row["finetune_epochs"] or "—"),
+            _duration(row["finetune_seconds"]), *(f"{row[k]:.4f}" for k in ("train_accuracy", "dev_accuracy",
+                                                                            "dev_macro_f1"))]
+
+
+def _write_results(out: Path, rows: list[dict], tasks: list[Task], command: str, minutes: float,
+                  options: dict) -> None:
+    """results.json (command and rows), results.csv, results.md (a table per task) and results.png."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "results.json", {"command": command, "rows": rows})
+    with open(out / "results.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, ["task", *COLUMNS, "run"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["# sesame compare", "", "Made by:", "", "```bash", command, "```", "",
+             f"- Pre-training: {minutes:g} min of wall time per approach on the same corpus (tokenizer, data "
+             "preparation and training); pre-training tokens = steps × batch × sequence length.",
+             f"- Fine-tuning, the same for every row: epochs {options['epochs']}, lr {options['lr']:g}, batch "
+             f"{options['batch_size']}, max length {options['max_length']}, seed {options['seed']}; the epoch with "
+             "the best dev accuracy is kept.",
+             "- `scratch:` rows: the same architecture from random weights, with the approach's tokenizer.",
+             "- The TF-IDF row: logistic regression on word 1–2-gram and character 2–5-gram TF-IDF features, its C "
+             "picked on dev. Like the best epoch above, that makes its dev score slightly optimistic."]
+    for task in tasks:
+        mine = [r for r in rows if r["task"] == task.name]
+        lines += ["", f"## {task.name}", "",
+                  f"`{task.train}` → `{task.dev}`, {task.text_column} → {task.label_column}; TF-IDF C = "
+                  f"{next(r['C'] for r in mine if r['kind'] == 'tf-idf'):g}.", "",
+                  "| " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(_cells(r)) + " |" for r in mine]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    _chart(rows, [t.name for t in tasks], out / "results.png")
+
+
+def _chart(rows: list[dict], tasks: list[str], path: Path) -> None:
+    """Dev accuracy per approach, one panel per task; baselines hatched, TF-IDF's score a dashed line."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    per_task = max(sum(r["task"] == t for r in rows) for t in tasks)
+    fig = Figure(figsize=(8, 1.2 + len(tasks) * (0.8 + 0.35 * per_task)), layout="constrained")
+    for ax, task in zip(fig.subplots(len(tasks), 1, squeeze=False)[:, 0], tasks):
+        mine = [r for r in rows if r["task"] == task]
+        for i, r in enumerate(mine):
+            colour, hatch = KINDS[r["kind"]]
+            ax.barh(i, r["dev_accuracy"], color=colour, hatch=hatch, edgecolor="#333333")
+            ax.text(r["dev_accuracy"], i, f" {r['dev_accuracy']:.3f}", va="center", fontsize=8)
+            if r["kind"] == "tf-idf":
+                ax.axvline(r["dev_accuracy"], color=colour, linestyle="--", linewidth=1)
+        ax.set_yticks(range(len(mine)), [r["approach"] for r in mine])
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1.1)
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("dev accuracy", fontsize=8)
+        ax.tick_params(labelsize=8)
+    fig.legend(handles=[Patch(facecolor=c, hatch=h, edgecolor="#333333", label=k) for k, (c, h) in KINDS.items()],
+               loc="outside lower center", ncols=len(KINDS), fontsize=8)
+    fig.savefig(path, dpi=120)
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``compare`` to the ``sesame`` subcommands."""
+    default = {name: param.default for name, param in inspect.signature(compare).parameters.items()}
+    p = subparsers.add_parser("compare", help="pre-training approaches at equal compute, against baselines")
+    p.add_argument("--approaches", nargs="+", required=True, metavar="FAMILY:SIZE[:KEY=VALUE...]",
+                   help="e.g. bert:mini roberta:mini:accumulate=4; KEY: a pretrain option or objective option")
+    p.add_argument("--corpus", nargs="+", required=True, help="pre-training text files or folders, shared by all")
+    p.add_argument("--valid", nargs="+", help="validation text (default: the corpus's last 1%%)")
+    p.add_argument("--tasks", nargs="+", required=True,
+                   help=f"built-in ({', '.join(SHORTCUTS)}, under --data) or JSON files "
+                        '{"name", "train", "dev", "text_column", "label_column"}')
+    p.add_argument("--data", default=default["data"], help="where the built-in tasks live (default %(default)s)")
+    p.add_argument("--out", required=True, help="directory of the cells and results; rerun to resume")
+    p.add_argument("--minutes", type=float, required=True, help="pre-training wall-time budget per approach")
+    p.add_argument("--max-steps", type=int, help="also stop pre-training at this many steps (quick checks)")
+    for flag, kind, what in (("epochs", int, "epochs"), ("lr", float, "learning rate"),
+                             ("batch_size", int, "batch size"), ("max_length", int, "tokens per text")):
+        p.add_argument("--" + flag.replace("_", "-"), type=kind, default=default[flag],
+                       help=f"fine-tuning {what}, the same for every row (default %(default)s)")
+    p.add_argument("--seed", type=int, default=default["seed"])
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    return p
+
+
+def run(args: argparse.Namespace) -> None:
+    """``sesame compare``: run the comparison, then print the rows (``--json``) or where the tables went."""
+    rows = compare(args.approaches, args.corpus, args.tasks, args.out, args.minutes, valid=args.valid, data=args.data,
+                   epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                   seed=args.seed, max_steps=args.max_steps, progress=not getattr(args, "no_progress", False))
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        print(f"wrote {Path(args.out) / 'results.md'} (and .csv, .json, .png)")
