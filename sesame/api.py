@@ -28,7 +28,7 @@ from .objectives import OBJECTIVES, Objective, build_objective, objective_option
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
 from .tasks.classify import POOLINGS, Classifier, bucketed_batches, collate, steps_per_epoch
 from .tokenizer import TextTokenizer, train_tokenizer
-from .train import TrainConfig, Trainer
+from .train import TrainConfig, Trainer, recipes
 from .train.checkpoint import load_weights, read_json, write_json
 from .train.trainer import all_sum, loss_counts, loss_parts, world
 
@@ -368,11 +368,14 @@ def _probabilities(model: Classifier, ids: list[list[int]], pad_id: int) -> torc
 def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", text_column: str = "text",
              label_column: str = "label", tokenizer: str | None = None, max_length: int = 128, epochs: int = 3,
              dropout: float = 0.1, resume: bool = False, progress: bool = True, pooling: str | None = None,
-             **train_options) -> dict:
+             discriminative: float = 1.0, gradual_unfreezing: bool = False, **train_options) -> dict:
     """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) as a text classifier.
 
     ``pooling`` (``cls``, ``last`` or ``mean``; default: the family's) picks the representation the
-    head reads. Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
+    head reads. ULMFiT's recipes (Howard & Ruder 2018, §3.2): ``discriminative`` = 2.6 divides the
+    learning rate by 2.6 per layer group down from the head; ``gradual_unfreezing`` trains the head
+    alone in the first epoch and unfreezes one more group (top down) each epoch; slanted triangular
+    rates are ``schedule="stlr"``. Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
     Training options are :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT
     (lr 5e-5, batch 32, warmup 10%). Returns the best dev metrics.
     """
@@ -383,6 +386,11 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         raise SesameError(f"--task {task!r}: only 'classify' is available so far")
     if epochs <= 0:
         raise SesameError(f"--epochs {epochs}: must be positive")
+    if discriminative < 1:
+        raise SesameError(f"--discriminative {discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
+    if gradual_unfreezing and world()[1] > 1:
+        raise SesameError("--gradual-unfreezing: not supported under torchrun (DistributedDataParallel fixes the "
+                          "trainable parameters when it starts); run it in one process")
     if pooling is not None and pooling not in POOLINGS:
         raise SesameError(f"--pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
     if not 8 <= max_length <= 4096:
@@ -409,6 +417,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
             "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
             "pooling": pooling or base_config["pooling"], "model": base_config["model"], "base": base,
             "max_length": max_length, "text_column": text_column, "label_column": label_column,
+            "recipe": {"discriminative": discriminative, "gradual_unfreezing": gradual_unfreezing},
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
 
     with _claimed_run(out, "classifier", resume, setup) as run:
@@ -435,7 +444,11 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
             return [collate([train_ids[i] for i in mine[j: j + per_micro]], tok.specials.pad,
                             [train_gold[i] for i in mine[j: j + per_micro]]) for j in range(0, len(mine), per_micro)]
 
+        groups = recipes.layer_groups(model, model.backbone)
+        rates = recipes.discriminative_param_groups(groups, cfg.lr, cfg.weight_decay, discriminative)
+        unfreeze = (lambda step: recipes.gradual_unfreezing(groups, step // per_epoch)) if gradual_unfreezing else None
         trainer = Trainer(model, run, cfg, batches, select="accuracy", started=started, progress=progress,
+                          param_groups=rates if discriminative != 1 else None, before_step=unfreeze,
                           evaluate=lambda m: _classifier_eval(m, dev_ids, dev_gold, labels, tok.specials.pad))
         return trainer.fit(resume=resume)
 

@@ -13,6 +13,7 @@ from .errors import SesameError
 from .families import FAMILIES, SIZES
 from .tokenizer import KINDS
 from .train import Interrupted, TrainConfig
+from .train.trainer import SCHEDULES
 
 TRAIN_HELP = {
     "lr": "peak learning rate", "weight_decay": "AdamW weight decay (not on biases and norms)",
@@ -20,14 +21,21 @@ TRAIN_HELP = {
     "accumulate": "micro-batches per step", "clip": "max gradient norm (0 = off)",
     "max_steps": "step budget", "max_minutes": "wall-time budget for the whole command",
     "eval_every": "validate every N steps", "save_every": "checkpoint every N steps", "seed": "random seed",
+    "schedule": "learning-rate schedule: linear (warmup, then down to 0; BERT) or stlr (slanted triangular, "
+                "ULMFiT: --warmup is its cut_frac)",
+    "stlr_ratio": "stlr: peak / lowest learning rate (32 in ULMFiT)",
 }
 
 
 def _add_train_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training (defaults: sesame.train.TrainConfig)")
     for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "str":
+            g.add_argument(flag, choices=SCHEDULES, default=None, help=TRAIN_HELP[f.name])
+            continue
         kind = int if f.type in ("int", "int | None") else float
-        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=None, help=TRAIN_HELP[f.name])
+        g.add_argument(flag, type=kind, default=None, help=TRAIN_HELP[f.name])
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
 
@@ -113,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--discriminative", type=float, default=1.0, metavar="FACTOR",
+                   help="ULMFiT's discriminative rates: each layer's lr is the next one up's / FACTOR (2.6 in the "
+                        "paper; the head gets --lr); default 1: one rate for all")
+    p.add_argument("--gradual-unfreezing", action="store_true",
+                   help="ULMFiT: train only the head in epoch 1, then unfreeze one more layer group per epoch")
     p.add_argument("--pooling", choices=["cls", "last", "mean"],
                    help="what the head reads: the first token through a tanh pooler, the last real token, or the "
                         "mean over real tokens (default: the family's: cls for encoders, last for decoders)")
@@ -185,7 +198,8 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "finetune":
         metrics = api.finetune(args.base, args.train, args.dev, args.out, args.task, args.text_column,
                                args.label_column, args.tokenizer, args.max_length, args.epochs, args.dropout,
-                               args.resume, progress, pooling=args.pooling, **_train_options(args))
+                               args.resume, progress, pooling=args.pooling, discriminative=args.discriminative,
+                               gradual_unfreezing=args.gradual_unfreezing, **_train_options(args))
         _print_metrics(metrics, args.json)
     elif args.command == "compare":
         compare.run(args)

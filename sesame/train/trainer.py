@@ -24,13 +24,16 @@ from tqdm.auto import tqdm
 
 from ..errors import SesameError
 from .checkpoint import checkpoint_dir, load_optimizer, load_weights, read_json, save_checkpoint, save_weights
-from .optim import adamw, linear_warmup_decay
+from .optim import adamw, linear_warmup_decay, slanted_triangular
 
 Batch = dict[str, torch.Tensor]
 
 
 class Interrupted(Exception):
     """Raised after Ctrl-C once the finished steps are saved."""
+
+
+SCHEDULES = ("linear", "stlr")
 
 
 @dataclass
@@ -46,6 +49,8 @@ class TrainConfig:
     eval_every: int = 200
     save_every: int = 200
     seed: int = 0
+    schedule: str = "linear"  # linear: warmup, then down to 0 (BERT) | stlr: ULMFiT's slanted triangle
+    stlr_ratio: float = 32.0  # stlr: how much smaller the lowest rate is than the peak (warmup = cut_frac)
 
     def validate(self) -> None:
         checks = [
@@ -58,10 +63,19 @@ class TrainConfig:
              "must be positive and divide --batch-size"),
             (not 0 <= self.warmup < 1, "--warmup", "is a fraction of the run in [0, 1)"),
             (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
+            (self.schedule not in SCHEDULES, "--schedule", f"choose one of {', '.join(SCHEDULES)}"),
+            (self.schedule == "stlr" and not (self.warmup > 0 and self.stlr_ratio >= 1), "--schedule stlr",
+             "needs --warmup (its cut_frac) above 0 and --stlr-ratio of at least 1"),
         ]
         for bad, flag, what in checks:
             if bad:
                 raise SesameError(f"{flag}: {what}")
+
+    def rate(self, progress: float) -> float:
+        """The learning-rate multiplier at ``progress`` ∈ [0, 1] of the run."""
+        if self.schedule == "stlr":
+            return slanted_triangular(progress, self.warmup, self.stlr_ratio)
+        return linear_warmup_decay(progress, self.warmup)
 
 
 def world() -> tuple[int, int]:
@@ -103,7 +117,9 @@ class Trainer:
     ``batches(step, progress)`` returns this process's micro-batches for a step (``progress``: the
     fraction of the budget spent, for schedules of the data such as BERT's two sequence lengths);
     each is a dict with a ``targets`` tensor and ``model(batch)`` returns the summed loss over those
-    targets. A model with several losses names them in ``part_names`` (weights in ``part_weights``),
+    targets. ``param_groups`` replace the default AdamW groups (each may carry its own ``base_lr``,
+    which the schedule scales); ``before_step(step)`` runs before each step (gradual unfreezing).
+    A model with several losses names them in ``part_names`` (weights in ``part_weights``),
     returns a dict of summed losses, and each batch counts their terms in ``batch["counts"]``; the
     step minimises Σ weight · (global sum / global count). A model with a ``set_progress(fraction)``
     method is told the progress before each step.
@@ -114,14 +130,15 @@ class Trainer:
 
     def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int, float], list[Batch]],
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
-                 started: float | None = None, progress: bool = True):
+                 started: float | None = None, progress: bool = True, param_groups: list[dict] | None = None,
+                 before_step: Callable[[int], None] | None = None):
         config.validate()
         self.model, self.run, self.config = model, Path(run), config
-        self.batches, self.evaluate, self.select = batches, evaluate, select
+        self.batches, self.evaluate, self.select, self.before_step = batches, evaluate, select, before_step
         self.started = started if started is not None else time.time()
         self.progress = progress
         self.rank, self.world = world()
-        self.optimizer = adamw(model, config.lr, config.weight_decay)
+        self.optimizer = adamw(param_groups or model, config.lr, config.weight_decay)
         self.step, self.elapsed_before = 0, 0.0
         self.setup_seconds = 0.0  # of the budget, spent before the first step
         self.best: dict = {}  # dev metrics of the selected weights
@@ -216,13 +233,15 @@ class Trainer:
         progress = self.progress_fraction(all_sum([self.elapsed()])[0] / self.world)
         if hasattr(self.model, "set_progress"):
             self.model.set_progress(progress)
+        if self.before_step is not None:
+            self.before_step(self.step)
         micro = self.batches(self.step, progress)
         names = getattr(self.model, "part_names", ()) or ("loss",)
         totals = all_sum([float(sum(loss_counts(b)[name] for b in micro)) for name in names])  # global counts
         scale = {name: getattr(self.model, "part_weights", {}).get(name, 1.0) * self.world / max(1.0, total)
                  for name, total in zip(names, totals)}
         for group in self.optimizer.param_groups:
-            group["lr"] = c.lr * linear_warmup_decay(progress, c.warmup)
+            group["lr"] = group.get("base_lr", c.lr) * c.rate(progress)
         loss_sum, tokens = 0.0, 0
         for i, batch in enumerate(micro):
             sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()

@@ -1,0 +1,81 @@
+"""ULMFiT's fine-tuning recipes (Howard & Ruder 2018, §3.2) over a model's layer groups: discriminative
+learning rates and gradual unfreezing. Slanted triangular rates live with the other schedules, in
+:mod:`sesame.train.optim`.
+
+Layer groups run bottom to top: the backbone's embeddings, one group per Transformer layer, then the
+task head. Frozen parameters stay in the optimizer's groups; AdamW skips a parameter whose ``.grad``
+is None, so it neither moves nor decays.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from ..models import Transformer
+
+
+def layer_groups(model: nn.Module, backbone: Transformer) -> list[list[nn.Parameter]]:
+    """``model``'s parameters in ``backbone.config.layers`` + 2 groups, bottom to top: group 0 holds the
+    embeddings (``embed`` and ``project``), group l ≥ 1 holds layer l (``attention[l - 1]`` and
+    ``feed_forward[l - 1]``; the top layer also ``final_norm``), and the last group everything outside
+    the backbone (the task head: pooler, classifier...).
+
+    Each parameter is listed once. A sublayer that ALBERT shares across layers (Lan et al. 2020, §3.1)
+    belongs to the top layer's group alone, so with ``sharing="all"`` the lower layers' groups are
+    empty; they keep their place, so group l is always depth l."""
+    n = backbone.config.layers
+    depth: dict[int, int] = {}  # id(parameter) → its group
+
+    def place(module: nn.Module | None, group: int) -> None:
+        if module is not None:
+            for p in module.parameters():
+                depth.setdefault(id(p), group)
+
+    place(backbone.embed, 0)
+    place(backbone.project, 0)
+    for stack in (backbone.attention, backbone.feed_forward):
+        for i, sublayer in enumerate(stack):
+            place(sublayer, n if len(stack) < n else i + 1)
+    place(backbone.final_norm, n)
+    missing = [name for name, p in backbone.named_parameters() if id(p) not in depth]
+    if missing:
+        raise ValueError(f"layer_groups: no layer for the backbone's {', '.join(missing)}")
+    groups: list[list[nn.Parameter]] = [[] for _ in range(n + 2)]
+    for p in model.parameters():
+        groups[depth.get(id(p), n + 1)].append(p)
+    return groups
+
+
+def discriminative_param_groups(groups: list[list[nn.Parameter]], lr: float, weight_decay: float,
+                                factor: float = 2.6) -> list[dict]:
+    """AdamW parameter groups with discriminative fine-tuning (ULMFiT §3.2, eq. 2: η^{l−1} = η^l / 2.6):
+    layer group g of G trains at ``lr / factor**(G − 1 − g)``, so the top group (the head) at ``lr``;
+    ``factor`` = 1 gives every group ``lr``. This is also the layer-wise decay η·decay^(L−l) of ELECTRA
+    (Clark et al. 2020) with decay = 1/factor, whose released code sets its head two steps above the top
+    layer where ULMFiT and this function set it one.
+
+    Each layer group is split as :func:`~sesame.train.optim.adamw` splits a model: tensors with ndim ≥ 2
+    decay, the rest (biases, norms) do not. Every dict carries its ``lr`` and the same value as
+    ``base_lr``, which the schedule multiplies; empty groups are left out."""
+    top = len(groups) - 1
+    param_groups = []
+    for g, params in enumerate(groups):
+        rate = lr / factor ** (top - g)
+        for decay, chosen in ((weight_decay, [p for p in params if p.ndim >= 2]),
+                              (0.0, [p for p in params if p.ndim < 2])):
+            if chosen:
+                param_groups.append({"params": chosen, "lr": rate, "base_lr": rate, "weight_decay": decay})
+    return param_groups
+
+
+def gradual_unfreezing(groups: list[list[nn.Parameter]], epoch: int) -> int:
+    """Gradual unfreezing (ULMFiT §3.2): in epoch ``epoch`` (from 0) the top ``epoch + 1`` layer groups
+    train and the others are frozen (``requires_grad`` False), so the head trains alone first and one
+    more group joins each epoch until all train. Returns the number of trainable parameter elements.
+
+    With ALBERT's sharing some groups are empty (see :func:`layer_groups`): their epochs unfreeze
+    nothing new, and the schedule stays that of the unshared model."""
+    first = len(groups) - 1 - epoch
+    for g, params in enumerate(groups):
+        for p in params:
+            p.requires_grad_(g >= first)
+    return sum(p.numel() for params in groups[max(0, first):] for p in params)
