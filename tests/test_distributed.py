@@ -135,6 +135,7 @@ def assert_written_once(run: Path) -> None:
 @pytest.mark.parametrize("family, kind, extra", [
     ("bert", "wordpiece", {}),
     ("gpt", "bpe", {"accumulate": 2}),  # 2 processes × 2 micro-batches: exercises DDP's no_sync too
+    ("electra", "wordpiece", {}),  # sampled replacements too are a function of the example alone
 ])
 def test_two_processes_train_like_one(family, kind, extra, prepared, tmp_path):
     single, multi = tmp_path / "A", tmp_path / "B"

@@ -60,7 +60,7 @@ def test_labels_mark_exactly_the_replaced_tokens():
     rows = windows(16)
     rows[:, ::2] = 7  # half the originals are 7: sampling 7 there leaves them original
     batch = batch_of(obj, rows)
-    samples = obj.sample(obj.predict(batch), batch["seeds"])
+    samples = obj.sample(obj.predict(batch), batch)
     assert (samples == 7).all()
     ids, labels = obj.corrupt(batch, samples)
     original = batch["ids"].flatten().index_put((batch["positions"],), batch["targets"]).view_as(ids)
@@ -74,9 +74,13 @@ def test_sampling_is_repeatable_and_follows_the_seeds():
     obj = electra()
     batch = batch_of(obj, windows())
     predicted = obj.predict(batch)
-    first = obj.sample(predicted, batch["seeds"])
-    assert torch.equal(first, obj.sample(predicted, batch["seeds"]))
-    assert not torch.equal(first, obj.sample(predicted, batch["seeds"] + 1))
+    first = obj.sample(predicted, batch)
+    assert torch.equal(first, obj.sample(predicted, batch))
+    assert not torch.equal(first, obj.sample(predicted, {**batch, "seeds": batch["seeds"] + 1}))
+    # an example draws the same replacements alone as in the batch
+    alone = batch_of(obj, windows()[2:3], first=2)
+    mine = (batch["positions"] // batch["ids"].shape[1]) == 2
+    assert torch.equal(obj.sample(obj.predict(alone), alone), first[mine])
     first, second = obj(batch), obj(batch)
     assert all(torch.equal(first[k], second[k]) for k in first)
 
@@ -129,7 +133,7 @@ def test_no_gradient_through_sampling_and_lambda_weighting():
     assert batch["counts"] == {"mlm": n_masked, "disc": n_positions}
     assert torch.isclose(loss, torch.tensor(mlm_mean + 50.0 * disc_mean), rtol=1e-5)
     assert torch.isclose(mlm_only, torch.tensor(mlm_mean), rtol=1e-5)
-    ids, labels = weighted.corrupt(batch, weighted.sample(weighted.predict(batch), batch["seeds"]))
+    ids, labels = weighted.corrupt(batch, weighted.sample(weighted.predict(batch), batch))
     disc, count = weighted.discriminate(ids, labels)
     assert count == n_positions
     assert torch.isclose(loss - mlm_only, 50.0 * disc / n_positions, rtol=1e-5)

@@ -33,7 +33,7 @@ from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
 from .base import Objective
 from .masking import mask_tokens
-from .projection import CHUNK_ELEMENTS, Workspace, linear_cross_entropy
+from .projection import Workspace, linear_cross_entropy
 
 
 def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConfig:
@@ -120,14 +120,16 @@ class Electra(Objective):
         return self.generator_head(hidden.flatten(0, 1).index_select(0, batch["positions"]))
 
     @torch.no_grad()
-    def sample(self, predicted: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-        """One token per row of ``predicted`` from G's softmax, chunk by chunk; the draws are a
-        function of the batch's ``seeds``, and no gradient flows through them."""
-        generator = torch.Generator(predicted.device).manual_seed(int(seeds.sum()))
+    def sample(self, predicted: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One token per row of ``predicted`` from G's softmax, row by row of the batch, each example's
+        draws from a generator seeded by its own ``seeds`` entry (so an example is corrupted the same
+        way however it is batched); no gradient flows through them."""
         weight = self.backbone.embed.tokens.weight
-        rows = max(1, CHUNK_ELEMENTS // weight.shape[0])
-        return torch.cat([torch.multinomial(torch.softmax(torch.addmm(self.generator_bias, h, weight.t()), 1), 1,
-                                            generator=generator).squeeze(1) for h in predicted.split(rows)])
+        per_example = torch.bincount(batch["positions"] // batch["ids"].shape[1], minlength=len(batch["seeds"]))
+        return torch.cat([
+            torch.multinomial(torch.softmax(torch.addmm(self.generator_bias, h, weight.t()), 1), 1,
+                              generator=torch.Generator(h.device).manual_seed(int(seed))).squeeze(1)
+            for h, seed in zip(predicted.split(per_example.tolist()), batch["seeds"])])
 
     def corrupt(self, batch: dict[str, torch.Tensor], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D's input: the masked positions filled with ``samples``, labels: 1.0 where it differs from the original)."""
@@ -153,6 +155,6 @@ class Electra(Objective):
             losses["mlm"] = linear_cross_entropy(predicted, self.backbone.embed.tokens.weight, batch["targets"],
                                                  self.generator_bias, workspace=self.workspace)
         if self.trains_discriminator:
-            ids, labels = self.corrupt(batch, self.sample(predicted, batch["seeds"]))
+            ids, labels = self.corrupt(batch, self.sample(predicted, batch))
             losses["disc"] = self.discriminate(ids, labels, batch.get("padding"))[0]
         return losses
