@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import time
@@ -112,7 +113,7 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
     cpu = platform.processor() or platform.machine()
     lrs = " ".join(f"{lr:g}" for lr in args.lrs)
     lines = [START, "## Foundation: pre-training and airline fine-tuning (issue: Foundation)", "",
-             f"Machine: {torch.get_num_threads()} threads, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
+             f"Machine: {os.cpu_count()} CPU cores, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
              "```bash", f"python scripts/real_data.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g} "
              f"--epochs {args.epochs} --lrs {lrs} --seeds {args.seeds} --pretrain-lr {args.pretrain_lr:g} "
              f"--warmup {args.warmup:g}", "```", "",
@@ -140,6 +141,16 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
         bpb = f"{test['bits_per_byte']:.3f}" if "bits_per_byte" in test else "n/a (masked LM)"
         lines.append(f"| {family} | {steps} | {pre.get('perplexity', float('nan')):.1f} | "
                      f"{test.get('perplexity', float('nan')):.1f} | {bpb} | {cells[0]} | {cells[1]} | {gain} |")
+    lines.append("")
+    for family in args.families:
+        a, b = results.get(f"{family}-airline-pretrained"), results.get(f"{family}-airline-scratch")
+        if a and b:
+            (ma, sa), (mb, sb) = mean_sd(a["accuracy"]), mean_sd(b["accuracy"])
+            gap, spread = 100 * (ma - mb), 100 * ((sa ** 2 + sb ** 2) / 2) ** 0.5
+            verdict = (f"pre-training wins by {gap:.1f} points, more than the seeds' spread ({spread:.1f})"
+                       if gap > spread else f"no clear win: the gap ({gap:+.1f} points) is within the seeds' "
+                       f"spread (pooled sd {spread:.1f})")
+            lines.append(f"- {family}: {verdict}.")
     lines += ["", "Accuracies in %. BERT's perplexities are masked-LM perplexities (exp of the loss at the 15%"
               " selected positions); GPT's are next-token perplexities. They are not comparable with each other,"
               " nor across tokenizers.",
