@@ -123,13 +123,18 @@ def generators(n: int, seed: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(seed + i) for i in range(n)]
 
 
+def sesame_backbone(cfg: BenchConfig, **style) -> Transformer:
+    """sesame's Transformer in the benchmark's shape; ``style`` picks BERT or GPT-2 (norm, segments, ...)."""
+    return Transformer(TransformerConfig(
+        vocab_size=cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+        intermediate=cfg.intermediate, max_positions=cfg.max_positions, dropout=cfg.dropout, **style))
+
+
 def mlm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
     """sesame ``MaskedLM`` and ``BertForMaskedLM`` on one masked batch."""
     torch.manual_seed(seed)
-    backbone = Transformer(TransformerConfig(
-        vocab_size=cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-        intermediate=cfg.intermediate, max_positions=cfg.max_positions, dropout=cfg.dropout,
-        type_vocab_size=2, causal=False, norm="post", embedding_norm=True, layer_norm_eps=1e-12))
+    backbone = sesame_backbone(cfg, type_vocab_size=2, causal=False, norm="post", embedding_norm=True,
+                               layer_norm_eps=1e-12)
     sesame = MaskedLM(backbone, BERT_SPECIALS).train()
     hf = BertForMaskedLM(BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
@@ -161,10 +166,8 @@ def mlm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
 def clm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
     """sesame ``CausalLM`` (GPT-2 family) and ``GPT2LMHeadModel`` on one batch of next-token targets."""
     torch.manual_seed(seed)
-    backbone = Transformer(TransformerConfig(
-        vocab_size=cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-        intermediate=cfg.intermediate, max_positions=cfg.max_positions, dropout=cfg.dropout,
-        type_vocab_size=0, causal=True, norm="pre", embedding_norm=False, layer_norm_eps=1e-5))
+    backbone = sesame_backbone(cfg, type_vocab_size=0, causal=True, norm="pre", embedding_norm=False,
+                               layer_norm_eps=1e-5)
     sesame = CausalLM(backbone, GPT2_SPECIALS).train()
     hf = GPT2LMHeadModel(GPT2Config(
         vocab_size=cfg.vocab_size, n_embd=cfg.hidden, n_layer=cfg.layers, n_head=cfg.heads,
