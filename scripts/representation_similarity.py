@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from sesame.api import _load_backbone
-from sesame.rundir import build_backbone, load_tokenizer, read_config
+from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tasks.classify import collate
 
 
@@ -26,9 +25,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=32)
     args = parser.parse_args()
     run = Path(args.model)
-    backbone = build_backbone(read_config(run, "--model", ("pretrained",)))
-    _load_backbone(backbone, run)
-    backbone.eval()
+    backbone = load_backbone(run)
     tok = load_tokenizer(run, "--model")
     lines = [l for l in Path(args.text).read_text().splitlines() if len(l.split()) > 5][: args.lines]
     batch = collate(tok.encode(lines, max_length=64), tok.specials.pad)

@@ -1,6 +1,6 @@
 """The high-level API: one function per stage, each a thin recipe over the library.
 
-``pretrain`` → a ``pretrained`` run; ``finetune`` → a ``classifier`` run; ``evaluate`` and ``load``
+``pretrain`` → a ``pretrained`` run; ``finetune`` → a ``finetuned`` run; ``evaluate`` and ``load``
 read either kind. The CLI calls exactly these functions.
 """
 from __future__ import annotations
@@ -18,21 +18,19 @@ import torch
 import torch.distributed as dist
 
 from .data.corpus import iter_texts, resolve_sources
-from .data.labeled import read_columns
 from .data.shards import Shards, Window, is_shard_dir, prepare_corpus
 from .errors import SesameError
-from .metrics import classification_report, language_model_report
+from .metrics import language_model_report
 from .families import backbone_config, get_family, get_size
-from .models import Transformer
 from .objectives import OBJECTIVES, Objective, build_objective, objective_option_names
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
-from .tasks.classify import POOLINGS, Classifier, bucketed_batches, collate, steps_per_epoch
+from .tasks import (EVAL_BATCH, POOLINGS, TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens,
+                    steps_per_epoch)
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer, recipes
 from .train.checkpoint import load_weights, read_json, write_json
 from .train.trainer import all_sum, loss_counts, loss_parts, world
 
-EVAL_BATCH = 64
 MAX_EVAL_WINDOWS = 256
 TWO_PHASE_SWITCH = 0.9  # BERT, Appendix A.2: short sequences for 90% of the steps, then long ones
 PARTNER_SALT = 7919
@@ -326,64 +324,69 @@ def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropo
             raise SesameError(f"--tokenizer {tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses {fam.tokenizer}")
         model_cfg = backbone_config(fam.name, parts[2], tok.vocab_size, tok.specials.pad, dropout)
         return {"family": fam.name, "size": parts[2], "pooling": fam.pooling, "model": model_cfg.to_dict()}, tok
-    config = read_config(base, "--from", ("pretrained", "classifier"))
+    config = read_config(base, "--from", ("pretrained", "finetuned"))
     if tokenizer:
         raise SesameError(f"--tokenizer: {base} brings its own tokenizer; drop --tokenizer")
     config["model"]["dropout"] = dropout
     return config, load_tokenizer(base, "--from")
 
 
-def _load_pretrained(model: Classifier, run: Path) -> None:
+def _load_pretrained(model: TaskModel, run: Path) -> None:
     """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind), and the
-    [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the classifier pools [CLS]."""
+    [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
+    Adapters and a scalar mix the recipe adds keep their fresh initialisation."""
     weights = load_weights(run / "model.safetensors")
     for part in ("backbone", "pooler"):
         prefix = part + "."
         found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
-        if found and (part == "backbone" or model.pooling == "cls"):
-            getattr(model, part).load_state_dict(found)
+        if found and (part == "backbone" or getattr(model, "pooling", None) == "cls"):
+            loaded = getattr(model, part).load_state_dict(found, strict=False)
+            missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
+            if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
+                raise SesameError(f"--from {run}: its {part} does not fit this model (missing {missing[:3]}, "
+                                  f"unexpected {loaded.unexpected_keys[:3]})")
 
 
-def _classifier_eval(model: Classifier, ids: list[list[int]], gold: list[int], labels: list[str], pad_id: int) -> dict:
-    probs = _probabilities(model, ids, pad_id)
-    report = classification_report(gold, probs.argmax(1).tolist(), labels)
-    return {k: v for k, v in report.items() if k in ("accuracy", "macro_f1")}
+def _scalar_metrics(report: dict) -> dict:
+    return {k: v for k, v in report.items() if isinstance(v, (int, float))}
 
 
-def _probabilities(model: Classifier, ids: list[list[int]], pad_id: int) -> torch.Tensor:
-    rank, size = world()
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together: less padding
-    order = order[rank::size]  # under torchrun each process scores its share
-    out = torch.zeros(len(ids), model.head.out_features)
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(order), EVAL_BATCH):
-            chunk = order[start: start + EVAL_BATCH]
-            out[chunk] = model.logits(collate([ids[i] for i in chunk], pad_id)).float().softmax(-1)
-    if size > 1:
-        dist.all_reduce(out)
-    return out
+def _texts(rows: list[dict]) -> list[str]:
+    """The raw text of examples (every string, or list of strings, they hold; each once: SQuAD shares
+    a context among several questions), for training a tokenizer on the way."""
+    texts = []
+    for row in rows:
+        for value in row.values():
+            texts += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+    return list(dict.fromkeys(texts))
 
 
-def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", text_column: str = "text",
-             label_column: str = "label", tokenizer: str | None = None, max_length: int = 128, epochs: int = 3,
+def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", text_column: str | None = None,
+             label_column: str | None = None, tokenizer: str | None = None, max_length: int = 128, epochs: int = 3,
              dropout: float = 0.1, resume: bool = False, progress: bool = True, pooling: str | None = None,
-             discriminative: float = 1.0, gradual_unfreezing: bool = False, **train_options) -> dict:
-    """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) as a text classifier.
+             discriminative: float = 1.0, gradual_unfreezing: bool = False, task_options: dict | None = None,
+             select: str | None = None, adapters: int | None = None, features: bool = False, lm_weight: float = 0.0,
+             **train_options) -> dict:
+    """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) on ``task`` (a name in
+    :data:`sesame.tasks.TASKS`; ``text_column``, ``label_column`` and ``task_options`` are its options).
 
-    ``pooling`` (``cls``, ``last`` or ``mean``; default: the family's) picks the representation the
-    head reads. ULMFiT's recipes (Howard & Ruder 2018, §3.2): ``discriminative`` = 2.6 divides the
+    ``pooling`` (``cls``, ``last`` or ``mean``; default: the family's) picks the representation a
+    sequence head reads. ULMFiT's recipes (Howard & Ruder 2018, §3.2): ``discriminative`` = 2.6 divides the
     learning rate by 2.6 per layer group down from the head; ``gradual_unfreezing`` trains the head
     alone in the first epoch and unfreezes one more group (top down) each epoch; slanted triangular
-    rates are ``schedule="stlr"``. Evaluates on ``dev`` after every epoch and keeps the weights with the best dev accuracy.
-    Training options are :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT
-    (lr 5e-5, batch 32, warmup 10%). Returns the best dev metrics.
+    rates are ``schedule="stlr"``. ``adapters`` = m trains only bottleneck adapters of width m, the
+    LayerNorms and the head (Houlsby et al. 2019); ``features`` freezes the backbone and trains a
+    scalar mix of its layers and the head (ELMo); ``lm_weight`` = λ adds GPT's auxiliary LM loss
+    (causal backbones; 0.5 in the paper). Evaluates on ``dev`` after every epoch and keeps the weights with the
+    best dev ``select`` metric (default: the task's, e.g. accuracy). The result also reports the
+    trainable and total parameter counts. Training options are
+    :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT (lr 5e-5, batch 32,
+    warmup 10%). Returns the kept weights' dev metrics.
     """
     started = time.time()
     cfg = _train_config({"lr": 5e-5, "warmup": 0.1, "batch_size": 32, **train_options})
     cfg.validate()
-    if task != "classify":
-        raise SesameError(f"--task {task!r}: only 'classify' is available so far")
+    job = make_task(task, {"text_column": text_column, "label_column": label_column, **(task_options or {})})
     if epochs <= 0:
         raise SesameError(f"--epochs {epochs}: must be positive")
     if discriminative < 1:
@@ -391,122 +394,158 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
     if gradual_unfreezing and world()[1] > 1:
         raise SesameError("--gradual-unfreezing: not supported under torchrun (DistributedDataParallel fixes the "
                           "trainable parameters when it starts); run it in one process")
+    if adapters is not None and adapters <= 0:
+        raise SesameError(f"--adapters {adapters}: give the bottleneck width, e.g. 64")
+    if adapters and features:
+        raise SesameError("--adapters and --features: choose one (adapters tune inside the network, features "
+                          "freeze it)")
+    if (adapters or features) and (gradual_unfreezing or discriminative != 1):
+        raise SesameError("--adapters/--features fix what trains; drop --gradual-unfreezing and --discriminative")
+    if lm_weight < 0:
+        raise SesameError(f"--lm-weight {lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
     if pooling is not None and pooling not in POOLINGS:
         raise SesameError(f"--pooling {pooling!r}: choose one of {', '.join(POOLINGS)}")
     if not 8 <= max_length <= 4096:
         raise SesameError(f"--max-length {max_length}: use a length between 8 and 4096")
-    train_texts, train_labels = read_columns(train, text_column, label_column)
-    dev_texts, dev_labels = read_columns(dev, text_column, label_column)
-    labels = sorted(set(train_labels))
-    if len(labels) < 2:
-        raise SesameError(f"{train}: column {label_column!r} has only one label ({labels}); a classifier needs two")
-    index = {name: i for i, name in enumerate(labels)}
-    unknown = sorted(set(dev_labels) - set(labels))
-    if unknown:
-        raise SesameError(f"{dev}: labels {unknown[:5]} never occur in {train}; the known labels are {labels}")
+    train_rows, dev_rows = job.read(train), job.read(dev)
+    labels = job.labels(train_rows, train)
+    job.check(dev_rows, labels, dev)
+    select = select or job.select
+    if select not in job.metrics(labels):
+        raise SesameError(f"--select {select!r}: choose one of {', '.join(job.metrics(labels))} for --task {task}")
     _check_batch(cfg)
 
     def setup(run: Path) -> None:
-        base_config, tok = _base_config(base, tokenizer, train_texts, dropout)
+        base_config, tok = _base_config(base, tokenizer, _texts(train_rows), dropout)
+        base_config["model"].update(adapter_size=adapters, scalar_mix=features)
+        if features:
+            base_config["model"]["dropout"] = 0.0  # frozen features are computed as at inference
         if max_length > base_config["model"]["max_positions"]:
             raise SesameError(f"--max-length {max_length} exceeds the model's {base_config['model']['max_positions']} "
                               "positions")
         tok.save(run / "tokenizer.json")
-        write_json(run / "labels.json", labels)
+        if job.has_labels:
+            write_json(run / "labels.json", labels)
         write_config(run, {
-            "kind": "classifier", "task": task, "family": base_config["family"], "size": base_config["size"],
-            "pooling": pooling or base_config["pooling"], "model": base_config["model"], "base": base,
-            "max_length": max_length, "text_column": text_column, "label_column": label_column,
-            "recipe": {"discriminative": discriminative, "gradual_unfreezing": gradual_unfreezing},
+            "kind": "finetuned", "task": task, "task_options": job.options(), "family": base_config["family"],
+            "size": base_config["size"], "pooling": pooling or base_config["pooling"], "model": base_config["model"],
+            "base": base, "max_length": max_length, "select": select,
+            "recipe": {"discriminative": discriminative, "gradual_unfreezing": gradual_unfreezing, "adapters": adapters,
+                       "features": features, "lm_weight": lm_weight},
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
 
-    with _claimed_run(out, "classifier", resume, setup) as run:
-        config = read_config(run, "--out", ("classifier",))
+    with _claimed_run(out, "finetuned", resume, setup) as run:
+        config = read_config(run, "--out", ("finetuned",))
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
-        model = Classifier(build_backbone(config), len(labels), config["pooling"], dropout)
+        model = job.build(build_backbone(config), len(labels), config["pooling"], dropout)
         if not resume and not base.startswith("scratch:"):
             _load_pretrained(model, Path(base))
-        train_ids = tok.encode(train_texts, max_length=max_length)
-        dev_ids = tok.encode(dev_texts, max_length=max_length)
-        train_gold, dev_gold = [index[l] for l in train_labels], [index[l] for l in dev_labels]
-        per_epoch = steps_per_epoch(len(train_ids), cfg.batch_size)
+        recipe = config["recipe"]
+        frozen = "adapters" if recipe["adapters"] else "features" if recipe["features"] else None
+        trainable = recipes.train_only(model, model.backbone, frozen) if frozen else \
+            sum(p.numel() for p in model.parameters())
+        if recipe["lm_weight"]:
+            add_auxiliary_lm(model, recipe["lm_weight"])
+        causal = config["model"]["causal"]
+        train_features = job.features(train_rows, tok, max_length, labels, causal)
+        dev_features = job.features(dev_rows, tok, max_length, labels, causal)
+        per_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
         cfg.max_steps = cfg.max_steps if "max_steps" in train_options else epochs * per_epoch
         cfg.eval_every = cfg.save_every = per_epoch
         rank, size_world = world()
-        lengths = [len(x) for x in train_ids]
+        lengths = [job.length(f) for f in train_features]
 
         def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
             epoch, k = divmod(step, per_epoch)
             order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
             mine = order[rank::size_world]
             per_micro = math.ceil(len(mine) / cfg.accumulate)
-            return [collate([train_ids[i] for i in mine[j: j + per_micro]], tok.specials.pad,
-                            [train_gold[i] for i in mine[j: j + per_micro]]) for j in range(0, len(mine), per_micro)]
+            micro = [job.collate([train_features[i] for i in mine[j: j + per_micro]], tok.specials.pad)
+                     for j in range(0, len(mine), per_micro)]
+            if recipe["lm_weight"]:
+                for batch in micro:
+                    batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
+            return micro
+
+        def evaluate_dev(m: TaskModel) -> dict:
+            outputs = infer(m, job, dev_features, tok.specials.pad)
+            return _scalar_metrics(job.score(dev_rows, dev_features, outputs, labels))
 
         groups = recipes.layer_groups(model, model.backbone)
         rates = recipes.discriminative_param_groups(groups, cfg.lr, cfg.weight_decay, discriminative)
         unfreeze = (lambda step: recipes.gradual_unfreezing(groups, step // per_epoch)) if gradual_unfreezing else None
-        trainer = Trainer(model, run, cfg, batches, select="accuracy", started=started, progress=progress,
+        trainer = Trainer(model, run, cfg, batches, select=select, started=started, progress=progress,
                           param_groups=rates if discriminative != 1 else None, before_step=unfreeze,
-                          evaluate=lambda m: _classifier_eval(m, dev_ids, dev_gold, labels, tok.specials.pad))
-        return trainer.fit(resume=resume)
+                          evaluate=evaluate_dev)
+        metrics = trainer.fit(resume=resume)
+        if "null_threshold" in metrics and rank == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
+            config["task_options"]["null_threshold"] = metrics["null_threshold"]
+            write_config(run, config)
+        return {**metrics, "trainable_parameters": trainable, "parameters": sum(p.numel() for p in model.parameters())}
 
 
 # -- using a run -----------------------------------------------------------------------------------
 
 class Predictor:
-    """A fine-tuned classifier loaded from its run directory."""
+    """A fine-tuned run loaded for prediction and evaluation. ``options`` override the task options the
+    run was trained with (other column names, say)."""
 
-    def __init__(self, run: str | Path):
+    def __init__(self, run: str | Path, options: dict | None = None):
         self.run = Path(run)
-        self.config = read_config(self.run, "--model", ("classifier",))
-        self.labels: list[str] = read_json(self.run / "labels.json")
+        self.config = read_config(self.run, "--model", ("finetuned",))
+        self.task = make_task(self.config["task"], {**self.config["task_options"], **(options or {})})
+        self.labels: list[str] = read_json(self.run / "labels.json") if self.task.has_labels else []
         self.tokenizer = load_tokenizer(self.run, "--model")
-        self.model = Classifier(build_backbone(self.config), len(self.labels), self.config["pooling"])
+        self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config["pooling"], 0.0)
         self.model.load_state_dict(load_weights(self.run / "model.safetensors"))
         self.model.eval()
 
-    def probabilities(self, texts: Sequence[str]) -> torch.Tensor:
-        ids = self.tokenizer.encode(list(texts), max_length=self.config["max_length"])
-        return _probabilities(self.model, ids, self.tokenizer.specials.pad)
+    def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
+        features = self.task.features(examples, self.tokenizer, self.config["max_length"], self.labels,
+                                      self.config["model"]["causal"])
+        return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
 
-    def predict(self, texts: Sequence[str]) -> list[dict]:
-        """One ``{"label": ..., "probabilities": {label: p}}`` per text."""
-        return [{"label": self.labels[int(p.argmax())],
-                 "probabilities": {name: round(float(x), 6) for name, x in zip(self.labels, p)}}
-                for p in self.probabilities(texts)]
+    def predict(self, inputs: Sequence[str | dict]) -> list[dict]:
+        """One prediction per input: a text, or an example dict as the task reads them (``{"text": ...,
+        "pair": ...}`` for pairs). Classifiers give ``{"label": ..., "probabilities": {label: p}}``."""
+        examples = [self.task.example(x) if isinstance(x, str) else x for x in inputs]
+        if not examples:
+            return []
+        return self.task.predictions(examples, *self._outputs(examples), self.labels)
 
-    def evaluate(self, data: str, text_column: str | None = None, label_column: str | None = None) -> dict:
-        texts, gold = read_columns(data, text_column or self.config["text_column"],
-                                   label_column or self.config["label_column"])
-        unknown = sorted(set(gold) - set(self.labels))
-        if unknown:
-            raise SesameError(f"{data}: labels {unknown[:5]} are unknown to the model; it knows {self.labels}")
-        pred = self.probabilities(texts).argmax(1).tolist()
-        return classification_report([self.labels.index(g) for g in gold], pred, self.labels)
+    def read(self, path: str, labeled: bool = False) -> list[dict]:
+        return self.task.read(path, labeled)
 
-
-def load(run: str | Path) -> Predictor:
-    """Load a fine-tuned run for prediction: ``sesame.load(run).predict(["text", ...])``."""
-    return Predictor(run)
+    def evaluate(self, data: str) -> dict:
+        """The task's full report on a labeled file."""
+        examples = self.task.read(data)
+        self.task.check(examples, self.labels, data)
+        return self.task.score(examples, *self._outputs(examples), self.labels)
 
 
-def predict(model: str, texts: Sequence[str]) -> list[dict]:
+def load(run: str | Path, **options) -> Predictor:
+    """Load a fine-tuned run for prediction: ``sesame.load(run).predict(["text", ...])``; keyword
+    arguments override its task options (``text_column="tweet"``)."""
+    return Predictor(run, options)
+
+
+def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
     return load(model).predict(texts)
 
 
 def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = None, label_column: str | None = None,
              text_field: str = "text", seq_len: int | None = None) -> dict:
-    """Classifier: accuracy, macro-F1, per-class P/R/F1 on a labeled file. Language model: loss,
+    """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
+    per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory."""
-    config = read_config(model, "--model", ("pretrained", "classifier"))
-    if config["kind"] == "classifier":
+    config = read_config(model, "--model", ("pretrained", "finetuned"))
+    if config["kind"] == "finetuned":
         if not isinstance(data, str):
             if len(data) != 1:
-                raise SesameError("--data: give one labeled file for a classifier")
+                raise SesameError("--data: give one labeled file for a fine-tuned model")
             data = data[0]
-        return load(model).evaluate(data, text_column, label_column)
+        return load(model, text_column=text_column, label_column=label_column).evaluate(data)
     paths = [data] if isinstance(data, str) else list(data)
     tok = load_tokenizer(model, "--model")
     obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))

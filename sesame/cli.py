@@ -11,6 +11,7 @@ from pathlib import Path
 from . import compare
 from .errors import SesameError
 from .families import FAMILIES, SIZES
+from .tasks import TASKS
 from .tokenizer import KINDS
 from .train import Interrupted, TrainConfig
 from .train.trainer import SCHEDULES
@@ -43,17 +44,23 @@ def _train_options(args: argparse.Namespace) -> dict:
     return {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name) is not None}
 
 
-def _objective_options(args: argparse.Namespace) -> dict:
-    """--masking, --phrases and --objective-option KEY=VALUE (VALUE read as JSON when it parses)."""
+def _key_values(items: list[str], flag: str, example: str) -> dict:
+    """Repeated ``flag KEY=VALUE`` options as a dict (VALUE read as JSON when it parses)."""
     options = {}
-    for item in args.objective_option:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SesameError(f"--objective-option {item!r}: write KEY=VALUE, e.g. disc_weight=50")
+            raise SesameError(f"{flag} {item!r}: write KEY=VALUE, e.g. {example}")
         try:
             options[key] = json.loads(value)
         except json.JSONDecodeError:
             options[key] = value
+    return options
+
+
+def _objective_options(args: argparse.Namespace) -> dict:
+    """--masking, --phrases and --objective-option KEY=VALUE."""
+    options = _key_values(args.objective_option, "--objective-option", "disc_weight=50")
     if args.masking:
         options["masking"] = args.masking
     if args.phrases:
@@ -112,11 +119,23 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
     p.add_argument("--from", dest="base", required=True, help="run directory, or scratch:FAMILY:SIZE")
-    p.add_argument("--task", default="classify", choices=["classify"])
-    p.add_argument("--train", required=True, help="CSV, TSV or JSONL")
+    p.add_argument("--task", default="classify", choices=list(TASKS),
+                   help="classify: text → label; pair: two texts → label; regress: text(s) → number; "
+                        "tag: a label per word (CoNLL columns); span_qa: extractive QA (SQuAD JSON); "
+                        "multiple_choice: context + candidates → the right one (JSONL)")
+    p.add_argument("--train", required=True, help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
     p.add_argument("--dev", required=True)
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
+    p.add_argument("--text-column", help="default: text (classify, regress), sentence1 (pair); numbers pick "
+                                         "columns of a file without a header row")
+    p.add_argument("--label-column", help="default: label")
+    p.add_argument("--pair-column", help="the second text of a pair (default for --task pair: sentence2)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="pairs without an order (similarity): score both orders and add them (GPT)")
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other option of the task, e.g. doc_stride=128 (repeatable)")
+    p.add_argument("--select", help="dev metric that picks the kept epoch (default: the task's: accuracy; "
+                                    "pearson for regress; f1 for tag and span_qa; also macro_f1, mcc, spearman, "
+                                    "exact)")
     p.add_argument("--tokenizer", help="for scratch models: tokenizer.json or a run (default: train one)")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--epochs", type=int, default=3)
@@ -126,6 +145,13 @@ def _parser() -> argparse.ArgumentParser:
                         "paper; the head gets --lr); default 1: one rate for all")
     p.add_argument("--gradual-unfreezing", action="store_true",
                    help="ULMFiT: train only the head in epoch 1, then unfreeze one more layer group per epoch")
+    p.add_argument("--adapters", type=int, metavar="M",
+                   help="train only bottleneck adapters of width M (e.g. 64), LayerNorms and the head (Houlsby)")
+    p.add_argument("--features", action="store_true",
+                   help="freeze the backbone; train a scalar mix of its layers and the head (ELMo)")
+    p.add_argument("--lm-weight", type=float, default=0.0, metavar="LAMBDA",
+                   help="add GPT's auxiliary LM loss on the task's inputs, weighted LAMBDA (0.5 in GPT); "
+                        "causal backbones")
     p.add_argument("--pooling", choices=["cls", "last", "mean"],
                    help="what the head reads: the first token through a tanh pooler, the last real token, or the "
                         "mean over real tokens (default: the family's: cls for encoders, last for decoders)")
@@ -141,10 +167,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, help="language models: window length (default: the run's)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("predict", help="label and class probabilities, one JSON line per input")
+    p = sub.add_parser("predict", help="predictions (a classifier: label and class probabilities), one JSON "
+                                       "line per input")
     p.add_argument("--model", required=True)
     p.add_argument("--input", help="CSV/TSV/JSONL file (default: one text per line on stdin)")
     p.add_argument("--text-column")
+    p.add_argument("--pair-column")
+    p.add_argument("--output", help="also write the predictions in the task's own format (CoNLL columns for tag, "
+                                    "SQuAD's {id: answer} JSON for span_qa, JSON lines otherwise)")
 
     compare.add_parser(sub)
 
@@ -199,7 +229,11 @@ def run(args: argparse.Namespace) -> None:
         metrics = api.finetune(args.base, args.train, args.dev, args.out, args.task, args.text_column,
                                args.label_column, args.tokenizer, args.max_length, args.epochs, args.dropout,
                                args.resume, progress, pooling=args.pooling, discriminative=args.discriminative,
-                               gradual_unfreezing=args.gradual_unfreezing, **_train_options(args))
+                               gradual_unfreezing=args.gradual_unfreezing, select=args.select,
+                               adapters=args.adapters, features=args.features, lm_weight=args.lm_weight,
+                               task_options={"pair_column": args.pair_column, "symmetric": args.symmetric or None,
+                                             **_key_values(args.task_option, "--task-option", "doc_stride=128")},
+                               **_train_options(args))
         _print_metrics(metrics, args.json)
     elif args.command == "compare":
         compare.run(args)
@@ -207,17 +241,25 @@ def run(args: argparse.Namespace) -> None:
         _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,
                                     seq_len=args.seq_len), args.json)
     elif args.command == "predict":
-        predictor = api.load(args.model)
+        predictor = api.load(args.model, text_column=args.text_column, pair_column=args.pair_column)
         if args.input:
-            from .data.labeled import read_columns
-
-            texts, _ = read_columns(args.input, args.text_column or predictor.config["text_column"], None)
+            inputs = [{k: v for k, v in row.items() if k != "line"} for row in predictor.read(args.input)]
         else:
-            texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
-        for start in range(0, len(texts), 256):
-            chunk = texts[start: start + 256]
-            for text, result in zip(chunk, predictor.predict(chunk)):
-                print(json.dumps({"text": text, **result}, ensure_ascii=False))
+            inputs = [predictor.task.example(line.rstrip("\n")) for line in sys.stdin if line.strip()]
+        predictions = []
+        for start in range(0, len(inputs), 256):
+            chunk = inputs[start: start + 256]
+            predictions += predictor.predict(chunk)
+            for example, result in zip(chunk, predictions[start:]):
+                print(json.dumps({**example, **result}, ensure_ascii=False))
+        if args.output:  # with the gold answers beside the predictions when the file has them (conlleval)
+            examples = inputs
+            if args.input:
+                try:
+                    examples = predictor.read(args.input, labeled=True)
+                except SesameError:
+                    pass  # an unlabeled file
+            predictor.task.write(examples, predictions, args.output)
     elif args.command == "demo":
         from .demo import run_demo
 

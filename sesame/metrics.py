@@ -1,4 +1,5 @@
-"""Metrics: classification (accuracy, macro-F1, per-class precision/recall/F1) and language modelling."""
+"""Metrics: classification (accuracy, macro-F1, per-class precision/recall/F1, Matthews correlation),
+regression (Pearson, Spearman) and language modelling. Correlations come from SciPy and scikit-learn."""
 from __future__ import annotations
 
 import math
@@ -6,7 +7,11 @@ from typing import Sequence
 
 
 def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequence[str]) -> dict:
-    """Accuracy, macro-averaged F1 and per-class precision/recall/F1/support (F1 = 2PR/(P+R), 0 when undefined)."""
+    """Accuracy, macro-averaged F1, Matthews correlation (``mcc``, its multiclass form; CoLA's metric)
+    and per-class precision/recall/F1/support (F1 = 2PR/(P+R), 0 when undefined). With two labels,
+    ``f1`` is the F1 of the second one in sorted order: the positive class of 0/1 labels (MRPC's F1)."""
+    from sklearn.metrics import matthews_corrcoef
+
     n = len(labels)
     tp, fp, fn = [0] * n, [0] * n, [0] * n
     for g, p in zip(gold, pred):
@@ -21,12 +26,26 @@ def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequ
         recall = tp[i] / (tp[i] + fn[i]) if tp[i] + fn[i] else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": tp[i] + fn[i]}
-    return {
+    report = {
         "accuracy": sum(tp) / max(1, len(gold)),
         "macro_f1": sum(c["f1"] for c in per_class.values()) / max(1, n),
-        "per_class": per_class,
-        "n": len(gold),
+        "mcc": float(matthews_corrcoef(gold, pred)) if gold else 0.0,
     }
+    if n == 2:
+        report["f1"] = per_class[labels[1]]["f1"]
+    return {**report, "per_class": per_class, "n": len(gold)}
+
+
+def regression_report(gold: Sequence[float], pred: Sequence[float]) -> dict:
+    """Pearson and Spearman correlations (STS-B's metrics; 0 when a side is constant) and mean squared error."""
+    import numpy as np
+    from scipy.stats import pearsonr, spearmanr
+
+    g, p = np.asarray(gold, dtype=float), np.asarray(pred, dtype=float)
+    varies = len(g) > 1 and g.std() > 0 and p.std() > 0
+    return {"pearson": float(pearsonr(g, p)[0]) if varies else 0.0,
+            "spearman": float(spearmanr(g, p)[0]) if varies else 0.0,
+            "mse": float(((g - p) ** 2).mean()) if len(g) else 0.0, "n": len(g)}
 
 
 def language_model_report(loss_sum: float, count: int, n_bytes: int | None = None) -> dict:
@@ -39,7 +58,8 @@ def language_model_report(loss_sum: float, count: int, n_bytes: int | None = Non
 
 
 def format_classification(report: dict) -> str:
-    lines = [f"accuracy  {report['accuracy']:.4f}", f"macro-F1  {report['macro_f1']:.4f}   (n = {report['n']})", "",
+    lines = [f"accuracy  {report['accuracy']:.4f}", f"macro-F1  {report['macro_f1']:.4f}   (n = {report['n']})",
+             f"MCC       {report['mcc']:.4f}", "",
              f"{'label':<20}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for name, c in report["per_class"].items():
         lines.append(f"{name:<20}{c['precision']:>10.4f}{c['recall']:>10.4f}{c['f1']:>10.4f}{c['support']:>10}")

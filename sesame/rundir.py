@@ -1,6 +1,6 @@
 """Run directories: what kind of run a folder holds, and how to rebuild its model.
 
-``config.json`` names the kind (``pretrained`` or ``classifier``), the family and the backbone
+``config.json`` names the kind (``pretrained`` or ``finetuned``), the family and the backbone
 configuration; ``tokenizer.json`` and ``model.safetensors`` sit beside it.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from . import __version__
 from .errors import SesameError
 from .models import Transformer, TransformerConfig
 from .tokenizer import TextTokenizer
-from .train.checkpoint import read_json, write_json
+from .train.checkpoint import load_weights, read_json, write_json
 
 
 def read_config(run: str | Path, flag: str, kinds: tuple[str, ...]) -> dict:
@@ -57,6 +57,15 @@ def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
 
 def build_backbone(config: dict) -> Transformer:
     return Transformer(TransformerConfig(**config["model"]))
+
+
+def load_backbone(run: str | Path, flag: str = "--model") -> Transformer:
+    """The backbone of a pretrained or fine-tuned run, with its weights (heads left behind), in eval mode."""
+    run = Path(run)
+    backbone = build_backbone(read_config(run, flag, ("pretrained", "finetuned")))
+    weights = load_weights(run / "model.safetensors")
+    backbone.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
+    return backbone.eval()
 
 
 def load_tokenizer(path: str | Path, flag: str = "--tokenizer") -> TextTokenizer:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import SesameError
 
@@ -68,16 +68,21 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size()
 
-    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
-               special: bool = True) -> list[list[int]]:
-        """Token ids per text (``cls text sep`` unless ``special`` is False), truncated to max_length."""
+    def encodings(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
+                  special: bool = True) -> list[Encoding]:
+        """``tokenizers`` encodings (ids, segment ids, offsets, word ids) per text or pair, truncated to
+        ``max_length`` (a pair loses tokens from its longer side first)."""
         if max_length:
             self.backend.enable_truncation(max_length)
         else:
             self.backend.no_truncation()
         inputs = list(zip(texts, pairs)) if pairs is not None else list(texts)
-        encodings = self.backend.encode_batch(inputs, add_special_tokens=special)
-        return [e.ids for e in encodings]
+        return self.backend.encode_batch(inputs, add_special_tokens=special)
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, max_length: int | None = None,
+               special: bool = True) -> list[list[int]]:
+        """Token ids per text (``cls text sep`` unless ``special`` is False), truncated to max_length."""
+        return [e.ids for e in self.encodings(texts, pairs, max_length, special)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=True)

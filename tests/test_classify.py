@@ -2,14 +2,14 @@ import pytest
 import torch
 
 from sesame.models import Transformer, TransformerConfig
-from sesame.tasks.classify import POOLINGS, Classifier, collate
+from sesame.tasks.classify import POOLINGS, SequenceModel, collate
 
 
-def classifier(pooling: str, causal: bool) -> Classifier:
+def classifier(pooling: str, causal: bool) -> SequenceModel:
     torch.manual_seed(0)
     cfg = TransformerConfig(vocab_size=50, hidden=16, layers=1, heads=2, intermediate=32, max_positions=32,
                             causal=causal, dropout=0.0)
-    return Classifier(Transformer(cfg), n_labels=3, pooling=pooling).eval()
+    return SequenceModel(Transformer(cfg), n_out=3, pooling=pooling).eval()
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
@@ -17,8 +17,8 @@ def test_a_text_scores_the_same_alone_and_padded_in_a_batch(pooling):
     """Every pooling reads only real tokens, so padding to a longer neighbour changes nothing."""
     m = classifier(pooling, causal=pooling == "last")
     short, long = [5, 6, 7], [8, 9, 10, 11, 12, 13, 14]
-    alone = m.logits(collate([short], pad_id=0))
-    batched = m.logits(collate([short, long], pad_id=0))
+    alone = m.outputs(collate([short], pad_id=0))
+    batched = m.outputs(collate([short, long], pad_id=0))
     assert torch.allclose(alone[0], batched[0], atol=1e-5)
 
 
@@ -27,7 +27,7 @@ def test_mean_pooling_is_the_average_of_real_final_states():
     batch = collate([[5, 6, 7], [8, 9, 10, 11, 12]], pad_id=0)
     hidden = m.backbone(batch["ids"], padding=batch["padding"])
     expected = m.head(hidden[0, :3].mean(0))
-    assert torch.allclose(m.logits(batch)[0], expected, atol=1e-5)
+    assert torch.allclose(m.outputs(batch)[0], expected, atol=1e-5)
 
 
 def test_fine_tuning_starts_from_the_pretrained_backbone_and_nsp_pooler(tmp_path):
@@ -44,7 +44,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone_and_nsp_pooler(tmp_path
     save_weights(tmp_path / "model.safetensors", pretrained.state_dict())
     for pooling, copies_pooler in (("cls", True), ("mean", False)):
         torch.manual_seed(2)
-        model = Classifier(Transformer(cfg), n_labels=3, pooling=pooling)
+        model = SequenceModel(Transformer(cfg), n_out=3, pooling=pooling)
         fresh_head = model.head.weight.clone()
         _load_pretrained(model, tmp_path)
         for name, value in pretrained.backbone.state_dict().items():

@@ -30,6 +30,14 @@ def runs(tmp_path_factory):
         lines = ["text\tlabel"] + [f"{s}\t{'animal' if animals & set(s.lower()[:-1].split()) else 'none'}"
                                    for s in sentences(60, seed)]
         (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    first, second = sentences(40, 3), sentences(40, 4)
+    pairs = ["sentence1\tsentence2\tlabel"] + [f"{a}\t{b if i % 2 else a}\t{'same' if i % 2 == 0 else 'other'}"
+                                               for i, (a, b) in enumerate(zip(first, second))]
+    (root / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    conll = ["-DOCSTART- O", ""]
+    for s in sentences(30, 5):
+        conll += [f"{w} {'B-ANIMAL' if w.lower() in animals else 'O'}" for w in s[:-1].split()] + [". O", ""]
+    (root / "tags.txt").write_text("\n".join(conll))
     q = ["--no-progress"]
     assert main(q + ["tokenizer", "train", "--corpus", str(root / "corpus.txt"), "--vocab-size", "200",
                      "--out", str(root / "tok.json")]) == 0
@@ -40,6 +48,10 @@ def runs(tmp_path_factory):
     assert main(q + ["finetune", "--from", str(root / "pre"), "--train", str(root / "train.tsv"),
                      "--dev", str(root / "dev.tsv"), "--out", str(root / "clf"), "--epochs", "2",
                      "--batch-size", "16"]) == 0
+    assert main(q + ["finetune", "--from", str(root / "pre"), "--task", "pair", "--train", str(root / "pairs.tsv"),
+                     "--dev", str(root / "pairs.tsv"), "--out", str(root / "pair"), "--epochs", "1"]) == 0
+    assert main(q + ["finetune", "--from", str(root / "pre"), "--task", "tag", "--train", str(root / "tags.txt"),
+                     "--dev", str(root / "tags.txt"), "--out", str(root / "tag"), "--epochs", "1"]) == 0
     return root
 
 
@@ -65,6 +77,30 @@ def test_predict_reads_stdin_and_files(runs, capsys, monkeypatch):
     assert len(capsys.readouterr().out.splitlines()) == 60
 
 
+def test_pair_models_read_both_columns_to_predict_and_evaluate(runs, capsys):
+    capsys.readouterr()
+    assert main(["predict", "--model", str(runs / "pair"), "--input", str(runs / "pairs.tsv")]) == 0
+    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 40 and {"text", "pair", "label", "probabilities"} <= set(lines[0])
+    assert main(["evaluate", "--model", str(runs / "pair"), "--data", str(runs / "pairs.tsv"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"accuracy", "f1", "mcc"} <= set(report) and set(report["per_class"]) == {"other", "same"}
+    config = json.loads((runs / "pair" / "config.json").read_text())
+    assert config["task"] == "pair" and config["task_options"]["pair_column"] == "sentence2"
+
+
+def test_tagger_writes_conll_columns_with_gold_beside_the_prediction(runs, capsys, tmp_path):
+    capsys.readouterr()
+    out = tmp_path / "tags.out"
+    assert main(["predict", "--model", str(runs / "tag"), "--input", str(runs / "tags.txt"), "--output", str(out)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 30  # one JSON line per sentence
+    sentences_out = out.read_text().strip().split("\n\n")
+    gold = [l for l in (runs / "tags.txt").read_text().splitlines()[2:] if l]
+    written = [l.split() for block in sentences_out for l in block.splitlines()]
+    assert len(sentences_out) == 30 and [f"{w[0]} {w[1]}" for w in written] == gold
+    assert all(len(w) == 3 and w[2] in ("O", "B-ANIMAL") for w in written)  # token, gold, predicted
+
+
 def test_run_directory_layout(runs):
     for kind, files in (("pre", {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl"}),
                         ("clf", {"config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl", "labels.json"})):
@@ -72,7 +108,7 @@ def test_run_directory_layout(runs):
         assert {p.name for p in (runs / kind / "checkpoint").iterdir()} == {
             "model.safetensors", "optimizer.safetensors", "optimizer.json", "trainer_state.json"}
     assert json.loads((runs / "clf" / "labels.json").read_text()) == ["animal", "none"]
-    assert json.loads((runs / "clf" / "config.json").read_text())["kind"] == "classifier"
+    assert json.loads((runs / "clf" / "config.json").read_text())["kind"] == "finetuned"
 
 
 def bad_cases(root):
@@ -83,13 +119,20 @@ def bad_cases(root):
         "empty file": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/empty.csv", "--dev", f"{r}/dev.tsv",
                         "--out", f"{r}/new"], "empty.csv: the file is empty"),
         "unknown dev label": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev",
-                               f"{r}/odd.tsv", "--out", f"{r}/new"], "odd.tsv: labels ['plant'] never occur"),
+                               f"{r}/odd.tsv", "--out", f"{r}/new"], "odd.tsv:2: label 'plant' never occurs"),
+        "non-numeric target": (["finetune", "--from", f"{r}/pre", "--task", "regress", "--train", f"{r}/train.tsv",
+                                "--dev", f"{r}/dev.tsv", "--out", f"{r}/new"], "train.tsv:2: 'label' is"),
+        "symmetric single texts": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev",
+                                    f"{r}/dev.tsv", "--symmetric", "--out", f"{r}/new"], "--symmetric"),
+        "metric of another task": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev",
+                                    f"{r}/dev.tsv", "--select", "pearson", "--out", f"{r}/new"], "--select 'pearson'"),
+        "pair model on stdin": (["predict", "--model", f"{r}/pair"], "give --input FILE"),
         "invalid utf-8": (["pretrain", "--corpus", f"{r}/latin1.txt", "--out", f"{r}/new"] + FAST,
                           "latin1.txt:2: not valid UTF-8"),
         "run of another kind": (["evaluate", "--model", f"{r}/shards", "--data", f"{r}/dev.tsv"],
                                 "shards: not a sesame run directory"),
         "classifier as pretrain resume": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/clf",
-                                           "--resume"] + FAST, "holds a 'classifier' run"),
+                                           "--resume"] + FAST, "holds a 'finetuned' run"),
         "occupied --out": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/pre"] + FAST,
                            "--out"),
         "negative budget": (["pretrain", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/pre", "--max-steps", "-3"],
@@ -106,9 +149,10 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs):
     (runs / "empty.csv").write_text("")
     (runs / "odd.tsv").write_text("text\tlabel\nA cat.\tplant\n")
     (runs / "latin1.txt").write_bytes("fine\ncaf\xe9 au lait\n".encode("latin-1"))
-    before = {name: snapshot(runs / name) for name in ("pre", "clf", "shards")}
+    before = {name: snapshot(runs / name) for name in ("pre", "clf", "pair", "shards")}
     argv, message = bad_cases(runs)[case]
-    result = subprocess.run([sys.executable, "-m", "sesame", "--no-progress", *argv], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "sesame", "--no-progress", *argv], capture_output=True, text=True,
+                            input="A cat sleeps.\n")
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert message in result.stderr

@@ -7,7 +7,6 @@ import json
 import signal
 
 import pytest
-import torch
 
 import sesame.compare as compare_module
 from sesame import api

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from sesame.models import Transformer, TransformerConfig
 from sesame.train import mean_loss
 from sesame.objectives.pairs import AlbertPretraining, BertPretraining, document_parts, sentence_end_ids
-from sesame.tasks.classify import Classifier
+from sesame.tasks.classify import SequenceModel
 from sesame.tokenizer import SpecialIds, train_tokenizer
 
 from .conftest import sentences
@@ -156,7 +156,7 @@ def test_pooler_and_head_shapes(cls, head):
     obj = objective(cls)
     assert obj.pooler[0].weight.shape == (32, 32) and isinstance(obj.pooler[1], torch.nn.Tanh)
     assert getattr(obj, head).weight.shape == (2, 32)
-    classifier = Classifier(obj.backbone, n_labels=3, pooling="cls")
+    classifier = SequenceModel(obj.backbone, n_out=3, pooling="cls")
     classifier.pooler.load_state_dict(obj.pooler.state_dict())  # fine-tuning can start from it
 
 

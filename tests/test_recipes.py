@@ -1,4 +1,5 @@
-"""ULMFiT's fine-tuning recipes: slanted triangular rates, discriminative rates, gradual unfreezing."""
+"""Fine-tuning recipes: ULMFiT's slanted triangular rates, discriminative rates and gradual unfreezing;
+Houlsby adapters; ELMo's scalar mix over frozen features; GPT's auxiliary LM loss."""
 from __future__ import annotations
 
 import math
@@ -8,9 +9,9 @@ import torch
 from torch import nn
 
 from sesame.models import Transformer, TransformerConfig
-from sesame.tasks.classify import Classifier
+from sesame.tasks.classify import SequenceModel
 from sesame.train.optim import adamw, slanted_triangular
-from sesame.train.recipes import discriminative_param_groups, gradual_unfreezing, layer_groups
+from sesame.train.recipes import discriminative_param_groups, gradual_unfreezing, layer_groups, train_only
 
 LAYERS = 3
 CONFIGS = {
@@ -23,11 +24,11 @@ CONFIGS = {
 }
 
 
-def classifier(**config) -> Classifier:
+def classifier(**config) -> SequenceModel:
     torch.manual_seed(0)
     backbone = Transformer(TransformerConfig(vocab_size=100, hidden=32, layers=LAYERS, heads=2, intermediate=64,
                                              **config))
-    return Classifier(backbone, 3, "cls")
+    return SequenceModel(backbone, 3, "cls")
 
 
 def ids(*modules: nn.Module | None) -> set[int]:
@@ -174,8 +175,98 @@ def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_
     sesame.finetune(str(pre), out=str(run), epochs=2, lr=1e-3, schedule="stlr", warmup=0.25, stlr_ratio=8,
                     discriminative=2.6, eval_every=1, **common)
     config = json.loads((run / "config.json").read_text())
-    assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False}
+    assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False, "adapters": None,
+                                "features": False, "lm_weight": 0.0}
     assert config["train"]["schedule"] == "stlr"
     logged = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
     embeddings_peak = 1e-3 / 2.6 ** 3  # tiny: 2 layers, so the embeddings sit 3 groups below the head
     assert max(logged) <= embeddings_peak * (1 + 1e-9) and logged[-1] < embeddings_peak / 4
+
+
+# -- adapters, frozen features, auxiliary LM -------------------------------------------------------
+
+def test_adapters_start_near_the_identity_and_train_alone_with_norms_and_head():
+    """Houlsby et al. 2019: the adapted network starts as the pre-trained one; only adapters, LayerNorms
+    and the head train."""
+    plain = classifier().eval()
+    adapted = classifier(adapter_size=4).eval()
+    adapted.load_state_dict(plain.state_dict(), strict=False)  # the same pre-trained weights
+    batch = {"ids": torch.randint(5, 100, (2, 9)), "padding": torch.ones(2, 9, dtype=torch.bool)}
+    hidden = [m.backbone(batch["ids"]) for m in (plain, adapted)]
+    assert (hidden[0] - hidden[1]).abs().max() < 1e-3 and not torch.equal(hidden[0], hidden[1])
+    trainable = train_only(adapted, adapted.backbone, "adapters")
+    names = [n for n, p in adapted.named_parameters() if p.requires_grad]
+    assert names and all(".adapter." in n or ".norm." in n or not n.startswith("backbone.") for n in names)
+    assert sum(".adapter." in n for n in names) == 4 * 2 * LAYERS  # down/up weight/bias, attention and ffn
+    assert trainable == sum(adapted.get_parameter(n).numel() for n in names) < 0.2 * sum(
+        p.numel() for p in adapted.parameters())
+
+
+def test_scalar_mix_is_gamma_times_softmax_weighted_layers_and_only_it_trains():
+    """ELMo (Peters et al. 2018, eq. 1) over a frozen backbone."""
+    model = classifier(scalar_mix=True).eval()
+    mix = model.backbone.mix
+    with torch.no_grad():
+        mix.scalars.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+        mix.gamma.fill_(1.7)
+    ids = torch.randint(5, 100, (2, 7))
+    layers = model.backbone(ids, all_layers=True)
+    weights = torch.softmax(torch.tensor([0.5, -1.0, 2.0, 0.0]), 0)
+    expected = 1.7 * sum(w * h for w, h in zip(weights, layers))
+    assert torch.allclose(model.backbone(ids), expected, atol=1e-6)
+    train_only(model, model.backbone, "features")
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {"backbone.mix.scalars", "backbone.mix.gamma", "pooler.0.weight", "pooler.0.bias",
+                         "head.weight", "head.bias"}
+
+
+def test_auxiliary_lm_adds_the_next_token_loss_of_the_task_inputs():
+    """GPT (Radford et al. 2018, eq. 5): L = L_task + λ·L_LM from the same forward pass."""
+    import torch.nn.functional as F
+
+    from sesame.errors import SesameError
+    from sesame.tasks import add_auxiliary_lm, next_tokens
+
+    model = classifier(causal=True, dropout=0.0)
+    model.pooling = "last"
+    add_auxiliary_lm(model, 0.5)
+    ids = torch.randint(5, 100, (2, 6))
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    batch = {"ids": ids, "padding": padding, "targets": torch.tensor([0, 2])}
+    model.train()
+    out = model(batch)
+    logits = model.backbone(ids, padding=padding) @ model.backbone.embed.tokens.weight.t()
+    real = next_tokens(padding)
+    assert real.sum() == 5 + 3
+    assert torch.allclose(out["lm"], F.cross_entropy(logits[:, :-1][real], ids[:, 1:][real], reduction="sum"),
+                          atol=1e-4)
+    assert model.part_weights == {"lm": 0.5} and out["loss"].ndim == 0
+    model.eval()
+    assert isinstance(model(batch), torch.Tensor)  # evaluation: the task loss alone
+    with pytest.raises(SesameError, match="causal backbone"):
+        add_auxiliary_lm(classifier(), 0.5)
+
+
+def test_finetune_with_adapters_features_and_lm_end_to_end(corpus, labeled, tmp_path, one_thread):
+    """The recipes through sesame.finetune: frozen weights stay put, config.json records the recipe,
+    the run reloads for prediction, and the parameter counts are reported."""
+    import sesame
+    from sesame.train.checkpoint import load_weights
+
+    train, dev = labeled
+    common = dict(train=str(train), dev=str(dev), batch_size=8, max_length=32, epochs=1, lr=1e-3, progress=False)
+    for family in ("bert", "gpt"):
+        pre = tmp_path / family
+        sesame.pretrain([str(corpus)], str(pre), family=family, objective="mlm" if family == "bert" else None,
+                        size="tiny", vocab_size=200, seq_len=32, batch_size=8, max_steps=4, progress=False)
+        before = load_weights(pre / "model.safetensors")
+        for name, recipe in (("adapters", {"adapters": 8}), ("features", {"features": True})):
+            run = tmp_path / f"{family}-{name}"
+            result = sesame.finetune(str(pre), out=str(run), **recipe, **common)
+            after = load_weights(run / "model.safetensors")
+            assert all(torch.equal(after[k], v) for k, v in before.items()
+                       if k.startswith("backbone.") and ".norm." not in k)
+            assert 0 < result["trainable_parameters"] < result["parameters"] / 5
+            assert len(sesame.load(run).predict(["The cat sleeps."])) == 1
+    result = sesame.finetune(str(tmp_path / "gpt"), out=str(tmp_path / "gpt-lm"), lm_weight=0.5, **common)
+    assert result["trainable_parameters"] == result["parameters"]

@@ -13,6 +13,14 @@
   attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
   sublayer is stored once, so checkpoints hold each tensor once.
 
+Two additions for fine-tuning recipes, off by default:
+
+* ``adapter_size`` m: a bottleneck adapter (Houlsby et al. 2019, §2.1) on the output of every
+  attention and feed-forward sublayer, before its residual connection: ``y + W_up·GELU(W_down·y)``,
+  initialised near the identity;
+* ``scalar_mix``: the output is ELMo's task-weighted mix of the embeddings and every layer,
+  γ·Σ_j softmax(s)_j·h_j (Peters et al. 2018, eq. 1), instead of the last layer alone.
+
 The backbone knows nothing about losses or tasks; heads live with objectives and tasks and may
 tie their output matrix to ``embed.tokens.weight`` (of width ``embedding_size``).
 """
@@ -43,6 +51,8 @@ class TransformerConfig:
     pad_id: int = 0
     embedding_size: int | None = None  # E; None = hidden (no factorisation)
     sharing: str = "none"  # cross-layer sharing: none | all | attention | ffn
+    adapter_size: int | None = None  # Houlsby adapters' bottleneck width (None: no adapters)
+    scalar_mix: bool = False  # output ELMo's learned mix of all layers
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
@@ -122,6 +132,39 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
+class Adapter(nn.Module):
+    """Houlsby et al. (2019) bottleneck adapter: y + W_up·GELU(W_down·y), hidden → m → hidden. Its
+    projections start at N(0, 10⁻³) with zero biases, so it starts as (nearly) the identity and the
+    pre-trained network's function is kept at the start of fine-tuning (their §2.1 and §3.6)."""
+
+    def __init__(self, hidden: int, size: int):
+        super().__init__()
+        self.down, self.up = nn.Linear(hidden, size), nn.Linear(size, hidden)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for layer in (self.down, self.up):
+            nn.init.normal_(layer.weight, std=1e-3)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return y + self.up(F.gelu(self.down(y)))
+
+
+class ScalarMix(nn.Module):
+    """ELMo's task-specific combination of layers (Peters et al. 2018, eq. 1): γ·Σ_j softmax(s)_j·h_j,
+    with s = 0 (an even mix) and γ = 1 at the start."""
+
+    def __init__(self, n_layers: int):
+        super().__init__()
+        self.scalars = nn.Parameter(torch.zeros(n_layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, layers: list[torch.Tensor]) -> torch.Tensor:
+        weights = torch.softmax(self.scalars, dim=0)
+        return self.gamma * sum(w * h for w, h in zip(weights, layers))
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention sublayer f(x), with the LayerNorm its residual connection uses."""
 
@@ -132,12 +175,13 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden, cfg.hidden)
         self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
+        self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
         y = attention(q, k, v, mask, self.causal, self.attn_dropout if self.training else 0.0)
-        return self.dropout(self.out(y.transpose(1, 2).reshape(b, t, h)))
+        return self.dropout(self.adapter(self.out(y.transpose(1, 2).reshape(b, t, h))))
 
 
 class FeedForward(nn.Module):
@@ -149,9 +193,10 @@ class FeedForward(nn.Module):
         self.out = nn.Linear(cfg.intermediate, cfg.hidden)
         self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
+        self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.dropout(self.out(F.gelu(self.inp(x))))
+        return self.dropout(self.adapter(self.out(F.gelu(self.inp(x)))))
 
 
 class Transformer(nn.Module):
@@ -172,6 +217,7 @@ class Transformer(nn.Module):
         self.feed_forward = nn.ModuleList(FeedForward(cfg) for _ in range(n_ffn))
         self.pre_norm = cfg.norm == "pre"
         self.final_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if self.pre_norm else nn.Identity()
+        self.mix = ScalarMix(cfg.layers + 1) if cfg.scalar_mix else None
         self.apply(self._init)
         if self.pre_norm:
             for sublayer in (*self.attention, *self.feed_forward):
@@ -179,11 +225,13 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _init(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, Adapter):
+            module.reset_parameters()  # after its Linear children got the default below: near the identity
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
-        if isinstance(module, nn.LayerNorm):
+        elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
@@ -204,7 +252,8 @@ class Transformer(nn.Module):
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
                 all_layers: bool = False, embedded: torch.Tensor | None = None) -> torch.Tensor | list[torch.Tensor]:
-        """Hidden states of the last layer, or of the embeddings and every layer when ``all_layers``.
+        """Hidden states of the last layer (or their scalar mix with every layer's, with ``scalar_mix``),
+        or of the embeddings and every layer when ``all_layers``.
 
         ``embedded`` replaces ``self.embed(ids, types)``: a model sharing another's embeddings (ELECTRA's
         generator reads the discriminator's) passes them in and sets its own ``embed`` to None."""
@@ -219,8 +268,7 @@ class Transformer(nn.Module):
             x = self.residual(self.attention[i % len(self.attention)], x, mask)
             x = self.residual(self.feed_forward[i % len(self.feed_forward)], x, mask)
             layers.append(x)
-        x = self.final_norm(x)
+        layers[-1] = self.final_norm(x)
         if all_layers:
-            layers[-1] = x
             return layers
-        return x
+        return self.mix(layers) if self.mix is not None else layers[-1]

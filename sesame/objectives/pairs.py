@@ -56,7 +56,7 @@ def document_parts(row: torch.Tensor, sep: int) -> torch.Tensor:
 class SentencePairs(MaskedLM):
     """Masked LM plus a two-way classifier on BERT's pooler (dense + tanh on the first position).
 
-    ``pooler`` is shaped as :class:`~sesame.tasks.classify.Classifier`'s, so fine-tuning can start from
+    ``pooler`` is shaped as :class:`~sesame.tasks.classify.SequenceModel`'s, so fine-tuning can start from
     it. ``sentence_ends`` (ids of sentence-final tokens) is set by :meth:`build` from the tokenizer;
     left empty, cuts fall at the drawn point. Subclasses name their head ``task`` and draw the pair.
     """

@@ -1,75 +1,222 @@
-"""Text classification: a pooled sequence representation → linear layer → softmax over labels.
+"""Sequence-level tasks: a text or a text pair → one label (``classify``, ``pair``) or one number (``regress``).
 
+One head serves all three: a pooled representation → dropout → linear layer.
 Encoders pool the first ([CLS]) position through BERT's pooler (dense + tanh, Devlin et al. 2019);
 causal decoders read the last real token, which has seen the whole text (GPT, Radford et al. 2018).
 ``mean`` averages the final states of the real tokens (as Sentence-BERT does, Reimers & Gurevych
 2019), useful for encoders whose [CLS] was never trained by a sentence-level objective.
-Batches are padded only to their own longest text, and texts of similar length are batched together.
+
+A pair is encoded as ``cls a sep b sep``: for encoders with segment ids 0 then 1 (BERT, §4.1); for
+causal decoders without segments, the separator acting as GPT's delimiter and the final one as its
+extract token (Radford et al. 2018, §3.3). ``symmetric`` is GPT's trick for similarity tasks, whose
+pairs have no natural order: both orders are encoded and their pooled representations added before
+the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
+Batches are padded only to their own longest input, and inputs of similar length are batched together.
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.labeled import read_fields
+from ..errors import SesameError
+from ..metrics import classification_report, regression_report
 from ..models import Transformer
+from ..tokenizer import TextTokenizer
+from .base import Task, TaskModel, label_vocabulary, pad, register
 
-BUCKET_BATCHES = 50  # sort by length within windows of this many batches
 POOLINGS = ("cls", "last", "mean")
 
 
-class Classifier(nn.Module):
-    def __init__(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float = 0.1):
+class SequenceModel(TaskModel):
+    """Backbone → pooled vector → dropout → linear: class logits, or a score when ``n_out`` is 1 and
+    ``regression`` is set."""
+
+    def __init__(self, backbone: Transformer, n_out: int, pooling: str, dropout: float = 0.1,
+                 regression: bool = False):
         super().__init__()
         hidden = backbone.config.hidden
-        self.backbone, self.pooling = backbone, pooling
+        self.backbone, self.pooling, self.regression = backbone, pooling, regression
         self.pooler = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if pooling == "cls" else nn.Identity()
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden, n_labels)
+        self.head = nn.Linear(hidden, n_out)
         for layer in (self.head, *([self.pooler[0]] if pooling == "cls" else [])):
             nn.init.normal_(layer.weight, std=0.02)
             nn.init.zeros_(layer.bias)
 
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.backbone(batch["ids"], padding=batch["padding"])
-        real = batch["padding"]
+    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(ids, types, padding=real)
         if self.pooling == "cls":
             pooled = hidden[:, 0]
         elif self.pooling == "mean":
             pooled = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
         else:
             pooled = hidden[torch.arange(hidden.shape[0]), real.sum(1) - 1]
-        return self.head(self.dropout(self.pooler(pooled)))
+        return self.pooler(pooled)
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        pooled = self.pool(batch["ids"], batch.get("types"), batch["padding"])
+        if "swapped_ids" in batch:
+            pooled = pooled + self.pool(batch["swapped_ids"], batch.get("swapped_types"), batch["swapped_padding"])
+        return self.head(self.dropout(pooled))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(self.logits(batch), batch["targets"], reduction="sum")
+        out = self.outputs(batch)
+        if self.regression:
+            return F.mse_loss(out[:, 0], batch["targets"], reduction="sum")
+        return F.cross_entropy(out, batch["targets"], reduction="sum")
 
 
-def collate(sequences: list[list[int]], pad_id: int, targets: list[int] | None = None) -> dict[str, torch.Tensor]:
+def collate(sequences: list[list[int]], pad_id: int, targets: list | None = None) -> dict[str, torch.Tensor]:
     """Right-pad to the longest sequence of the batch; ``padding`` is True at real tokens."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, : len(s)] = torch.tensor(s)
+    ids = pad(sequences, pad_id)
     lengths = torch.tensor([len(s) for s in sequences])
-    batch = {"ids": ids, "padding": torch.arange(width) < lengths[:, None]}
+    batch = {"ids": ids, "padding": torch.arange(ids.shape[1]) < lengths[:, None]}
     if targets is not None:
-        batch["targets"] = torch.tensor(targets, dtype=torch.long)
+        batch["targets"] = torch.tensor(targets)
     return batch
 
 
-def bucketed_batches(lengths: list[int], batch_size: int, generator: torch.Generator) -> list[list[int]]:
-    """Shuffle, sort by length inside windows of ``BUCKET_BATCHES`` batches, cut, shuffle the batches."""
-    order = torch.randperm(len(lengths), generator=generator).tolist()
-    window = batch_size * BUCKET_BATCHES
-    batches = []
-    for start in range(0, len(order), window):
-        chunk = sorted(order[start: start + window], key=lambda i: lengths[i])
-        batches += [chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size)]
-    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+@register
+@dataclass
+class Classify(Task):
+    """Text (or, with ``pair_column``, text-pair) classification from CSV, TSV or JSONL columns."""
+
+    name: ClassVar[str] = "classify"
+    text_column: str = "text"
+    label_column: str = "label"
+    pair_column: str | None = None
+    symmetric: bool = False
+
+    def __post_init__(self) -> None:
+        if self.symmetric and self.pair_column is None:
+            raise SesameError("--symmetric: scores both orders of a pair; give the second text's --pair-column")
+
+    def read(self, path: str, labeled: bool = True) -> list[dict]:
+        rows = read_fields(path, {"text": (self.text_column, "--text-column"),
+                                  "pair": (self.pair_column, "--pair-column"),
+                                  "label": (self.label_column if labeled else None, "--label-column")})
+        for row in rows:
+            if labeled:
+                row["label"] = self.target_value(row["label"].strip(), path, row["line"])
+        return rows
+
+    def example(self, text: str) -> dict:
+        if self.pair_column is not None:
+            return super().example(text)
+        return {"text": text}
+
+    def metrics(self, labels: list[str]) -> tuple[str, ...]:
+        return ("accuracy", "macro_f1", "mcc") + (("f1",) if len(labels) == 2 else ())
+
+    def target_value(self, label: str, path: str, line: int) -> str | float:
+        return label
+
+    def labels(self, train: list[dict], path: str) -> list[str]:
+        return label_vocabulary((row["label"] for row in train), path, repr(self.label_column))
+
+    def check(self, examples: list[dict], labels: list[str], path: str) -> None:
+        known = set(labels)
+        for row in examples:
+            if row.get("label") is not None and row["label"] not in known:
+                raise SesameError(f"{path}:{row['line']}: label {row['label']!r} never occurs in the training data; "
+                                  f"the known labels are {labels}")
+
+    def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
+                 causal: bool) -> list[dict]:
+        texts = [row["text"] for row in examples]
+        pairs = [row["pair"] for row in examples] if self.pair_column else None
+        orders = [(texts, pairs)] + ([(pairs, texts)] if self.symmetric else [])
+        encoded = [tok.encodings(a, b, max_length) for a, b in orders]
+        index = {name: i for i, name in enumerate(labels)}
+        features = []
+        for i, row in enumerate(examples):
+            feature = {"example": i}
+            for prefix, encodings in zip(("", "swapped_"), encoded):
+                feature[prefix + "ids"] = encodings[i].ids
+                if pairs is not None and not causal:
+                    feature[prefix + "types"] = encodings[i].type_ids
+            if "label" in row:
+                feature["target"] = index[row["label"]] if labels else row["label"]
+            features.append(feature)
+        return features
+
+    def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+        batch = {}
+        for prefix in ("", "swapped_") if "swapped_ids" in features[0] else ("",):
+            part = collate([f[prefix + "ids"] for f in features], pad_id)
+            batch.update({prefix + "ids": part["ids"], prefix + "padding": part["padding"]})
+            if prefix + "types" in features[0]:
+                batch[prefix + "types"] = pad([f[prefix + "types"] for f in features], 0)
+        if "target" in features[0]:
+            batch["targets"] = torch.tensor([f["target"] for f in features])
+        return batch
+
+    def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
+        return SequenceModel(backbone, n_labels, pooling, dropout)
+
+    def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
+        index = {name: i for i, name in enumerate(labels)}
+        return classification_report([index[row["label"]] for row in examples], outputs.argmax(1).tolist(), labels)
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
+                    labels: list[str]) -> list[dict]:
+        return [{"label": labels[int(p.argmax())],
+                 "probabilities": {name: round(float(x), 6) for name, x in zip(labels, p)}}
+                for p in outputs.softmax(-1)]
 
 
-def steps_per_epoch(n: int, batch_size: int) -> int:
-    return math.ceil(n / batch_size)
+@register
+@dataclass
+class Pair(Classify):
+    """Sentence-pair classification (MRPC, RTE, MNLI): ``classify`` with a second text column."""
+
+    name: ClassVar[str] = "pair"
+    text_column: str = "sentence1"
+    pair_column: str | None = "sentence2"
+
+    def __post_init__(self) -> None:
+        if self.pair_column is None:
+            raise SesameError("--task pair: give the second text's --pair-column")
+        super().__post_init__()
+
+
+@register
+@dataclass
+class Regress(Classify):
+    """A text or text pair → a real number (STS-B), trained with squared error; Pearson and Spearman
+    correlations on dev, Pearson selecting the kept weights."""
+
+    name: ClassVar[str] = "regress"
+    select: ClassVar[str] = "pearson"
+    has_labels: ClassVar[bool] = False
+
+    def target_value(self, label: str, path: str, line: int) -> float:
+        try:
+            return float(label)
+        except ValueError:
+            raise SesameError(f"{path}:{line}: {self.label_column!r} is {label!r}, not a number; "
+                              "--task regress needs numeric targets") from None
+
+    def metrics(self, labels: list[str]) -> tuple[str, ...]:
+        return ("pearson", "spearman")
+
+    def labels(self, train: list[dict], path: str) -> list[str]:
+        return []
+
+    def check(self, examples: list[dict], labels: list[str], path: str) -> None:
+        pass
+
+    def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
+        return SequenceModel(backbone, 1, pooling, dropout, regression=True)
+
+    def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
+        return regression_report([row["label"] for row in examples], outputs[:, 0].tolist())
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
+                    labels: list[str]) -> list[dict]:
+        return [{"score": round(float(x), 6)} for x in outputs[:, 0]]

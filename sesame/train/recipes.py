@@ -1,6 +1,7 @@
-"""ULMFiT's fine-tuning recipes (Howard & Ruder 2018, §3.2) over a model's layer groups: discriminative
-learning rates and gradual unfreezing. Slanted triangular rates live with the other schedules, in
-:mod:`sesame.train.optim`.
+"""Fine-tuning recipes: which parameters move and how fast. ULMFiT's (Howard & Ruder 2018, §3.2) over
+a model's layer groups: discriminative learning rates and gradual unfreezing; and training only
+adapters (Houlsby et al. 2019) or only a scalar mix over frozen features (ELMo). Slanted triangular
+rates live with the other schedules, in :mod:`sesame.train.optim`.
 
 Layer groups run bottom to top: the backbone's embeddings, one group per Transformer layer, then the
 task head. Frozen parameters stay in the optimizer's groups; AdamW skips a parameter whose ``.grad``
@@ -11,12 +12,13 @@ from __future__ import annotations
 from torch import nn
 
 from ..models import Transformer
+from ..models.transformer import Adapter, ScalarMix
 
 
 def layer_groups(model: nn.Module, backbone: Transformer) -> list[list[nn.Parameter]]:
     """``model``'s parameters in ``backbone.config.layers`` + 2 groups, bottom to top: group 0 holds the
     embeddings (``embed`` and ``project``), group l ≥ 1 holds layer l (``attention[l - 1]`` and
-    ``feed_forward[l - 1]``; the top layer also ``final_norm``), and the last group everything outside
+    ``feed_forward[l - 1]``; the top layer also ``final_norm`` and ELMo's ``mix``), and the last group everything outside
     the backbone (the task head: pooler, classifier...).
 
     Each parameter is listed once. A sublayer that ALBERT shares across layers (Lan et al. 2020, §3.1)
@@ -36,6 +38,7 @@ def layer_groups(model: nn.Module, backbone: Transformer) -> list[list[nn.Parame
         for i, sublayer in enumerate(stack):
             place(sublayer, n if len(stack) < n else i + 1)
     place(backbone.final_norm, n)
+    place(backbone.mix, n)
     missing = [name for name, p in backbone.named_parameters() if id(p) not in depth]
     if missing:
         raise ValueError(f"layer_groups: no layer for the backbone's {', '.join(missing)}")
@@ -79,3 +82,18 @@ def gradual_unfreezing(groups: list[list[nn.Parameter]], epoch: int) -> int:
         for p in params:
             p.requires_grad_(g >= first)
     return sum(p.numel() for params in groups[max(0, first):] for p in params)
+
+
+def train_only(model: nn.Module, backbone: Transformer, recipe: str) -> int:
+    """Freeze all of ``model`` but what ``recipe`` trains; returns the trainable parameter elements.
+
+    * ``adapters`` (Houlsby et al. 2019, §2.1): the backbone's adapters and LayerNorms, and everything
+      outside the backbone (the task head);
+    * ``features`` (ELMo, Peters et al. 2018, §3.3): the backbone's scalar mix and the task head; the
+      pre-trained network is a frozen feature extractor."""
+    kinds = {"adapters": (Adapter, nn.LayerNorm), "features": (ScalarMix,)}[recipe]
+    trainable = {id(p) for m in backbone.modules() if isinstance(m, kinds) for p in m.parameters()}
+    inside = {id(p) for p in backbone.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in trainable or id(p) not in inside)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,232 @@
+"""What fine-tuning, evaluation and prediction ask of a downstream task, and the loops they share.
+
+A task (../shared/DESIGN.md: reads a labeled format, builds the head, computes loss and metrics,
+decodes predictions) is a dataclass whose fields are its options (columns, flags), recorded in the
+run's config.json. It turns a file into examples (``read``), examples into model inputs
+(``features``: one or more per example, each with its token ``ids``) and batches them
+(``collate``); it puts its head on a backbone (``build``); and it turns the model's outputs back
+into metrics (``score``) and one prediction per example (``predictions``, written by ``write``).
+Nothing here knows how the backbone works inside, and the trainer knows no task.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import ClassVar, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..errors import SesameError
+from ..models import Transformer
+from ..objectives.projection import linear_cross_entropy
+from ..tokenizer import TextTokenizer
+from ..train.trainer import world
+
+BUCKET_BATCHES = 50  # sort by length within windows of this many batches
+EVAL_BATCH = 64
+
+
+class TaskModel(nn.Module):
+    """A backbone with a task head: ``forward(batch)`` is the summed loss over the batch's targets (the
+    trainer divides by their count); ``outputs(batch)`` one row per feature, ``[B, k]`` for a sequence
+    or ``[B, W, k]`` for per-token outputs (W: the batch's width)."""
+
+    backbone: Transformer
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass
+class Task:
+    """A downstream task; subclasses set ``name`` and implement the methods below."""
+
+    name: ClassVar[str]
+    select: ClassVar[str] = "accuracy"  # the dev metric that picks the kept weights by default
+    has_labels: ClassVar[bool] = True  # a label vocabulary, saved with the run as labels.json
+    per_token: ClassVar[bool] = False  # outputs per token ([B, W, k]) rather than per sequence
+
+    def options(self) -> dict:
+        return asdict(self)
+
+    def metrics(self, labels: list[str]) -> tuple[str, ...]:
+        """The dev metrics that can pick the kept weights (higher is better)."""
+        return (self.select,)
+
+    def length(self, feature: dict) -> int:
+        """Tokens in a feature, for batching features of similar length together."""
+        return len(feature["ids"])
+
+    def read(self, path: str, labeled: bool = True) -> list[dict]:
+        """Examples of a file (with their gold answers when ``labeled``), each with its ``line``."""
+        raise NotImplementedError
+
+    def example(self, text: str) -> dict:
+        """An unlabeled example from a bare text (``sesame predict`` reading stdin)."""
+        raise SesameError(f"--task {self.name} reads examples from a file: give --input FILE")
+
+    def labels(self, train: list[dict], path: str) -> list[str]:
+        """The label vocabulary the training examples define (empty for tasks without one)."""
+        return []
+
+    def check(self, examples: list[dict], labels: list[str], path: str) -> None:
+        """Fail, naming file and line, on gold answers the model cannot represent (an unknown label)."""
+
+    def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
+                 causal: bool) -> list[dict]:
+        """Model inputs: dicts with ``ids`` (a list of token ids), the ``example`` they come from, and
+        their targets when the examples are labeled. ``causal`` backbones take no segment ids."""
+        raise NotImplementedError
+
+    def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
+        raise NotImplementedError
+
+    def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
+        """Metrics of ``outputs`` (from :func:`infer`) against the examples' gold answers."""
+        raise NotImplementedError
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
+                    labels: list[str]) -> list[dict]:
+        """One JSON-able prediction per example."""
+        raise NotImplementedError
+
+    def write(self, examples: list[dict], predictions: list[dict], path: str | Path) -> None:
+        """Write predictions in the task's usual format (default: one JSON object per line)."""
+        with open(path, "w", encoding="utf-8") as out:
+            for prediction in predictions:
+                out.write(json.dumps(prediction, ensure_ascii=False) + "\n")
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    TASKS[cls.name] = cls
+    return cls
+
+
+def make_task(name: str, options: dict | None = None) -> Task:
+    """The task ``name`` with ``options`` (its dataclass fields; None values take the defaults)."""
+    if name not in TASKS:
+        raise SesameError(f"--task {name!r} is unknown; choose one of: {', '.join(TASKS)}")
+    cls = TASKS[name]
+    known = {f.name for f in fields(cls)}
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise SesameError(f"{', '.join(unknown)}: not an option of --task {name} (it takes: "
+                          f"{', '.join(sorted(known)) or 'nothing'})")
+    return cls(**given)
+
+
+def add_auxiliary_lm(model: TaskModel, weight: float) -> None:
+    """GPT's auxiliary objective while fine-tuning (Radford et al. 2018, §3.2, eq. 5): L = L_task + λ·L_LM,
+    with L_LM the next-token loss on the task's own inputs through the backbone's tied embeddings (its
+    LM head), computed from the same forward pass as the task loss. The model's training forward then
+    returns ``{"loss": task, "lm": lm}``; each batch must count the LM's terms in ``counts["lm"]``
+    (the :func:`next_tokens` positions). The LM reads the first backbone call of a forward and the batch's ``ids``
+    and ``padding``, which every task model passes to it first."""
+    if not model.backbone.config.causal:
+        raise SesameError("--lm-weight: the auxiliary LM needs a causal backbone whose LM head is its tied "
+                          "embedding (gpt, gpt2)")
+    if model.backbone.config.embedding_width != model.backbone.config.hidden:
+        raise SesameError("--lm-weight: the backbone's embedding width differs from its hidden size")
+    first: list[torch.Tensor] = []
+
+    def keep_hidden(backbone: nn.Module, args: tuple, output: torch.Tensor) -> None:
+        if backbone.training and not first:
+            first.append(output)
+
+    def forget(module: nn.Module, args: tuple) -> None:
+        first.clear()
+
+    def add_lm(module: nn.Module, args: tuple, task_loss: torch.Tensor) -> torch.Tensor | dict:
+        if not module.training:
+            return task_loss
+        batch, hidden = args[0], first.pop()
+        real = next_tokens(batch["padding"])
+        lm = linear_cross_entropy(hidden[:, :-1][real], model.backbone.embed.tokens.weight, batch["ids"][:, 1:][real])
+        return {"loss": task_loss, "lm": lm}
+
+    model.backbone.register_forward_hook(keep_hidden)
+    model.register_forward_pre_hook(forget)
+    model.register_forward_hook(add_lm)
+    model.part_names, model.part_weights = ("loss", "lm"), {"lm": weight}
+
+
+def next_tokens(padding: torch.Tensor) -> torch.Tensor:
+    """Where a padded batch predicts a next token: positions t < W − 1 whose token and successor are real."""
+    return padding[:, 1:] & padding[:, :-1]
+
+
+def label_vocabulary(labels: Iterable[str], path: str, column: str) -> list[str]:
+    """The sorted distinct labels of the training file ``path``; an error unless there are two or more."""
+    vocabulary = sorted(set(labels))
+    if len(vocabulary) < 2:
+        raise SesameError(f"{path}: column {column} has only one label ({vocabulary}); a model needs two or more: "
+                          "check --label-column")
+    return vocabulary
+
+
+def bucketed_batches(lengths: list[int], batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """Shuffle, sort by length inside windows of ``BUCKET_BATCHES`` batches, cut, shuffle the batches."""
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    window = batch_size * BUCKET_BATCHES
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start: start + window], key=lambda i: lengths[i])
+        batches += [chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    return math.ceil(n / batch_size)
+
+
+def pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """Right-pad to the longest sequence: a ``[len(sequences), width]`` long tensor."""
+    width = max(len(s) for s in sequences)
+    out = torch.full((len(sequences), width), value, dtype=torch.long)
+    for i, s in enumerate(sequences):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+def infer(model: TaskModel, task: Task, features: list[dict], pad_id: int) -> torch.Tensor:
+    """``model.outputs`` for every feature, in the features' order: ``[N, k]``, or ``[N, W, k]`` for
+    per-token tasks (W: the longest feature; positions past a feature's end are 0). Features of
+    similar length are batched together; under torchrun each process scores its share."""
+    rank, size = world()
+    if len(features) < size:
+        raise SesameError(f"{len(features)} evaluation inputs for {size} processes; run with fewer processes")
+    order = sorted(range(len(features)), key=lambda i: task.length(features[i]))[rank::size]
+    width = max(task.length(f) for f in features)
+    out: torch.Tensor | None = None
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(order), EVAL_BATCH):
+            chunk = order[start: start + EVAL_BATCH]
+            rows = model.outputs(task.collate([features[i] for i in chunk], pad_id)).float()
+            if out is None:
+                out = torch.zeros(len(features), *((width,) if task.per_token else ()), rows.shape[-1])
+            out = _widen(out, rows.shape[-1])  # multiple choice: a batch's column count is its most candidates
+            out[chunk, : rows.shape[1]] = rows
+    if size > 1:
+        columns = torch.tensor([out.shape[-1]])
+        dist.all_reduce(columns, op=dist.ReduceOp.MAX)
+        out = _widen(out, int(columns))
+        dist.all_reduce(out)
+    return out
+
+
+def _widen(out: torch.Tensor, columns: int) -> torch.Tensor:
+    """``out`` with zero columns appended up to ``columns`` (unchanged when it has as many already)."""
+    missing = columns - out.shape[-1]
+    return torch.cat([out, out.new_zeros(*out.shape[:-1], missing)], -1) if missing > 0 else out

@@ -1,0 +1,303 @@
+"""Token classification (``tag``): a label per word, for named entities (CoNLL-2003) or parts of speech.
+
+Files are CoNLL columns: one word per line with its annotations separated by whitespace
+(CoNLL-2003: ``token POS chunk NER``), a blank line between sentences, ``-DOCSTART-`` lines between
+documents (skipped). ``token_column`` and ``label_column`` pick the columns (0 is the first, -1 the
+last: NER in CoNLL-2003; 1 is its POS tag).
+
+A sentence is encoded from its words (``cls w1 … wn sep``), so every subword knows its word. As in
+BERT's NER (Devlin et al. 2019, §5.3), the head is a linear layer on the final hidden state of each
+word's first subword: the loss reads only those positions; continuation subwords and special tokens
+are ignored. Words cut off by ``max_length`` (or that a tokenizer turns into nothing) are predicted
+``O`` and still count as gold in evaluation, so truncation cannot inflate a score.
+
+Dev metrics are those of the CoNLL-2000/2003 ``conlleval`` script (Tjong Kim Sang & Buchholz 2000;
+Tjong Kim Sang & De Meulder 2003): entity-level precision, recall and F1, where an entity counts as
+found only when its span and type both match, with the script's own rules for where chunks start
+and end. They read IOB2 (every entity starts with ``B-``) and IOB1 (``B-`` only between two adjacent
+entities of one type; Ramshaw & Marcus 1995) alike: an ``I-`` after ``O`` or after another type
+starts an entity. Token accuracy is reported too (the metric for POS tags, which form no entities:
+choose it with ``--select accuracy``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.labeled import read_text
+from ..errors import SesameError
+from ..models import Transformer
+from ..tokenizer import TextTokenizer
+from .base import Task, TaskModel, label_vocabulary, pad, register
+from .classify import collate
+
+DOCSTART = "-DOCSTART-"
+IGNORE = -100  # target of positions the loss skips (F.cross_entropy's ignore_index)
+OUTSIDE = "O"  # the prediction for a word without a subword in the model's window
+
+
+class TokenModel(TaskModel):
+    """Backbone → dropout → linear on every position: ``[B, W, n_labels]`` logits."""
+
+    def __init__(self, backbone: Transformer, n_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.backbone = backbone
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(backbone.config.hidden, n_labels)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(self.dropout(self.backbone(batch["ids"], None, padding=batch["padding"])))
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy summed over the labeled positions (``targets`` ≠ -100)."""
+        logits = self.outputs(batch)
+        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def word_inputs(words: Sequence[str], kind: str) -> list[str]:
+    """The words as the tokenizer should see them one by one: byte-level BPE marks a word that follows
+    a space by a leading space (GPT-2's ``Ġ``), so every word but the first gets one back and the
+    subwords are those of the running text ``" ".join(words)``."""
+    return [w if j == 0 or kind != "bpe" else " " + w for j, w in enumerate(words)]
+
+
+def first_subwords(word_ids: Sequence[int | None], n_words: int) -> list[int]:
+    """Per word, the position of its first subword (from an Encoding's ``word_ids``), or -1 if it has none."""
+    first = [-1] * n_words
+    for position, word in enumerate(word_ids):
+        if word is not None and first[word] < 0:
+            first[word] = position
+    return first
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """conlleval's split at the first hyphen: ``B-PER`` → (``B``, ``PER``); ``O`` → (``O``, ``""``)."""
+    head, hyphen, kind = tag.partition("-")
+    return (head, kind) if hyphen else (tag, "")
+
+
+def chunk_end(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's ``endOfChunk``: does a chunk end between the previous word and this one?"""
+    return ((prev_tag, tag) in {("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"), ("E", "E"), ("E", "I"), ("E", "O")}
+            or (prev_tag not in ("O", ".") and prev_type != type_) or prev_tag in ("[", "]"))
+
+
+def chunk_start(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval's ``startOfChunk``: does a chunk start at this word?"""
+    return ((prev_tag, tag) in {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
+            or (tag not in ("O", ".") and prev_type != type_) or tag in ("[", "]"))
+
+
+def _prf(correct: int, gold: int, predicted: int) -> dict:
+    precision = correct / predicted if predicted else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def conll_report(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
+    """conlleval's counts over sentences of gold and predicted tags: entity precision, recall and F1
+    (0 when undefined), token accuracy, and the same per entity type. As in the script, the sentences
+    form one stream, each followed by a break read as an ``O`` that is not a token."""
+    found_gold: dict[str, int] = defaultdict(int)
+    found_pred: dict[str, int] = defaultdict(int)
+    correct: dict[str, int] = defaultdict(int)
+    correct_tags = tokens = 0
+    last_g, last_gt, last_p, last_pt = "O", "", "O", ""
+    in_correct = False
+    for g_sentence, p_sentence in zip(gold, predicted, strict=True):
+        if len(g_sentence) != len(p_sentence):
+            raise ValueError(f"a sentence of {len(g_sentence)} gold tags has {len(p_sentence)} predicted ones")
+        for position, (g_tag, p_tag) in enumerate([*zip(g_sentence, p_sentence), ("O", "O")]):
+            (g, gt), (p, pt) = split_tag(g_tag), split_tag(p_tag)
+            g_end, p_end = chunk_end(last_g, g, last_gt, gt), chunk_end(last_p, p, last_pt, pt)
+            if in_correct:
+                if g_end and p_end and last_pt == last_gt:
+                    in_correct = False
+                    correct[last_gt] += 1
+                elif g_end != p_end or pt != gt:
+                    in_correct = False
+            g_start, p_start = chunk_start(last_g, g, last_gt, gt), chunk_start(last_p, p, last_pt, pt)
+            if g_start and p_start and pt == gt:
+                in_correct = True
+            if g_start:
+                found_gold[gt] += 1
+            if p_start:
+                found_pred[pt] += 1
+            if position < len(g_sentence):  # a word, not the sentence break
+                correct_tags += (g, gt) == (p, pt)
+                tokens += 1
+            last_g, last_gt, last_p, last_pt = g, gt, p, pt
+    if in_correct:
+        correct[last_gt] += 1
+    types = sorted(set(found_gold) | set(found_pred))
+    return {**_prf(sum(correct.values()), sum(found_gold.values()), sum(found_pred.values())),
+            "accuracy": correct_tags / tokens if tokens else 0.0,
+            "entities": sum(found_gold.values()), "predicted_entities": sum(found_pred.values()),
+            "correct_entities": sum(correct.values()), "tokens": tokens,
+            "per_type": {t: {**_prf(correct[t], found_gold[t], found_pred[t]), "support": found_gold[t]}
+                         for t in types}}
+
+
+def _column(value: int | str, option: str) -> int:
+    """A column number given as a number, or as text (``--label-column 1`` arrives as "1")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        raise SesameError(f"{option} {value!r}: --task tag takes a column number (0 is the first, -1 the "
+                          "last)") from None
+
+
+@register
+@dataclass
+class Tag(Task):
+    """A label per word from CoNLL column files (NER, POS)."""
+
+    name: ClassVar[str] = "tag"
+    select: ClassVar[str] = "f1"
+    per_token: ClassVar[bool] = True
+    token_column: int = 0
+    label_column: int = -1
+
+    def __post_init__(self) -> None:
+        self.token_column = _column(self.token_column, "token_column")
+        self.label_column = _column(self.label_column, "--label-column")
+
+    def metrics(self, labels: list[str]) -> tuple[str, ...]:
+        return ("f1", "accuracy")
+
+    def read(self, path: str, labeled: bool = True) -> list[dict]:
+        """Sentences as ``{"words", "tags" (when labeled), "text", "line"}``; ``line`` is the first word's."""
+        examples: list[dict] = []
+        words: list[str] = []
+        tags: list[str] = []
+        start = width = 0
+
+        def close() -> None:
+            if words:
+                example = {"words": list(words), "text": " ".join(words), "line": start}
+                if labeled:
+                    example["tags"] = list(tags)
+                examples.append(example)
+                words.clear()
+                tags.clear()
+
+        for lineno, line in enumerate(read_text(Path(path)).splitlines(), 1):
+            columns = line.split()
+            if not columns:
+                close()
+                continue
+            if not width:
+                width = len(columns)
+                self._check_columns(width, labeled, path, lineno)
+            elif len(columns) != width:
+                raise SesameError(f"{path}:{lineno}: {len(columns)} columns, but the file's first line has {width}; "
+                                  "every word needs the same columns (a blank line separates sentences)")
+            if columns[self.token_column] == DOCSTART:
+                close()
+                continue
+            if not words:
+                start = lineno
+            words.append(columns[self.token_column])
+            if labeled:
+                tags.append(columns[self.label_column])
+        close()
+        if not examples:
+            raise SesameError(f"{path}: no sentences; expected CoNLL columns (one word per line, blank lines between "
+                              "sentences)")
+        return examples
+
+    def _check_columns(self, width: int, labeled: bool, path: str, lineno: int) -> None:
+        for value, option in ((self.token_column, "token_column"), (self.label_column, "--label-column")):
+            if not -width <= value < width:
+                raise SesameError(f"{path}:{lineno}: {option} {value}, but the line has {width} columns "
+                                  f"(0 to {width - 1}, or -1 for the last)")
+        if labeled and self.token_column % width == self.label_column % width:
+            raise SesameError(f"{path}:{lineno}: token_column {self.token_column} and --label-column "
+                              f"{self.label_column} are the same column of {width}; point --label-column at the tags")
+
+    def example(self, text: str) -> dict:
+        words = text.split()
+        return {"words": words, "text": " ".join(words)}
+
+    def labels(self, train: list[dict], path: str) -> list[str]:
+        return label_vocabulary((tag for row in train for tag in row["tags"]), path, str(self.label_column))
+
+    def check(self, examples: list[dict], labels: list[str], path: str) -> None:
+        known = set(labels)
+        for row in examples:
+            for j, tag in enumerate(row.get("tags", ())):
+                if tag not in known:
+                    raise SesameError(f"{path}:{row['line'] + j}: tag {tag!r} never occurs in the training data; "
+                                      f"the known tags are {labels}")
+
+    def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
+                 causal: bool) -> list[dict]:
+        """Per sentence: ``ids``, ``first`` (each word's first subword position, -1 if cut off) and, when
+        labeled, ``targets`` (the word's tag index at its first subword, -100 everywhere else)."""
+        tok.backend.enable_truncation(max_length)
+        try:
+            encodings = tok.backend.encode_batch([word_inputs(row["words"], tok.kind) for row in examples],
+                                                 is_pretokenized=True)
+        finally:
+            tok.backend.no_truncation()
+        index = {name: i for i, name in enumerate(labels)}
+        features = []
+        for i, (row, encoding) in enumerate(zip(examples, encodings)):
+            first = first_subwords(encoding.word_ids, len(row["words"]))
+            feature = {"example": i, "ids": encoding.ids, "first": first}
+            if "tags" in row:
+                targets = [IGNORE] * len(encoding.ids)
+                for position, tag in zip(first, row["tags"]):
+                    if position >= 0:
+                        targets[position] = index[tag]
+                feature["targets"] = targets
+            features.append(feature)
+        return features
+
+    def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+        batch = collate([f["ids"] for f in features], pad_id)
+        if "targets" in features[0]:
+            batch["targets"] = pad([f["targets"] for f in features], IGNORE)
+            batch["counts"] = {"loss": int((batch["targets"] != IGNORE).sum())}
+        return batch
+
+    def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
+        return TokenModel(backbone, n_labels, dropout)
+
+    def tags(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]
+             ) -> list[list[str]]:
+        """The predicted tag of every word: the arg-max at its first subword, ``O`` where it has none."""
+        tags: list[list[str]] = [[] for _ in examples]
+        for feature, logits in zip(features, outputs):
+            best = logits.argmax(-1).tolist()
+            tags[feature["example"]] = [labels[best[p]] if p >= 0 else OUTSIDE for p in feature["first"]]
+        return tags
+
+    def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
+        return conll_report([row["tags"] for row in examples], self.tags(examples, features, outputs, labels))
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
+                    labels: list[str]) -> list[dict]:
+        return [{"words": row["words"], "tags": tags}
+                for row, tags in zip(examples, self.tags(examples, features, outputs, labels))]
+
+    def write(self, examples: list[dict], predictions: list[dict], path: str | Path) -> None:
+        """CoNLL columns ``token gold predicted`` (``token predicted`` for unlabeled input), a blank line
+        after each sentence: the input the ``conlleval`` script reads."""
+        with open(path, "w", encoding="utf-8") as out:
+            for row, prediction in zip(examples, predictions, strict=True):
+                gold = row.get("tags")
+                for j, (word, tag) in enumerate(zip(row["words"], prediction["tags"], strict=True)):
+                    out.write(" ".join([word, *([gold[j]] if gold else []), tag]) + "\n")
+                out.write("\n")
