@@ -18,29 +18,17 @@ import json
 import os
 import platform
 import shutil
-import time
 from pathlib import Path
 
 import torch
+from recorded import mean_sd, open_record, replace_block, stage
 
 import sesame
 from sesame.data.corpus import iter_texts, resolve_sources
 from sesame.tokenizer import train_tokenizer
 
-START, END = "<!-- foundation:start -->", "<!-- foundation:end -->"
 FAMILIES = {"bert": "wordpiece", "gpt": "bpe"}
 OBJECTIVE = {"bert": "mlm", "gpt": "clm"}  # the foundation's BERT: masked LM alone (NSP came with the encoder family)
-
-
-def stage(results: dict, key: str, path: Path, work) -> dict:
-    """Run ``work()`` unless ``results`` already has ``key``; save results after each stage."""
-    if key not in results:
-        started = time.time()
-        value = work()
-        results[key] = {**value, "minutes": round((time.time() - started) / 60, 2)}
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        print(key, results[key], flush=True)
-    return results[key]
 
 
 def resumable(run: Path) -> bool:
@@ -63,12 +51,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds at the selected learning rate")
     parser.add_argument("--pretrain-lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=float, default=0.1, help="pre-training warmup, a fraction of the run")
+    parser.add_argument("--pretrain-dropout", type=float, default=0.1,
+                        help="dropout while pre-training (fine-tuning always uses 0.1)")
     parser.add_argument("--results", default="docs/results.md")
     args = parser.parse_args()
     data, runs = Path(args.data), Path(args.runs)
-    runs.mkdir(parents=True, exist_ok=True)
-    record = runs / "results.json"
-    results = json.loads(record.read_text()) if record.exists() else {}
+    record, results = open_record(runs)
     corpus = [str(data / "wikitext2/train.txt"), str(data / "pretrain/gutenberg")]
     airline = dict(train=str(data / "airline/train.csv"), dev=str(data / "airline/dev.csv"), text_column="text",
                    label_column="airline_sentiment", max_length=64, epochs=args.epochs, batch_size=32)
@@ -85,7 +73,7 @@ def main() -> None:
         pre = runs / f"{family}-mini"
         stage(results, f"{family}-pretrain", record, lambda: sesame.pretrain(
             corpus, str(pre), family=family, size="mini", tokenizer=str(tok_path), seq_len=128, batch_size=32,
-            objective=OBJECTIVE[family], lr=args.pretrain_lr, warmup=args.warmup, max_minutes=args.minutes,
+            objective=OBJECTIVE[family], lr=args.pretrain_lr, warmup=args.warmup, dropout=args.pretrain_dropout, max_minutes=args.minutes,
             max_steps=100_000, eval_every=500, save_every=500, valid=[str(data / "wikitext2/valid.txt")],
             progress=False))
         stage(results, f"{family}-test", record, lambda: sesame.evaluate(str(pre), str(data / "wikitext2/test.txt")))
@@ -104,23 +92,19 @@ def main() -> None:
     write_markdown(results, args, Path(args.results))
 
 
-def mean_sd(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    return mean, (sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)) ** 0.5
-
-
 def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
     cpu = platform.processor() or platform.machine()
     lrs = " ".join(f"{lr:g}" for lr in args.lrs)
-    lines = [START, "## Foundation: pre-training and airline fine-tuning (issue: Foundation)", "",
+    lines = ["## Foundation: pre-training and airline fine-tuning (issue: Foundation)", "",
              f"Machine: {os.cpu_count()} CPU cores, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
              "```bash", f"python scripts/real_data.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g} "
              f"--epochs {args.epochs} --lrs {lrs} --seeds {args.seeds} --pretrain-lr {args.pretrain_lr:g} "
-             f"--warmup {args.warmup:g}", "```", "",
+             f"--warmup {args.warmup:g} --pretrain-dropout {args.pretrain_dropout:g}", "```", "",
              "Pre-training corpus: WikiText-2 train + the 40 Gutenberg books (34.5 MB); validation: WikiText-2 valid.",
              f"Each model pre-trains for {args.minutes:g} minutes of wall time (the budget covers the whole command),"
              " `mini` size (4 layers × 256), sequences of 128 tokens, batch 32,"
-             f" peak lr {args.pretrain_lr:g} after a warmup over {100 * args.warmup:g}% of the run; BERT with the"
+             f" peak lr {args.pretrain_lr:g} after a warmup over {100 * args.warmup:g}% of the run,"
+             f" dropout {args.pretrain_dropout:g}; BERT with the"
              " masked LM alone (`objective=\"mlm\"`). Fine-tuning: airline train → dev, text → airline_sentiment"
              f" (3 classes), {args.epochs} epochs, batch 32, max length 64, the best epoch on dev kept. Each twin"
              f" (pre-trained, and from scratch with the same architecture and tokenizer) picks its learning rate"
@@ -155,14 +139,8 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
               " selected positions); GPT's are next-token perplexities. They are not comparable with each other,"
               " nor across tokenizers.",
               "", "Raw numbers, every fine-tuning run included: `" + str(Path(args.runs) / "results.json") +
-              "` after a run.", END]
-    text = path.read_text() if path.exists() else "# Results\n\nEvery number here comes from a command in this repo.\n\n"
-    if START in text:
-        head, rest = text.split(START, 1)
-        text = head + "\n".join(lines) + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + "\n".join(lines) + "\n"
-    path.write_text(text)
+              "` after a run."]
+    replace_block(path, "foundation", lines)
 
 
 if __name__ == "__main__":
