@@ -494,7 +494,8 @@ class Predictor:
     def __init__(self, run: str | Path, options: dict | None = None):
         self.run = Path(run)
         self.config = read_config(self.run, "--model", ("finetuned",))
-        self.task = make_task(self.config["task"], {**self.config["task_options"], **(options or {})})
+        given = {k: v for k, v in (options or {}).items() if v is not None}
+        self.task = make_task(self.config["task"], {**self.config["task_options"], **given})
         self.labels: list[str] = read_json(self.run / "labels.json") if self.task.has_labels else []
         self.tokenizer = load_tokenizer(self.run, "--model")
         self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config["pooling"], 0.0)

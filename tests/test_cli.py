@@ -31,7 +31,7 @@ def runs(tmp_path_factory):
                                    for s in sentences(60, seed)]
         (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     first, second = sentences(40, 3), sentences(40, 4)
-    pairs = ["sentence1\tsentence2\tlabel"] + [f"{a}\t{b if i % 2 else a}\t{'same' if i % 2 == 0 else 'other'}"
+    pairs = ["first\tsecond\tverdict"] + [f"{a}\t{b if i % 2 else a}\t{'same' if i % 2 == 0 else 'other'}"
                                                for i, (a, b) in enumerate(zip(first, second))]
     (root / "pairs.tsv").write_text("\n".join(pairs) + "\n")
     conll = ["-DOCSTART- O", ""]
@@ -49,7 +49,8 @@ def runs(tmp_path_factory):
                      "--dev", str(root / "dev.tsv"), "--out", str(root / "clf"), "--epochs", "2",
                      "--batch-size", "16"]) == 0
     assert main(q + ["finetune", "--from", str(root / "pre"), "--task", "pair", "--train", str(root / "pairs.tsv"),
-                     "--dev", str(root / "pairs.tsv"), "--out", str(root / "pair"), "--epochs", "1"]) == 0
+                     "--dev", str(root / "pairs.tsv"), "--text-column", "first", "--pair-column", "second",
+                     "--label-column", "verdict", "--out", str(root / "pair"), "--epochs", "1"]) == 0
     assert main(q + ["finetune", "--from", str(root / "pre"), "--task", "tag", "--train", str(root / "tags.txt"),
                      "--dev", str(root / "tags.txt"), "--out", str(root / "tag"), "--epochs", "1"]) == 0
     return root
@@ -77,7 +78,8 @@ def test_predict_reads_stdin_and_files(runs, capsys, monkeypatch):
     assert len(capsys.readouterr().out.splitlines()) == 60
 
 
-def test_pair_models_read_both_columns_to_predict_and_evaluate(runs, capsys):
+def test_pair_models_read_their_own_columns_to_predict_and_evaluate(runs, capsys):
+    """Without column flags, predict and evaluate read the columns the run was trained on."""
     capsys.readouterr()
     assert main(["predict", "--model", str(runs / "pair"), "--input", str(runs / "pairs.tsv")]) == 0
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
@@ -86,7 +88,7 @@ def test_pair_models_read_both_columns_to_predict_and_evaluate(runs, capsys):
     report = json.loads(capsys.readouterr().out)
     assert {"accuracy", "f1", "mcc"} <= set(report) and set(report["per_class"]) == {"other", "same"}
     config = json.loads((runs / "pair" / "config.json").read_text())
-    assert config["task"] == "pair" and config["task_options"]["pair_column"] == "sentence2"
+    assert config["task"] == "pair" and config["task_options"]["pair_column"] == "second"
 
 
 def test_tagger_writes_conll_columns_with_gold_beside_the_prediction(runs, capsys, tmp_path):
