@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from scipy.stats import ttest_ind
 from recorded import mean_sd, open_record, replace_block, stage
 
 import sesame
@@ -134,7 +135,9 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
             verdict = (f"pre-training wins by {gap:.1f} points, more than the seeds' spread ({spread:.1f})"
                        if gap > spread else f"no clear win: the gap ({gap:+.1f} points) is within the seeds' "
                        f"spread (pooled sd {spread:.1f})")
-            lines.append(f"- {family}: {verdict}.")
+            welch = ttest_ind(a["accuracy"], b["accuracy"], equal_var=False)
+            lines.append(f"- {family}: {verdict}; Welch's t = {welch.statistic:.2f}, two-sided p = {welch.pvalue:.3f} "
+                         f"({len(a['accuracy'])} and {len(b['accuracy'])} seeds).")
     lines += ["", "Accuracies in %. BERT's perplexities are masked-LM perplexities (exp of the loss at the 15%"
               " selected positions); GPT's are next-token perplexities. They are not comparable with each other,"
               " nor across tokenizers.",
