@@ -135,7 +135,7 @@ class Embeddings(nn.Module):
 class Adapter(nn.Module):
     """Houlsby et al. (2019) bottleneck adapter: y + W_up·GELU(W_down·y), hidden → m → hidden. Its
     projections start at N(0, 10⁻³) with zero biases, so it starts as (nearly) the identity and the
-    pre-trained network's function is kept at the start of fine-tuning (their §2.1 and §3.6)."""
+    pre-trained network's function is kept at the start of fine-tuning (their §2.1)."""
 
     def __init__(self, hidden: int, size: int):
         super().__init__()
