@@ -6,11 +6,11 @@ A *document* is one text file, or one record of a ``.jsonl`` file. Text arrives 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import SesameError
+from .labeled import json_object
 
 TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -74,11 +74,8 @@ def iter_pieces(files: Sequence[Path], text_field: str = "text") -> Iterator[tup
             for lineno, line in _decoded_lines(path):
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise SesameError(f"{path}:{lineno}: not valid JSON ({err.msg}); one JSON object per line") from None
-                if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+                record = json_object(line, f"{path}:{lineno}")
+                if not isinstance(record.get(text_field), str):
                     raise SesameError(
                         f"{path}:{lineno}: no string field {text_field!r}; name the field with --text-field"
                     )

@@ -27,19 +27,23 @@ def read_text(path: Path) -> str:
     return text
 
 
+def json_object(raw: str, where: str) -> dict:
+    """One line of JSON Lines, which must hold a JSON object; errors name ``where`` (file:line)."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise SesameError(f"{where}: not valid JSON ({err.msg}); one JSON object per line") from None
+    if not isinstance(record, dict):
+        raise SesameError(f"{where}: expected a JSON object per line")
+    return record
+
+
 def json_lines(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line of a JSON Lines file, each checked to be a JSON
     object. Lines end at "\\n" only: ``splitlines`` would also cut at U+2028 inside a JSON string."""
     for line, raw in enumerate(read_text(Path(path)).split("\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise SesameError(f"{path}:{line}: not valid JSON ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise SesameError(f"{path}:{line}: expected a JSON object per line")
-        yield line, record
+        if raw.strip():
+            yield line, json_object(raw, f"{path}:{line}")
 
 
 def read_rows(path: str | Path, header: bool = True) -> list[tuple[int, dict[str, str]]]:
