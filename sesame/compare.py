@@ -1,9 +1,10 @@
 """``sesame compare``: pre-training approaches side by side at equal compute, against two baselines.
 
 Every approach (``FAMILY:SIZE[:KEY=VALUE...]``) pre-trains on the same corpus for the same wall time,
-then fine-tunes with the same settings on each task. Two baselines join every table: the same
-architecture fine-tuned from random weights with the approach's tokenizer, and TF-IDF word and
-character n-grams with logistic regression. Each cell is a directory under ``out``::
+then fine-tunes with the same settings on each task (text or text-pair classification). Two baselines
+join every table: the same architecture fine-tuned from random weights with the approach's tokenizer
+(one row for all approaches that share architecture and tokenizer), and TF-IDF word and character
+n-grams with logistic regression. Each cell is a directory under ``out``::
 
     pretrain/bert-mini/          the pretrained run
     airline/bert-mini/           fine-tuned from it
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import inspect
 import json
 import re
@@ -24,26 +26,33 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
 from . import api
 from .data.corpus import resolve_sources
-from .data.labeled import read_columns
 from .errors import SesameError
-from .families import get_family, get_size
+from .families import backbone_config, get_family, get_size
 from .metrics import classification_report
+from .tasks import make_task
 from .train import Interrupted, TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json, write_json
 
 RECORD = "compare.json"
 NO_STEP_CAP = 10**9  # the time budget ends pre-training, not a step count
 C_GRID = (0.25, 1.0, 4.0, 16.0)  # logistic regression's inverse regularisation, picked on dev
-SHORTCUTS = {  # name: (train, dev, text column, label column), relative to --data
-    "airline": ("airline/train.csv", "airline/dev.csv", "text", "airline_sentiment"),
-    "sst2": ("glue/SST-2/train.tsv", "glue/SST-2/dev.tsv", "sentence", "label"),
+SHORTCUTS = {  # name: the task's files (relative to --data) and columns
+    "airline": {"train": "airline/train.csv", "dev": "airline/dev.csv", "text_column": "text",
+                "label_column": "airline_sentiment"},
+    "sst2": {"train": "glue/SST-2/train.tsv", "dev": "glue/SST-2/dev.tsv", "text_column": "sentence",
+             "label_column": "label"},
+    "rte": {"train": "glue/RTE/train.tsv", "dev": "glue/RTE/dev.tsv", "text_column": "sentence1",
+            "pair_column": "sentence2", "label_column": "label"},
+    "mrpc": {"train": "glue/MRPC/train.tsv", "dev": "glue/MRPC/dev.tsv", "text_column": "#1 String",
+             "pair_column": "#2 String", "label_column": "Quality"},
 }
+FINETUNE_OPTIONS = ("epochs", "lr", "batch_size", "max_length")  # a task may set its own
 COLUMNS = {  # CSV/JSON field: Markdown header
     "approach": "approach", "kind": "kind", "parameters": "parameters", "pretrain_seconds": "pre-training time",
     "pretrain_tokens": "pre-training tokens", "finetune_epochs": "fine-tuning epochs",
@@ -66,17 +75,38 @@ class Approach:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^\w.=+-]+", "-", self.spec.replace(":", "-"))
+        return _slug(self.spec)
+
+
+def _slug(name: str) -> str:
+    """``name`` as a directory name: ``:`` and anything unusual become ``-``."""
+    return re.sub(r"[^\w.=+-]+", "-", name.replace(":", "-"))
 
 
 @dataclass
 class Task:
-    """A labeled train/dev pair."""
+    """A labeled train/dev pair of files: text (or, with ``pair_column``, text-pair) classification.
+    ``options`` are the fine-tuning settings (of ``FINETUNE_OPTIONS``) this task sets for itself."""
     name: str
     train: str
     dev: str
     text_column: str = "text"
     label_column: str = "label"
+    pair_column: str | None = None
+    options: dict = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "pair" if self.pair_column else "classify"
+
+    @property
+    def columns(self) -> dict:
+        return {"text_column": self.text_column, "label_column": self.label_column,
+                **({"pair_column": self.pair_column} if self.pair_column else {})}
+
+    def read(self, path: str) -> list[dict]:
+        """The rows of ``path``: ``text``, ``label`` and, for pairs, ``pair``."""
+        return make_task(self.kind, self.columns).read(path)
 
 
 def _recipe_defaults() -> dict:
@@ -87,16 +117,21 @@ def _recipe_defaults() -> dict:
     return {k: v for k, v in defaults.items() if k not in RESERVED}
 
 
-def _typed(spec: str, key: str, text: str, default: object) -> object:
+def _typed(where: str, key: str, text: str, default: object) -> object:
     """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = text
+    return _checked(where, key, value, default)
+
+
+def _checked(where: str, key: str, value: object, default: object) -> object:
+    """``value``, if it has the type of ``default`` (an int passes for a float); else an error naming ``where``."""
     if isinstance(default, float) and type(value) is int:
         value = float(value)
     if default is not None and type(value) is not type(default):
-        raise SesameError(f"--approaches {spec}: {key}={text} should be a {type(default).__name__}, "
+        raise SesameError(f"{where}: {key}={json.dumps(value)} should be a {type(default).__name__}, "
                           f"like the default {key}={json.dumps(default)}")
     return value
 
@@ -123,9 +158,9 @@ def parse_approach(spec: str) -> Approach:
             raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
                               "(--minutes, --max-steps, --seed, --corpus, --valid)")
         if key in known:
-            options[key] = _typed(spec, key, text, known[key])
+            options[key] = _typed(f"--approaches {spec}", key, text, known[key])
         else:  # the objective checks these when pre-training starts
-            objective[key] = _typed(spec, key, text, None)
+            objective[key] = _typed(f"--approaches {spec}", key, text, None)
     try:
         train = {f.name for f in fields(TrainConfig)}
         TrainConfig(**{**fam.recipe, **{k: v for k, v in options.items() if k in train}}).validate()
@@ -134,32 +169,26 @@ def parse_approach(spec: str) -> Approach:
     return Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})})
 
 
-def resolve_tasks(specs: Sequence[str], data: str) -> list[Task]:
-    """Tasks from built-in names (resolved against ``data``) or JSON files holding one task object or a
-    list of them: ``{"name", "train", "dev", "text_column", "label_column"}``, paths relative to the file."""
+def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None) -> list[Task]:
+    """Tasks from ``NAME[:KEY=VALUE...]`` specs. NAME is built in (resolved against ``data``) or a JSON file
+    holding one task object or a list of them: ``{"name", "train", "dev", "text_column", "label_column",
+    "pair_column"}`` and optionally fine-tuning settings, paths relative to the file. KEY=VALUE items set a
+    fine-tuning option (``FINETUNE_OPTIONS``) for that task alone, typed like its entry in ``defaults``."""
+    defaults = defaults or {}
     tasks = []
     for spec in specs:
-        if spec in SHORTCUTS:
-            train, dev, text, label = SHORTCUTS[spec]
-            tasks.append(Task(spec, str(Path(data) / train), str(Path(data) / dev), text, label))
-            continue
-        path = Path(spec)
-        if not path.is_file():
-            raise SesameError(f"--tasks {spec}: neither a built-in task ({', '.join(SHORTCUTS)}) nor a JSON task "
-                              "file; give one of those names or a file like "
-                              '{"name": "mine", "train": "train.csv", "dev": "dev.csv"}')
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise SesameError(f"--tasks {spec}: not valid JSON ({err})") from None
-        for entry in entries if isinstance(entries, list) else [entries]:
-            names = {f.name for f in fields(Task)}
-            if not isinstance(entry, dict) or not {"name", "train", "dev"} <= set(entry) or set(entry) - names:
-                raise SesameError(f"--tasks {spec}: each task is an object with name, train, dev and optionally "
-                                  "text_column, label_column")
-            relative = {k: str(path.parent / entry[k]) for k in ("train", "dev")}
-            tasks.append(Task(**{**entry, **relative}))
+        name, *items = spec.split(":")
+        options = {}
+        for item in items:
+            key, sep, text = item.partition("=")
+            if not sep or key not in FINETUNE_OPTIONS or key in options:
+                raise SesameError(f"--tasks {spec}: {item!r} should be KEY=VALUE with KEY one of "
+                                  f"{', '.join(FINETUNE_OPTIONS)}, each once, e.g. sst2:epochs=1")
+            options[key] = _typed(f"--tasks {spec}", key, text, defaults.get(key))
+        tasks += [Task(**{**asdict(task), "options": {**task.options, **options}}) for task in _named_tasks(name, data)]
     for task in tasks:
+        task.options = {k: _checked(f"--tasks (task {task.name})", k, v, defaults.get(k))
+                        for k, v in task.options.items()}
         _check_task(task)
     names = [t.name for t in tasks]
     for name in names:
@@ -169,18 +198,45 @@ def resolve_tasks(specs: Sequence[str], data: str) -> list[Task]:
     return tasks
 
 
+def _named_tasks(spec: str, data: str) -> list[Task]:
+    """The built-in task ``spec`` or the tasks of the JSON file ``spec``."""
+    if spec in SHORTCUTS:
+        files = {k: str(Path(data) / SHORTCUTS[spec][k]) for k in ("train", "dev")}
+        return [Task(spec, **{**SHORTCUTS[spec], **files})]
+    path = Path(spec)
+    if not path.is_file():
+        raise SesameError(f"--tasks {spec}: neither a built-in task ({', '.join(SHORTCUTS)}) nor a JSON task "
+                          "file; give one of those names or a file like "
+                          '{"name": "mine", "train": "train.csv", "dev": "dev.csv"}')
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SesameError(f"--tasks {spec}: not valid JSON ({err})") from None
+    names = {f.name for f in fields(Task)} - {"options"}
+    tasks = []
+    for entry in entries if isinstance(entries, list) else [entries]:
+        if not isinstance(entry, dict) or not {"name", "train", "dev"} <= set(entry) or \
+                set(entry) - names - set(FINETUNE_OPTIONS):
+            raise SesameError(f"--tasks {spec}: each task is an object with name, train, dev and optionally "
+                              f"text_column, label_column, pair_column, {', '.join(FINETUNE_OPTIONS)}")
+        relative = {k: str(path.parent / entry[k]) for k in ("train", "dev")}
+        tasks.append(Task(**{k: v for k, v in {**entry, **relative}.items() if k in names},
+                          options={k: entry[k] for k in FINETUNE_OPTIONS if k in entry}))
+    return tasks
+
+
 def _check_task(task: Task) -> None:
     """Read both files now, so a bad column or label fails before any training."""
     hint = f" (task {task.name}; check --data)" if task.name in SHORTCUTS else f" (task {task.name})"
     for path in (task.train, task.dev):
         if not Path(path).is_file():
             raise SesameError(f"--tasks: {path}: no such file{hint}")
-    _, train = read_columns(task.train, task.text_column, task.label_column)
-    _, dev = read_columns(task.dev, task.text_column, task.label_column)
-    if len(set(train)) < 2:
+    train = {row["label"] for row in task.read(task.train)}
+    dev = {row["label"] for row in task.read(task.dev)}
+    if len(train) < 2:
         raise SesameError(f"{task.train}: column {task.label_column!r} has only one label; a classifier needs two")
-    if set(dev) - set(train):
-        raise SesameError(f"{task.dev}: labels {sorted(set(dev) - set(train))[:5]} never occur in {task.train}")
+    if dev - train:
+        raise SesameError(f"{task.dev}: labels {sorted(dev - train)[:5]} never occur in {task.train}")
 
 
 # -- cells -----------------------------------------------------------------------------------------
@@ -244,15 +300,30 @@ def _finetune(base: str, run: Path, task: Task, origin: dict, options: dict, tok
               progress: bool) -> tuple[dict, bool]:
     """Fine-tune ``base``; ``origin`` (the records it depends on) is part of the cell's settings."""
     def work(resume: bool) -> dict:
-        dev = api.finetune(base, task.train, task.dev, str(run), text_column=task.text_column,
-                           label_column=task.label_column, tokenizer=tokenizer, resume=resume, progress=progress,
-                           **options)
+        dev = api.finetune(base, task.train, task.dev, str(run), task=task.kind, task_options=task.columns,
+                           tokenizer=tokenizer, resume=resume, progress=progress, **options)
         model = api.load(run)
         return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
                 "seconds": round(_state(run)["elapsed"], 3), "train": _scores(model.evaluate(task.train)),
                 "dev": _scores(dev)}
 
     return _cell(run, {"from": origin, "task": asdict(task), **options}, work)
+
+
+def _scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
+    """``{name: approaches}``: one from-scratch twin per distinct architecture and tokenizer, named
+    ``scratch:FAMILY:SIZE`` after the first approach that has them, whose tokenizer it uses. bert,
+    spanbert and electra at one size with one tokenizer file share a twin: their runs would be identical."""
+    twins: dict[tuple, str] = {}
+    named: dict[str, list[Approach]] = {}
+    for a in plan:
+        tokenizer = hashlib.sha256((runs / a.slug / "tokenizer.json").read_bytes()).hexdigest()
+        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0))), tokenizer)
+        if key not in twins:
+            name = f"scratch:{a.family}:{a.size}"
+            twins[key] = name if name not in named else f"{name}:tokenizer-of-{a.slug}"
+        named.setdefault(twins[key], []).append(a)
+    return named
 
 
 def _scores(report: dict) -> dict:
@@ -262,24 +333,35 @@ def _scores(report: dict) -> dict:
 def tfidf_baseline(task: Task, seed: int = 0) -> dict:
     """TF-IDF word 1–2-grams and character 2–5-grams (within words) → logistic regression.
 
-    The inverse regularisation C is the one of ``C_GRID`` with the best dev accuracy (the smallest on
-    ties), so the dev score is slightly optimistic. Returns parameters (coefficients), C, seconds, and
-    train and dev accuracy and macro-F1.
+    A text pair (u, v) is represented as InferSent's (u, v, |u − v|, u ∗ v) (Conneau et al. 2017, §3.3),
+    one vectoriser fitted on both sides; the product (what the texts share) is L2-normalised, as its raw
+    entries are too small for the regularised fit to use. The inverse regularisation C is the one of
+    ``C_GRID`` with the best dev accuracy (the smallest on ties), so the dev score is slightly optimistic.
+    Returns parameters (coefficients), C, seconds, and train and dev accuracy and macro-F1.
     """
+    from scipy.sparse import hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import FeatureUnion
+    from sklearn.preprocessing import normalize
 
     started = time.time()
-    train_texts, train_labels = read_columns(task.train, task.text_column, task.label_column)
-    dev_texts, dev_labels = read_columns(task.dev, task.text_column, task.label_column)
-    labels = sorted(set(train_labels))
-    y_train, y_dev = ([labels.index(y) for y in ys] for ys in (train_labels, dev_labels))
+    train, dev = task.read(task.train), task.read(task.dev)
+    labels = sorted({row["label"] for row in train})
+    y_train, y_dev = ([labels.index(row["label"]) for row in rows] for rows in (train, dev))
     features = FeatureUnion([
         ("word", TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)),
         ("char", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=2, sublinear_tf=True))])
-    x_train = features.fit_transform(train_texts)
-    x_dev = features.transform(dev_texts)
+    features.fit([row[side] for row in train for side in ("text", "pair")[:1 + bool(task.pair_column)]])
+
+    def vectors(rows: list[dict]):
+        first = features.transform([row["text"] for row in rows])
+        if not task.pair_column:
+            return first
+        second = features.transform([row["pair"] for row in rows])
+        return hstack([first, second, abs(first - second), normalize(first.multiply(second))]).tocsr()
+
+    x_train, x_dev = vectors(train), vectors(dev)
     fits = [LogisticRegression(C=c, max_iter=3000, random_state=seed).fit(x_train, y_train) for c in C_GRID]
     best = max(fits, key=lambda model: model.score(x_dev, y_dev))
     return {"parameters": int(best.coef_.size + best.intercept_.size), "C": best.C,
@@ -299,8 +381,9 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
     add the TF-IDF baseline, and write ``results.{md,csv,json,png}`` in ``out``. Returns the table's rows.
 
     ``approaches``: ``FAMILY:SIZE[:KEY=VALUE...]`` (see :func:`parse_approach`); ``tasks``: built-in names
-    (``airline``, ``sst2``, found under ``data``) or JSON task files (see :func:`resolve_tasks`). The
-    fine-tuning defaults (lr 2e-4, 3 epochs) suit the small sizes; every row uses the same ones.
+    (``airline``, ``sst2``, ``rte``, ``mrpc``, found under ``data``) or JSON task files, each optionally
+    followed by its own fine-tuning settings (see :func:`resolve_tasks`). The fine-tuning defaults (lr 2e-4,
+    3 epochs) suit the small sizes; every row of a task uses the same ones.
     """
     plan = [parse_approach(spec) for spec in approaches]
     slugs = [a.slug for a in plan]
@@ -312,7 +395,8 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
     resolve_sources(corpus, "--corpus")
     if valid:
         resolve_sources(valid, "--valid")
-    task_list = resolve_tasks(tasks, data)
+    options = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "max_length": max_length, "seed": seed}
+    task_list = resolve_tasks(tasks, data, options)
     command = shlex.join(["sesame", "compare", "--approaches", *approaches, "--corpus", *corpus,
                           *(["--valid", *valid] if valid else []), "--tasks", *tasks, "--data", data, "--out", str(out),
                           "--minutes", f"{minutes:g}", *(["--max-steps", str(max_steps)] if max_steps else []),
@@ -326,34 +410,33 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
         pretrained[a.spec], reused = _pretrain(a, out / "pretrain" / a.slug, corpus_paths, valid_paths, minutes,
                                                max_steps, seed, progress)
         _say("pretrain", a.spec, pretrained[a.spec], reused)
-    options = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "max_length": max_length, "seed": seed}
-    scratch: dict[str, Approach] = {}  # one per family and size, with the first such approach's tokenizer
-    for a in plan:
-        scratch.setdefault(f"scratch:{a.family}:{a.size}", a)
+    scratch = _scratch_twins(plan, out / "pretrain")
     no_pretraining = {"seconds": 0, "tokens": 0}
     rows = []
 
-    def add(task: Task, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict) -> None:
+    def add(task: Task, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict,
+            **extra: object) -> None:
         rows.append({"task": task.name, "approach": name, "kind": kind, "parameters": record["parameters"],
                      "pretrain_seconds": pre["seconds"], "pretrain_tokens": pre["tokens"],
                      "finetune_epochs": record.get("epochs"), "finetune_seconds": record["seconds"],
                      "train_accuracy": record["train"]["accuracy"], "dev_accuracy": record["dev"]["accuracy"],
                      "dev_macro_f1": record["dev"]["macro_f1"], "run": f"{task.name}/{slug}",
-                     **({"C": record["C"]} if "C" in record else {})})
+                     **({"C": record["C"]} if "C" in record else {}), **extra})
         _say(task.name, name, record, reused)
 
     for task in task_list:
+        tuned = {**options, **task.options}
         for a in plan:
             add(task, a.spec, "pretrained", a.slug, *_finetune(
-                str(out / "pretrain" / a.slug), out / task.name / a.slug, task, pretrained[a.spec], options, None,
+                str(out / "pretrain" / a.slug), out / task.name / a.slug, task, pretrained[a.spec], tuned, None,
                 progress), pretrained[a.spec])
-        for name, a in scratch.items():
-            slug = f"scratch-{a.family}-{a.size}"
-            add(task, name, "scratch", slug, *_finetune(
-                name, out / task.name / slug, task, {"scratch": name, "tokenizer": pretrained[a.spec]}, options,
-                str(out / "pretrain" / a.slug), progress), no_pretraining)
+        for name, (a, *others) in scratch.items():
+            add(task, name, "scratch", _slug(name), *_finetune(
+                f"scratch:{a.family}:{a.size}", out / task.name / _slug(name), task,
+                {"scratch": name, "tokenizer": pretrained[a.spec]}, tuned, str(out / "pretrain" / a.slug), progress),
+                no_pretraining, twin_of=[a.spec, *(o.spec for o in others)])
         add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *_cell(
-            out / task.name / "tfidf", {"task": asdict(task), "grid": C_GRID, "seed": seed},
+            out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": seed},
             lambda resume: tfidf_baseline(task, seed)), no_pretraining)
     _write_results(out, rows, task_list, command, minutes, options)
     return rows
@@ -372,9 +455,20 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _cells(row: dict) -> list[str]:
+def _shared_recipe(rows: list[dict]) -> list[str]:
+    """The recipe items (``KEY=VALUE``) that every pretrained approach names, when there are several."""
+    recipes = [row["approach"].split(":")[2:] for row in rows if row["kind"] == "pretrained"]
+    return [item for item in recipes[0] if all(item in r for r in recipes)] if len(recipes) > 1 else []
+
+
+def _short(approach: str, shared: list[str]) -> str:
+    """``approach`` without the ``shared`` recipe items."""
+    return ":".join(part for i, part in enumerate(approach.split(":")) if i < 2 or part not in shared)
+
+
+def _cells(row: dict, shared: list[str]) -> list[str]:
     pre = row["pretrain_seconds"]
-    return [row["approach"], row["kind"], _count(row["parameters"]), _duration(pre) if pre else "—",
+    return [_short(row["approach"], shared), row["kind"], _count(row["parameters"]), _duration(pre) if pre else "—",
             _count(row["pretrain_tokens"]) if pre else "—", str(row["finetune_epochs"] or "—"),
             _duration(row["finetune_seconds"]), *(f"{row[k]:.4f}" for k in ("train_accuracy", "dev_accuracy",
                                                                             "dev_macro_f1"))]
@@ -389,27 +483,36 @@ def _write_results(out: Path, rows: list[dict], tasks: list[Task], command: str,
         writer = csv.DictWriter(fh, ["task", *COLUMNS, "run"], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
+    shared = _shared_recipe(rows)
+    twins = {r["approach"]: r["twin_of"] for r in rows if r["kind"] == "scratch"}
     lines = ["# sesame compare", "", "Made by:", "", "```bash", command, "```", "",
              f"- Pre-training: {minutes:g} min of wall time per approach on the same corpus (tokenizer, data "
              "preparation and training); pre-training tokens = steps × batch × sequence length.",
-             f"- Fine-tuning, the same for every row: epochs {options['epochs']}, lr {options['lr']:g}, batch "
-             f"{options['batch_size']}, max length {options['max_length']}, seed {options['seed']}; the epoch with "
-             "the best dev accuracy is kept.",
-             "- `scratch:` rows: the same architecture from random weights, with the approach's tokenizer.",
-             "- The TF-IDF row: logistic regression on word 1–2-gram and character 2–5-gram TF-IDF features, its C "
-             "picked on dev. Like the best epoch above, that makes its dev score slightly optimistic."]
+             *([f"- Every approach's recipe includes `{':'.join(shared)}`, left out of the tables."] if shared else []),
+             f"- Fine-tuning, the same for every row of a task: epochs {options['epochs']}, lr {options['lr']:g}, "
+             f"batch {options['batch_size']}, max length {options['max_length']}, seed {options['seed']} (unless the "
+             "task says otherwise); the epoch with the best dev accuracy is kept.",
+             "- `scratch:` rows: the same architecture from random weights, with the approach's tokenizer; one row "
+             "serves every approach with the same architecture and tokenizer: " + "; ".join(
+                 f"`{name}` for {', '.join(_short(a, shared) for a in of)}" for name, of in twins.items()) + ".",
+             "- The TF-IDF row: logistic regression on word 1–2-gram and character 2–5-gram TF-IDF features (for a "
+             "pair (u, v): u, v, |u − v| and u ∗ v), its C picked on dev. Like the best epoch above, that makes its "
+             "dev score slightly optimistic."]
     for task in tasks:
         mine = [r for r in rows if r["task"] == task.name]
+        own = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in task.options.items())
         lines += ["", f"## {task.name}", "",
-                  f"`{task.train}` → `{task.dev}`, {task.text_column} → {task.label_column}; TF-IDF C = "
+                  f"`{task.train}` → `{task.dev}`, {task.text_column}"
+                  f"{f' + {task.pair_column}' if task.pair_column else ''} → {task.label_column}"
+                  f"{f'; fine-tuning for this task{own}' if own else ''}; TF-IDF C = "
                   f"{next(r['C'] for r in mine if r['kind'] == 'tf-idf'):g}.", "",
                   "| " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" * len(COLUMNS)]
-        lines += ["| " + " | ".join(_cells(r)) + " |" for r in mine]
+        lines += ["| " + " | ".join(_cells(r, shared)) + " |" for r in mine]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    _chart(rows, [t.name for t in tasks], out / "results.png")
+    _chart(rows, [t.name for t in tasks], [_short(r["approach"], shared) for r in rows], out / "results.png")
 
 
-def _chart(rows: list[dict], tasks: list[str], path: Path) -> None:
+def _chart(rows: list[dict], tasks: list[str], names: list[str], path: Path) -> None:
     """Dev accuracy per approach, one panel per task; baselines hatched, TF-IDF's score a dashed line."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -417,14 +520,14 @@ def _chart(rows: list[dict], tasks: list[str], path: Path) -> None:
     per_task = max(sum(r["task"] == t for r in rows) for t in tasks)
     fig = Figure(figsize=(8, 1.2 + len(tasks) * (0.8 + 0.35 * per_task)), layout="constrained")
     for ax, task in zip(fig.subplots(len(tasks), 1, squeeze=False)[:, 0], tasks):
-        mine = [r for r in rows if r["task"] == task]
-        for i, r in enumerate(mine):
+        mine = [(r, name) for r, name in zip(rows, names) if r["task"] == task]
+        for i, (r, _) in enumerate(mine):
             colour, hatch = KINDS[r["kind"]]
             ax.barh(i, r["dev_accuracy"], color=colour, hatch=hatch, edgecolor="#333333")
             ax.text(r["dev_accuracy"], i, f" {r['dev_accuracy']:.3f}", va="center", fontsize=8)
             if r["kind"] == "tf-idf":
                 ax.axvline(r["dev_accuracy"], color=colour, linestyle="--", linewidth=1)
-        ax.set_yticks(range(len(mine)), [r["approach"] for r in mine])
+        ax.set_yticks(range(len(mine)), [name for _, name in mine])
         ax.invert_yaxis()
         ax.set_xlim(0, 1.1)
         ax.set_title(task, fontsize=10)
@@ -445,9 +548,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    help="e.g. bert:mini roberta:mini:accumulate=4; KEY: a pretrain option or objective option")
     p.add_argument("--corpus", nargs="+", required=True, help="pre-training text files or folders, shared by all")
     p.add_argument("--valid", nargs="+", help="validation text (default: the corpus's last 1%%)")
-    p.add_argument("--tasks", nargs="+", required=True,
+    p.add_argument("--tasks", nargs="+", required=True, metavar="TASK[:KEY=VALUE...]",
                    help=f"built-in ({', '.join(SHORTCUTS)}, under --data) or JSON files "
-                        '{"name", "train", "dev", "text_column", "label_column"}')
+                        '{"name", "train", "dev", "text_column", "label_column", "pair_column"}; KEY=VALUE: '
+                        f"this task's own {', '.join(FINETUNE_OPTIONS)}, e.g. sst2:epochs=1")
     p.add_argument("--data", default=default["data"], help="where the built-in tasks live (default %(default)s)")
     p.add_argument("--out", required=True, help="directory of the cells and results; rerun to resume")
     p.add_argument("--minutes", type=float, required=True, help="pre-training wall-time budget per approach")
