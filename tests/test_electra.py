@@ -1,8 +1,12 @@
 """ELECTRA's replaced token detection (Clark et al. 2020): sampling, labels, sharing, gradients, loss."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import sesame
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives.electra import Electra
 from sesame.tokenizer import SpecialIds
@@ -195,3 +199,19 @@ def test_loss_goes_down():
         history.append((loss.item(), mlm.item(), disc.item()))
     first, last = torch.tensor(history[:5]).mean(0), torch.tensor(history[-5:]).mean(0)
     assert (last < 0.75 * first).all(), (first, last)  # the total, the generator's and the discriminator's
+
+
+def test_the_probe_reads_a_run_as_evaluate_does(corpus, tmp_path, one_thread):
+    """scripts/electra_probe.py corrupts held-out text as evaluation does: over every window, its
+    discriminator loss is evaluate's, and only masked tokens are ever replaced."""
+    spec = importlib.util.spec_from_file_location("electra_probe", Path(__file__).parents[1] / "scripts/electra_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = tmp_path / "electra"
+    sesame.pretrain([str(corpus)], str(run), family="electra", size="tiny", vocab_size=200, seq_len=32, max_steps=20,
+                    batch_size=8, lr=1e-3, progress=False)
+    report = module.probe(str(run), [str(corpus)], windows=10**6)
+    evaluated = sesame.evaluate(str(run), [str(corpus)])
+    assert report["disc_loss"] == pytest.approx(evaluated["disc_loss"], rel=1e-4)
+    assert 0.1 < report["masked_rate"] < 0.2 and 0 < report["replaced_rate"] <= report["masked_rate"]
+    assert 0 <= report["auc"] <= 1 and 0 <= report["generator_accuracy"] <= 1
