@@ -1,13 +1,20 @@
-"""Every family in the registry pre-trains on tiny data (its loss goes down) and fine-tunes from its export."""
+"""Every family in the registry pre-trains on tiny data (its loss goes down), and every task and every
+fine-tuning recipe starts from its export."""
 import json
+import random
 
 import pytest
 
 import sesame
+from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.rundir import read_config
+from sesame.tasks import TASKS
 
 from .conftest import sentences
+from .test_multiple_choice import choice_rows, write_jsonl
+
+ANIMALS = {"cat", "dog", "bird", "fish"}
 
 
 @pytest.fixture(scope="module")
@@ -15,20 +22,64 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("families")
     for i in range(3):  # three documents, for next-sentence negatives
         (root / f"doc{i}.txt").write_text("\n".join(sentences(150, seed=i)) + "\n")
-    animals = {"cat", "dog", "bird", "fish"}
     for split, seed in (("train", 5), ("dev", 6)):
-        rows = ["text,label"] + [f"{s},{'animal' if animals & set(s.lower()[:-1].split()) else 'none'}"
-                                 for s in sentences(40, seed)]
+        rows = ["text,label"] + [f"{s},{'animal' if ANIMALS & set(words(s)) else 'none'}" for s in sentences(40, seed)]
         (root / f"{split}.csv").write_text("\n".join(rows) + "\n")
+        write_task_files(root, split, seed)
     return root
 
 
+def words(sentence: str) -> list[str]:
+    return sentence.lower()[:-1].split()
+
+
+def write_task_files(root, split: str, seed: int) -> None:
+    """One small file per task kind (see TASK_FILES): the label always says something about animals."""
+    texts, others = sentences(24, seed), sentences(24, seed + 50)
+    (root / f"{split}-pair.csv").write_text("\n".join(["sentence1,sentence2,label"] + [
+        f"{a},{b},{'both' if ANIMALS & set(words(a)) and ANIMALS & set(words(b)) else 'not'}"
+        for a, b in zip(texts, others)]) + "\n")
+    (root / f"{split}-regress.csv").write_text("\n".join(["text,label"] + [
+        f"{t},{sum(w in ANIMALS for w in words(t))}" for t in texts]) + "\n")
+    (root / f"{split}-tag.txt").write_text("\n\n".join("\n".join(
+        f"{w} {'B-ANI' if w.lower().strip('.') in ANIMALS else 'O'}" for w in t.split()) for t in texts) + "\n")
+    rng, paragraphs = random.Random(seed), []
+    for i, t in enumerate(texts):
+        answer = rng.choice(t[:-1].split())
+        paragraphs.append({"context": t, "qas": [{"id": f"{split}{i}", "question": f"Where is {answer.lower()}?",
+                                                  "answers": [{"text": answer, "answer_start": t.index(answer)}]}]})
+    (root / f"{split}-span_qa.json").write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "t", "paragraphs": paragraphs}]}))
+    write_jsonl(root / f"{split}-multiple_choice.jsonl", choice_rows(24, seed))
+
+
+TASK_FILES = {"classify": "{split}.csv", "pair": "{split}-pair.csv", "regress": "{split}-regress.csv",
+              "tag": "{split}-tag.txt", "span_qa": "{split}-span_qa.json",
+              "multiple_choice": "{split}-multiple_choice.jsonl"}
+RECIPES = {"discriminative+stlr": {"discriminative": 2.6, "schedule": "stlr"},
+           "gradual unfreezing": {"gradual_unfreezing": True}, "adapters": {"adapters": 8},
+           "features": {"features": True}, "auxiliary lm": {"lm_weight": 0.5}}
+
+
+@pytest.fixture(scope="module")
+def pretrained(data, tmp_path_factory):
+    """``pretrained(family)``: a tiny run of the family, made on first use and shared by the tests below."""
+    runs = {}
+
+    def make(family: str):
+        if family not in runs:
+            run = tmp_path_factory.mktemp(family) / "pre"
+            sesame.pretrain([str(data / f"doc{i}.txt") for i in range(3)], str(run), family=family, size="tiny",
+                            vocab_size=300, seq_len=32, batch_size=16, max_steps=40, lr=2e-3, warmup=0.1,
+                            dropout=0.0, eval_every=40, progress=False)
+            runs[family] = run
+        return runs[family]
+    return make
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_family_pretrains_and_fine_tunes(family, data, tmp_path, one_thread):
-    run = tmp_path / "pre"
-    sesame.pretrain([str(data / f"doc{i}.txt") for i in range(3)], str(run), family=family, size="tiny",
-                    vocab_size=300, seq_len=32, batch_size=16, max_steps=40, lr=2e-3, warmup=0.1, dropout=0.0,
-                    eval_every=40, progress=False)
+def test_family_pretrains_and_fine_tunes(family, pretrained, data, tmp_path, one_thread):
+    run = pretrained(family)
     config = read_config(run, "--out", ("pretrained",))
     assert config["objective"] == FAMILIES[family].objective
     losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
@@ -37,3 +88,36 @@ def test_family_pretrains_and_fine_tunes(family, data, tmp_path, one_thread):
     metrics = sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(tmp_path / "clf"),
                               epochs=1, batch_size=8, max_length=32, progress=False)
     assert 0.0 <= metrics["accuracy"] <= 1.0
+
+
+def fine_tune(run, data, out, task: str = "classify", **options) -> dict:
+    files = {split: str(data / TASK_FILES[task].format(split=split)) for split in ("train", "dev")}
+    return sesame.finetune(str(run), files["train"], files["dev"], str(out), task=task, epochs=2, batch_size=8,
+                           max_length=32, lr=1e-3, progress=False, **options)
+
+
+@pytest.mark.parametrize("task", list(TASK_FILES))
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_task_starts_from_every_family(family, task, pretrained, data, tmp_path, one_thread):
+    assert set(TASK_FILES) == set(TASKS)  # a new task joins this test
+    metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", task)
+    config = read_config(tmp_path / "tuned", "--model", ("finetuned",))
+    assert (config["task"], config["family"]) == (task, family)
+    assert metrics[TASKS[task].select] == pytest.approx(
+        sesame.evaluate(str(tmp_path / "tuned"), str(data / TASK_FILES[task].format(split="dev")))[TASKS[task].select])
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_every_recipe_starts_from_every_family(family, recipe, pretrained, data, tmp_path, one_thread):
+    options = RECIPES[recipe]
+    if recipe == "auxiliary lm" and not FAMILIES[family].causal:
+        with pytest.raises(SesameError, match="--lm-weight: the auxiliary LM needs a causal backbone"):
+            fine_tune(pretrained(family), data, tmp_path / "tuned", **options)
+        return
+    metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", **options)
+    config = read_config(tmp_path / "tuned", "--model", ("finetuned",))
+    recorded = {**config["recipe"], "schedule": config["train"]["schedule"]}
+    assert {k: recorded[k] for k in options} == options
+    frozen = "adapters" in options or "features" in options
+    assert (metrics["trainable_parameters"] < metrics["parameters"]) == frozen
