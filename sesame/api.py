@@ -430,6 +430,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
             "kind": "finetuned", "task": task, "task_options": job.options(), "family": base_config["family"],
             "size": base_config["size"], "pooling": pooling or base_config["pooling"], "model": base_config["model"],
             "base": base, "max_length": max_length, "select": select,
+            **({"hf": base_config["hf"]} if base_config.get("hf") else {}),  # a converted checkpoint exports back
             "recipe": {"discriminative": discriminative, "gradual_unfreezing": gradual_unfreezing, "adapters": adapters,
                        "features": features, "lm_weight": lm_weight},
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
@@ -541,6 +542,9 @@ def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = No
     per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory."""
     config = read_config(model, "--model", ("pretrained", "finetuned"))
+    if config["kind"] == "pretrained" and config["objective"] is None:
+        raise SesameError(f"--model {model}: converted from {config['hf']['model_type']} without its pre-training "
+                          "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
     if config["kind"] == "finetuned":
         if not isinstance(data, str):
             if len(data) != 1:

@@ -176,6 +176,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="also write the predictions in the task's own format (CoNLL columns for tag, "
                                     "SQuAD's {id: answer} JSON for span_qa, JSON lines otherwise)")
 
+    p = sub.add_parser("convert", help="a Hugging Face checkpoint → a pretrained run, or a run → a Hugging Face "
+                                       "checkpoint (docs/interop.md)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--from-hf", metavar="DIR", help="a transformers model directory (config.json, model.safetensors "
+                                                    "or pytorch_model.bin, tokenizer files) to import")
+    g.add_argument("--to-hf", metavar="RUN", help="a pretrained run, or a fine-tuned classify/pair/regress run, to "
+                                                  "export for transformers")
+    p.add_argument("--out", required=True, help="the new run (--from-hf) or model directory (--to-hf)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
     compare.add_parser(sub)
 
     p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
@@ -237,6 +247,20 @@ def run(args: argparse.Namespace) -> None:
         _print_metrics(metrics, args.json)
     elif args.command == "compare":
         compare.run(args)
+    elif args.command == "convert":
+        from .interop import from_hf, to_hf
+
+        summary = from_hf(args.from_hf, args.out) if args.from_hf else to_hf(args.to_hf, args.out)
+        if args.json:
+            print(json.dumps(summary))
+        elif args.from_hf:
+            print(f"wrote {args.out}: a pretrained {summary['model_type']} run ({summary['layers']} layers, hidden "
+                  f"{summary['hidden']}, {summary['vocab_size']} tokens); left behind: "
+                  f"{', '.join(summary['dropped_heads']) or 'nothing'}")
+        else:
+            print(f"wrote {args.out}: {summary['architecture']} ({summary['vocab_size']} tokens)")
+            for note in summary["notes"]:
+                print(f"note: {note}")
     elif args.command == "evaluate":
         _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,
                                     seq_len=args.seq_len), args.json)

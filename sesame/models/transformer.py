@@ -6,8 +6,9 @@
 * learned absolute position embeddings and optional token-type (segment) embeddings;
 * post-LayerNorm (BERT, GPT: ``x = LN(x + f(x))``) or pre-LayerNorm with a final LayerNorm
   (GPT-2: ``x = x + f(LN(x))``);
-* GELU feed-forward of width 4·hidden; weights initialised N(0, 0.02); in pre-norm stacks the
-  residual output projections use std 0.02/√(2·layers) as in GPT-2;
+* GELU feed-forward of width 4·hidden (exact GELU, or with ``activation="gelu_tanh"`` the tanh
+  approximation GPT-2 and ALBERT were trained with, Hugging Face's ``gelu_new``); weights initialised
+  N(0, 0.02); in pre-norm stacks the residual output projections use std 0.02/√(2·layers) as in GPT-2;
 * ALBERT (Lan et al. 2020, §3.1): a factorised embedding (V×E, then a E×H projection) when
   ``embedding_size`` < hidden, and cross-layer parameter sharing: ``sharing`` = ``all`` (one layer's
   attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
@@ -53,12 +54,15 @@ class TransformerConfig:
     sharing: str = "none"  # cross-layer sharing: none | all | attention | ffn
     adapter_size: int | None = None  # Houlsby adapters' bottleneck width (None: no adapters)
     scalar_mix: bool = False  # output ELMo's learned mix of all layers
+    activation: str = "gelu"  # feed-forward GELU: gelu (exact) | gelu_tanh (tanh approximation, GPT-2's)
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.sharing not in SHARING:
             raise ValueError(f"sharing {self.sharing!r}: choose one of {', '.join(SHARING)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
 
     @property
     def embedding_width(self) -> int:
@@ -69,6 +73,7 @@ class TransformerConfig:
 
 
 SHARING = ("none", "all", "attention", "ffn")
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # name → F.gelu's ``approximate``
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -194,9 +199,10 @@ class FeedForward(nn.Module):
         self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
         self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
+        self.approximate = ACTIVATIONS[cfg.activation]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.dropout(self.adapter(self.out(F.gelu(self.inp(x)))))
+        return self.dropout(self.adapter(self.out(F.gelu(self.inp(x), approximate=self.approximate))))
 
 
 class Transformer(nn.Module):

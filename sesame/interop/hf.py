@@ -1,0 +1,397 @@
+"""Hugging Face checkpoints ⇄ sesame runs, for the architectures of :mod:`.architectures`.
+
+``from_hf(DIR, RUN)`` turns a ``transformers`` model directory (config.json; model.safetensors, a
+sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a
+tokenizer, see :mod:`.hf_tokenizer`) into a ``pretrained`` run: the backbone under sesame's names,
+and BERT's or ALBERT's [CLS] pooler as ``pooler.0``, which ``finetune`` starts a ``cls`` pooler from.
+Task and pre-training heads are left behind (listed in the result). ``to_hf(RUN, DIR)`` is the
+reverse: the base model (``BertModel``, ...) of a pretrained run, or the ``*ForSequenceClassification``
+of a fine-tuned classify / pair / regress run where the head maps (BERT, ALBERT, RoBERTa).
+
+One generic converter follows the architecture's row. Tensor by tensor:
+
+* query, key and value are concatenated into sesame's one ``qkv`` projection (split again on export);
+  GPT-2's Conv1D weights are stored (in, out) and transposed;
+* RoBERTa's positions start after its padding index: a token at position p reads row
+  padding_idx + 1 + p. Import drops the first padding_idx + 1 rows; export puts back zero rows (the
+  padding row is zero in RoBERTa, and real tokens never read those rows);
+* one token-type row (RoBERTa) is copied to a second, since sesame encodes pairs as segments 0 and 1;
+  export drops the copy while it is still equal. A causal run with token types (sesame's own GPT-2
+  family) exports to GPT-2, which has none, with type row 0 added into the positions: sesame's causal
+  models never pass segment ids, so every token receives row 0;
+* tokens the tokenizer import appends (GPT-2 has no pad, mask, cls or sep of its own) get a copy of
+  their stand-in token's embedding row; export drops them while they are still copies.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+from torch import nn
+
+from ..errors import SesameError
+from ..families import FAMILIES
+from ..models import Transformer, TransformerConfig
+from ..rundir import load_tokenizer, new_run, read_config, write_config
+from ..train.checkpoint import load_weights, read_json, save_weights
+from .architectures import (ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, HF_ACTIVATIONS, Architecture,
+                            architecture)
+from .hf_tokenizer import export_tokenizer, import_tokenizer
+
+BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
+LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
+CLASSIFY_TASKS = ("classify", "pair", "regress")
+POOLER_STD = 0.02  # transformers' initializer_range
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run tensor and the checkpoint tensor(s) it is (several: concatenated along dim 0)."""
+
+    sesame: str
+    hf: tuple[str, ...]
+    transposed: bool = False
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where the checkpoint's embedding tables differ from the run's in rows."""
+
+    offset: int  # position rows before sesame's position 0 (RoBERTa: padding_idx + 1)
+    type_rows: int  # the checkpoint's token-type rows (0: none)
+    vocab: int  # the checkpoint's vocabulary
+    aliases: tuple[int, ...] = ()  # per appended token, the id whose row it copies
+
+
+def _plan(arch: Architecture, backbone: Transformer) -> list[Entry]:
+    """One entry per backbone parameter, from the architecture's module table."""
+    linear = {name for name, m in backbone.named_modules() if isinstance(m, nn.Linear)}
+    plan = []
+    for name, _ in backbone.named_parameters():
+        module, param = name.rsplit(".", 1)
+        layer = re.fullmatch(r"(\w+)\.(\d+)\.(\w+)", module)
+        key = f"{layer[1]}.{{i}}.{layer[3]}" if layer else module
+        if key == "embed.types" and key not in arch.modules:
+            continue  # a causal run's segment row 0, folded into the positions by _export_tensors
+        if key not in arch.modules:
+            raise SesameError(f"the run's {module} has no counterpart in {arch.base_class}")
+        hf = arch.modules[key]
+        plan.append(Entry(name, tuple(f"{n.format(i=layer[2] if layer else '')}.{param}"
+                                      for n in (hf if isinstance(hf, tuple) else (hf,))),
+                          arch.conv1d and module in linear and param == "weight"))
+    return plan
+
+
+def _import_tensors(weights: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+    state = {}
+    for e in plan:
+        parts = [weights[n].t() if e.transposed else weights[n] for n in e.hf]
+        state[e.sesame] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    state["embed.positions.weight"] = state["embed.positions.weight"][rows.offset:]
+    if rows.type_rows == 1:
+        state["embed.types.weight"] = state["embed.types.weight"].repeat(2, 1)
+    tokens = state["embed.tokens.weight"]
+    state["embed.tokens.weight"] = torch.cat([tokens, tokens[list(rows.aliases)]])
+    return {k: v.contiguous() for k, v in state.items()}
+
+
+def _export_tensors(state: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+    state = dict(state)
+    positions = state["embed.positions.weight"]
+    if "embed.types.weight" in state and not rows.type_rows:  # a causal run to GPT-2: every token reads row 0
+        positions = positions + state.pop("embed.types.weight")[0]
+    elif "embed.types.weight" in state:
+        state["embed.types.weight"] = state["embed.types.weight"][: rows.type_rows]
+    padding = torch.zeros(rows.offset, positions.shape[1], dtype=positions.dtype, device=positions.device)
+    state["embed.positions.weight"] = torch.cat([padding, positions])
+    state["embed.tokens.weight"] = state["embed.tokens.weight"][: rows.vocab]
+    out = {}
+    for e in plan:
+        for name, part in zip(e.hf, state[e.sesame].chunk(len(e.hf))):
+            out[name] = (part.t() if e.transposed else part).contiguous()
+    return out
+
+
+def _dense_entries(module: str, hf_module: str) -> list[Entry]:
+    """A dense layer outside the backbone (pooler, classifier head), kept as it is."""
+    return [Entry(f"{module}.{p}", (f"{hf_module}.{p}",)) for p in ("weight", "bias")]
+
+
+def _check_new(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        raise SesameError(f"--out {out}: exists and is not empty; choose a new directory")
+
+
+def _meta_backbone(model: dict) -> Transformer:
+    """The backbone a config describes, without memory: for names and shapes only."""
+    with torch.device("meta"):
+        return Transformer(TransformerConfig(**model))
+
+
+# -- import ----------------------------------------------------------------------------------------
+
+def _read_weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The checkpoint's tensors (floating point ones as float32), and the file they came from."""
+    index = src / "model.safetensors.index.json"
+    try:
+        if (src / "model.safetensors").is_file():
+            path = src / "model.safetensors"
+            weights = load_file(str(path))
+        elif index.is_file():
+            path, weights = index, {}
+            for shard in sorted(set(read_json(index)["weight_map"].values())):
+                weights.update(load_file(str(src / shard)))
+        elif (src / "pytorch_model.bin").is_file():
+            path = src / "pytorch_model.bin"
+            weights = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise SesameError(f"--from-hf {src}: no weights; expected model.safetensors, "
+                              "model.safetensors.index.json or pytorch_model.bin")
+    except (SafetensorError, OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+        raise SesameError(f"{path}: unreadable as a weights file ({err}); only plain tensors load "
+                          "(safetensors, or pytorch_model.bin without pickled code)") from None
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise SesameError(f"{path}: not a state dict of tensors")
+    return {name: t.float() if t.is_floating_point() else t for name, t in weights.items()}, path
+
+
+def _backbone_names(weights: dict[str, torch.Tensor], arch: Architecture) -> dict[str, torch.Tensor]:
+    """Names relative to the base model: a task model's ``prefix.`` dropped, legacy gamma/beta renamed."""
+    out = {}
+    for name, tensor in weights.items():
+        for old, new in LEGACY.items():
+            if name.endswith(old):
+                name = name[: -len(old)] + new
+        out[name.removeprefix(arch.prefix + ".")] = tensor
+    return out
+
+
+def _model_config(hf: dict, arch: Architecture, where: str) -> dict:
+    """TransformerConfig fields of a Hugging Face config (vocabulary and pad id still the checkpoint's)."""
+    hf = {**arch.defaults, **hf}
+    missing = [k for k in arch.config.values() if k not in hf]
+    if missing:
+        raise SesameError(f"{where}: lacks {', '.join(missing)}")
+    wrong = [f"{k} {hf[k]!r} (sesame supports {v!r})" for k, v in arch.hf_fixed.items() if hf.get(k, v) != v]
+    activation = arch.config["activation"]
+    if hf[activation] not in HF_ACTIVATIONS:
+        wrong.append(f"{activation} {hf[activation]!r} (sesame supports {', '.join(HF_ACTIVATIONS)})")
+    if wrong:
+        raise SesameError(f"{where}: " + "; ".join(wrong))
+    model = {**arch.fixed, **{f: hf[k] for f, k in arch.config.items()}}
+    model["activation"] = HF_ACTIVATIONS[model["activation"]]
+    model["intermediate"] = model["intermediate"] or 4 * model["hidden"]  # GPT-2's n_inner None
+    if model.get("embedding_size") == model["hidden"]:
+        model["embedding_size"] = None
+    if arch.position_offset:
+        model["max_positions"] -= hf["pad_token_id"] + 1
+    if model["type_vocab_size"] == 1:
+        model["type_vocab_size"] = 2
+    if arch.groups:
+        groups = {1: "all", model["layers"]: "none"}
+        if hf["num_hidden_groups"] not in groups:
+            raise SesameError(f"{where}: num_hidden_groups {hf['num_hidden_groups']}: sesame shares all layers (1) "
+                              f"or none ({model['layers']})")
+        model["sharing"] = groups[hf["num_hidden_groups"]]
+    return model
+
+
+def _check_tensors(weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], arch: Architecture,
+                   path: Path, config_path: Path) -> list[str]:
+    """Fail on missing, mis-shaped or unknown tensors; return the heads left behind."""
+    missing = [n for n in expected if n not in weights]
+    shapes = [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
+              for n, t in expected.items() if n in weights and weights[n].shape != t.shape]
+    others = [n for n in weights if n not in expected and not BUFFERS.search(n)]
+    unexpected = [n for n in others if n.split(".")[0] not in arch.heads]
+    if missing or shapes or unexpected:
+        problems = [f"{what}: {', '.join(names)}" for what, names in
+                    (("missing", missing), ("mis-shaped", shapes), ("unexpected", unexpected)) if names]
+        raise SesameError(f"{path} does not match {config_path} ({arch.model_type}); " + "; ".join(problems)
+                          + ". Check that config.json describes these weights")
+    return sorted({n.split(".")[0] for n in others})
+
+
+def from_hf(src: str | Path, out: str | Path) -> dict:
+    """Convert the Hugging Face model directory ``src`` into the ``pretrained`` run ``out``; returns a summary."""
+    src, out = Path(src), Path(out)
+    _check_new(out)
+    config_path = src / "config.json"
+    if not config_path.is_file():
+        raise SesameError(f"--from-hf {src}: no config.json; give a transformers model directory (save_pretrained)")
+    hf_config = read_json(config_path)
+    arch = architecture(hf_config.get("model_type"), str(config_path))
+    model = _model_config(hf_config, arch, str(config_path))
+    tok, record, aliases = import_tokenizer(src, arch, model["vocab_size"])
+    given = {**arch.defaults, **hf_config}
+    if arch.position_offset and tok.specials.pad != given["pad_token_id"]:
+        raise SesameError(f"{config_path}: pad_token_id {given['pad_token_id']} is not the tokenizer's pad token "
+                          f"({tok.specials.pad}); RoBERTa's positions count from the padding index, so they must agree")
+    rows = Rows(offset=given["pad_token_id"] + 1 if arch.position_offset else 0,
+                type_rows=given.get("type_vocab_size", 0), vocab=model["vocab_size"], aliases=tuple(aliases.values()))
+    model.update(vocab_size=model["vocab_size"] + len(aliases), pad_id=tok.specials.pad)
+    try:
+        model = TransformerConfig(**model).to_dict()
+    except ValueError as err:
+        raise SesameError(f"{config_path}: {err}") from None
+    weights, path = _read_weights(src)
+    weights = _backbone_names(weights, arch)
+    meta = _meta_backbone(model)
+    plan = _plan(arch, meta)
+    expected = _export_tensors(meta.state_dict(), plan, rows)
+    pooler = _dense_entries("pooler.0", arch.pooler) if arch.pooler and any(
+        n.startswith(arch.pooler + ".") for n in weights) else []
+    dense = nn.Linear(model["hidden"], model["hidden"], device="meta").state_dict()
+    expected.update({e.hf[0]: dense[e.sesame.rsplit(".", 1)[1]] for e in pooler})
+    dropped = _check_tensors(weights, expected, arch, path, config_path)
+    state = {"backbone." + k: v for k, v in _import_tensors(weights, plan, rows).items()}
+    state.update({e.sesame: weights[e.hf[0]].contiguous() for e in pooler})
+    with new_run(out, "pretrained", resume=False) as run:
+        tok.save(run / "tokenizer.json")
+        save_weights(run / "model.safetensors", state)
+        write_config(run, {
+            "kind": "pretrained", "family": arch.family, "size": None, "objective": None, "objective_options": {},
+            "pooling": FAMILIES[arch.family].pooling, "model": model,
+            "hf": {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config,
+                   "tokenizer": record}})
+    return {"model_type": arch.model_type, "family": arch.family, "layers": model["layers"], "hidden": model["hidden"],
+            "vocab_size": model["vocab_size"], "pooler": bool(pooler), "dropped_heads": dropped,
+            "renamed_tokens": record["renamed"], "appended_tokens": list(record["aliases"])}
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+def _check_exportable(model: dict, arch: Architecture, where: str) -> None:
+    """Fail unless the run's backbone is exactly an ``arch`` model."""
+    problems = [f"{f} is {model[f]!r}, {arch.model_type} needs {v!r}" for f, v in arch.fixed.items()
+                if f != "type_vocab_size" and model[f] != v]
+    if model["adapter_size"] or model["scalar_mix"]:
+        problems.append("it has adapters or a scalar mix, which transformers models lack")
+    if arch.groups and model["sharing"] not in ("all", "none"):
+        problems.append(f"sharing {model['sharing']!r}: ALBERT shares all layers or none")
+    if "embed.types" in arch.modules and not model["type_vocab_size"]:
+        problems.append(f"it has no token-type embeddings, which {arch.base_class} needs")
+    if "embed.types" not in arch.modules and model["type_vocab_size"] and not model["causal"]:
+        problems.append(f"it has token-type embeddings, which {arch.base_class} lacks")
+    if problems:
+        raise SesameError(f"{where}: the model does not fit {arch.base_class}: " + "; ".join(problems))
+
+
+def _still_copies(tokens: torch.Tensor, record: dict | None, vocab: int, backend_ids: dict[str, int]) -> bool:
+    """Whether the appended alias tokens are the last rows and still equal the rows they copied."""
+    if not record or not record["aliases"]:
+        return False
+    ids = [backend_ids[name] for name in record["aliases"]]
+    renamed = record["renamed"]
+    sources = [backend_ids[renamed.get(s, s)] for s in record["aliases"].values()]
+    return sorted(ids) == list(range(vocab, tokens.shape[0])) and torch.equal(tokens[ids], tokens[sources])
+
+
+def _classifier(config: dict, run: Path, arch: Architecture, where: str) -> tuple[list[Entry], dict]:
+    """The head entries and config keys of the matching *ForSequenceClassification."""
+    task, options = config["task"], config["task_options"]
+    if task not in CLASSIFY_TASKS:
+        raise SesameError(f"{where}: a {task} run; only {', '.join(CLASSIFY_TASKS)} runs export (as "
+                          "*ForSequenceClassification)")
+    if arch.classifier is None:
+        raise SesameError(f"{where}: {arch.model_type}'s sequence classifier does not match sesame's: "
+                          f"{arch.not_classifier}")
+    if config["pooling"] != "cls" or options.get("symmetric"):
+        pooled = f"pooling {config['pooling']!r}" + (" of both orders of a pair" if options.get("symmetric") else "")
+        raise SesameError(f"{where}: {pooled}; transformers' classifier reads the first token of one sequence "
+                          "(pooling cls)")
+    labels = read_json(run / "labels.json") if task != "regress" else []
+    head = {"num_labels": len(labels) or 1,
+            "problem_type": "regression" if task == "regress" else "single_label_classification"}
+    if labels:
+        head.update(id2label={str(i): name for i, name in enumerate(labels)},
+                    label2id={name: i for i, name in enumerate(labels)})
+    return [e for module, hf in arch.classifier.items() for e in _dense_entries(module, hf)], head
+
+
+def _hf_config(model: dict, arch: Architecture, source: dict, rows: Rows) -> dict:
+    """The transformers config of the run's backbone: the imported checkpoint's own config (when the
+    run came from one) with every value the run determines set from it."""
+    hf = {k: v for k, v in source.items() if k not in ("architectures", "id2label", "label2id", "num_labels",
+                                                        "problem_type", "transformers_version")}
+    hf.update({k: model[f] for f, k in arch.config.items()})
+    hf.update(arch.hf_fixed, model_type=arch.model_type, vocab_size=rows.vocab)
+    hf[arch.config["activation"]] = EXPORTED_ACTIVATIONS[model["activation"]]
+    hf[arch.config["max_positions"]] = model["max_positions"] + rows.offset
+    if "type_vocab_size" in arch.config:
+        hf["type_vocab_size"] = rows.type_rows
+    if "embedding_size" in arch.config:
+        hf["embedding_size"] = model["embedding_size"] or model["hidden"]
+    if arch.groups:
+        hf["num_hidden_groups"] = 1 if model["sharing"] == "all" else model["layers"]
+    return hf
+
+
+def to_hf(run: str | Path, out: str | Path) -> dict:
+    """Export the run ``run`` as a transformers model directory ``out``; returns a summary with notes."""
+    run, out = Path(run), Path(out)
+    config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
+    where = f"--to-hf {run}"
+    record = config.get("hf")
+    model_type = record["model_type"] if record else FAMILY_MODEL_TYPES.get(config["family"])
+    if model_type is None:
+        raise SesameError(f"{where}: family {config['family']!r} has no transformers architecture here; exportable "
+                          f"families: {', '.join(FAMILY_MODEL_TYPES)}")
+    arch = ARCHITECTURES[model_type]
+    model = TransformerConfig(**config["model"]).to_dict()  # older runs: today's defaults for new fields
+    _check_exportable(model, arch, where)
+    _check_new(out)
+    tok = load_tokenizer(run, "--to-hf")
+    weights = load_weights(run / "model.safetensors")
+    backbone = {k.removeprefix("backbone."): v for k, v in weights.items() if k.startswith("backbone.")}
+    tokens = backbone["embed.tokens.weight"]
+    source = record["config"] if record else {}
+    vocab = source.get("vocab_size", tokens.shape[0])
+    drop = _still_copies(tokens, record and record["tokenizer"], vocab, tok.backend.get_vocab())
+    types = backbone.get("embed.types.weight")
+    one_type = source.get("type_vocab_size") == 1 and types is not None and torch.equal(types[0], types[1])
+    rows = Rows(offset=model["pad_id"] + 1 if arch.position_offset else 0,
+                type_rows=0 if "embed.types" not in arch.modules else 1 if one_type else model["type_vocab_size"],
+                vocab=vocab if drop else tokens.shape[0])
+
+    notes = []
+    extra, head = [], {}
+    if config["kind"] == "finetuned":
+        extra, head = _classifier(config, run, arch, where)
+        prefix, name = arch.prefix + ".", arch.base_class.removesuffix("Model") + "ForSequenceClassification"
+    else:
+        prefix, name = "", arch.base_class
+        if arch.pooler:
+            extra = _dense_entries("pooler.0", arch.pooler)
+            if "pooler.0.weight" not in weights:
+                hidden = model["hidden"]
+                weights = {**weights, "pooler.0.weight": torch.randn(hidden, hidden, generator=torch.Generator()
+                                                                     .manual_seed(0)) * POOLER_STD,
+                           "pooler.0.bias": torch.zeros(hidden)}
+                notes.append(f"the run has no trained [CLS] pooler; {arch.base_class}'s pooler is freshly initialised "
+                             f"(N(0, {POOLER_STD}), seed 0), as transformers would")
+    tensors = {prefix + k: v for k, v in _export_tensors(backbone, _plan(arch, _meta_backbone(model)), rows).items()}
+    tensors.update({e.hf[0]: weights[e.sesame].contiguous() for e in extra})
+
+    tokenizer_json, specials = export_tokenizer(tok, record and record["tokenizer"], drop)
+    ids = Tokenizer.from_str(tokenizer_json).get_vocab()
+    specials = {k: v for k, v in specials.items() if v in ids}
+    hf = _hf_config(model, arch, source, rows)
+    hf.update(head, architectures=[name], pad_token_id=ids.get(specials.get("pad_token")))
+    hf.update({f"{r}_token_id": ids[specials[f"{r}_token"]] for r in ("bos", "eos") if f"{r}_token" in specials})
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+    (out / "tokenizer.json").write_text(tokenizer_json)
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", **specials, "model_max_length": model["max_positions"],
+        "model_input_names": list(arch.inputs)}, indent=2) + "\n")
+    return {"model_type": arch.model_type, "architecture": name, "vocab_size": rows.vocab, "notes": notes}
