@@ -35,10 +35,11 @@ def test_airline_fine_tuning_and_prediction(bert, data, tmp_path, capsys):
     out = tmp_path / "airline"
     best = sesame.finetune(str(bert), train=str(data / "airline/train.csv"), dev=str(data / "airline/dev.csv"),
                            out=str(out), text_column="text", label_column="airline_sentiment", max_length=48,
-                           epochs=1, max_steps=300, batch_size=32, lr=5e-4, progress=False)
-    # Always answering "negative" scores 917 / 1460 = 0.628. 120 steps sometimes stayed there on other
-    # machines; 300 steps gave 0.707-0.724 over 2 pre-training x 3 fine-tuning seeds.
-    assert best["accuracy"] >= 0.66
+                           epochs=2, batch_size=32, lr=5e-4, progress=False)
+    # Always answering "negative" scores 917 / 1460 = 0.628. A cut-short epoch (120 or 300 steps) ranged
+    # 0.65-0.75 over seeds and thread counts and failed on CI machines; two full epochs gave 0.766-0.795
+    # over 6 pre-training x 2 fine-tuning seeds at 1 and 2 threads.
+    assert best["accuracy"] >= 0.74
     capsys.readouterr()
     assert main(["evaluate", "--model", str(out), "--data", str(data / "airline/dev.csv"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
