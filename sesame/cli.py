@@ -14,7 +14,7 @@ from .families import FAMILIES, SIZES
 from .tasks import TASKS
 from .tokenizer import KINDS
 from .train import Interrupted, TrainConfig
-from .train.trainer import SCHEDULES
+from .train.trainer import PRECISIONS, SCHEDULES
 
 TRAIN_HELP = {
     "lr": "peak learning rate", "weight_decay": "AdamW weight decay (not on biases and norms)",
@@ -25,7 +25,10 @@ TRAIN_HELP = {
     "schedule": "learning-rate schedule: linear (warmup, then down to 0; BERT) or stlr (slanted triangular, "
                 "ULMFiT: --warmup is its cut_frac)",
     "stlr_ratio": "stlr: peak / lowest learning rate (32 in ULMFiT)",
+    "precision": "fp32, or bf16: forward passes in bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16); "
+                 "weights and optimizer stay fp32",
 }
+TRAIN_CHOICES = {"schedule": SCHEDULES, "precision": PRECISIONS}
 
 
 def _add_train_flags(p: argparse.ArgumentParser) -> None:
@@ -33,7 +36,7 @@ def _add_train_flags(p: argparse.ArgumentParser) -> None:
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type == "str":
-            g.add_argument(flag, choices=SCHEDULES, default=None, help=TRAIN_HELP[f.name])
+            g.add_argument(flag, choices=TRAIN_CHOICES[f.name], default=None, help=TRAIN_HELP[f.name])
             continue
         kind = int if f.type in ("int", "int | None") else float
         g.add_argument(flag, type=kind, default=None, help=TRAIN_HELP[f.name])

@@ -77,3 +77,24 @@ def test_budgets_are_checked_before_anything_is_written(corpus, tmp_path):
         with pytest.raises(SesameError, match="--max-"):
             sesame.pretrain([str(corpus)], str(tmp_path / "run"), **{**TINY, **bad})
     assert not (tmp_path / "run").exists()
+
+
+def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_fp32_weights(corpus, tmp_path, monkeypatch):
+    seen = set()
+    original = torch.nn.Linear.forward
+
+    def record(self, x):
+        out = original(self, x)
+        seen.add(out.dtype)
+        return out
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", record)
+    sesame.pretrain([str(corpus)], str(tmp_path / "run"), max_steps=60, lr=2e-3, precision="bf16", **TINY)
+    assert torch.bfloat16 in seen  # matrix products under autocast
+    losses = train_losses(tmp_path / "run")
+    assert losses[-1] < losses[0] - 1.0  # and it trains as fp32 does (test above)
+    weights = load_weights(tmp_path / "run/model.safetensors")
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    assert json.loads((tmp_path / "run/config.json").read_text())["train"]["precision"] == "bf16"
+    with pytest.raises(SesameError, match="--precision: choose one of fp32, bf16"):
+        sesame.pretrain([str(corpus)], str(tmp_path / "bad"), max_steps=2, precision="fp16", **TINY)

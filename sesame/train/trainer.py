@@ -34,6 +34,7 @@ class Interrupted(Exception):
 
 
 SCHEDULES = ("linear", "stlr")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -51,6 +52,7 @@ class TrainConfig:
     seed: int = 0
     schedule: str = "linear"  # linear: warmup, then down to 0 (BERT) | stlr: ULMFiT's slanted triangle
     stlr_ratio: float = 32.0  # stlr: how much smaller the lowest rate is than the peak (warmup = cut_frac)
+    precision: str = "fp32"  # bf16: forward passes under bfloat16 autocast; weights, gradients, AdamW stay fp32
 
     def validate(self) -> None:
         checks = [
@@ -64,6 +66,7 @@ class TrainConfig:
             (not 0 <= self.warmup < 1, "--warmup", "is a fraction of the run in [0, 1)"),
             (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
             (self.schedule not in SCHEDULES, "--schedule", f"choose one of {', '.join(SCHEDULES)}"),
+            (self.precision not in PRECISIONS, "--precision", f"choose one of {', '.join(PRECISIONS)}"),
             (self.schedule == "stlr" and not (self.warmup > 0 and self.stlr_ratio >= 1), "--schedule stlr",
              "needs --warmup (its cut_frac) above 0 and --stlr-ratio of at least 1"),
         ]
@@ -76,6 +79,15 @@ class TrainConfig:
         if self.schedule == "stlr":
             return slanted_triangular(progress, self.warmup, self.stlr_ratio)
         return linear_warmup_decay(progress, self.warmup)
+
+
+def autocast(model: nn.Module, precision: str) -> torch.autocast:
+    """Mixed precision for ``model``'s forward pass: with ``bf16``, matrix products run in bfloat16
+    (AMX/AVX512-BF16 on recent CPUs) while parameters, their gradients and the optimizer stay float32,
+    and losses and normalisations stay float32 (autocast's op lists). bfloat16 keeps float32's
+    exponent range, so no loss scaling is needed."""
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def world() -> tuple[int, int]:
@@ -215,7 +227,7 @@ class Trainer:
         if self.evaluate is None:
             return
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(self.model, self.config.precision):
             metrics = self.evaluate(self.model)
         self.model.train()
         self.last_eval, self.evaluated_at = metrics, self.step
@@ -246,7 +258,9 @@ class Trainer:
         for i, batch in enumerate(micro):
             sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()
             with sync:
-                loss = sum(value * scale[name] for name, value in loss_parts(wrapped(batch)).items())
+                with autocast(self.model, c.precision):
+                    parts = loss_parts(wrapped(batch))
+                loss = sum(value.float() * scale[name] for name, value in parts.items())
                 loss.backward()
             loss_sum += loss.item() / self.world
             tokens += batch["ids"].numel()
