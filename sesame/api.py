@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -22,6 +22,7 @@ from .data.shards import Shards, Window, is_shard_dir, prepare_corpus
 from .errors import SesameError
 from .metrics import language_model_report
 from .families import backbone_config, get_family, get_size
+from .interop import resolve
 from .objectives import OBJECTIVES, Objective, build_objective, objective_option_names
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
 from .tasks import (EVAL_BATCH, POOLINGS, TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens,
@@ -367,7 +368,8 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
              discriminative: float = 1.0, gradual_unfreezing: bool = False, task_options: dict | None = None,
              select: str | None = None, adapters: int | None = None, features: bool = False, lm_weight: float = 0.0,
              **train_options) -> dict:
-    """Fine-tune ``base`` (a run directory or ``scratch:FAMILY:SIZE``) on ``task`` (a name in
+    """Fine-tune ``base`` (a run directory, a transformers model directory, ``minilm``, or
+    ``scratch:FAMILY:SIZE``; see :func:`sesame.interop.resolve`) on ``task`` (a name in
     :data:`sesame.tasks.TASKS`; ``text_column``, ``label_column`` and ``task_options`` are its options).
 
     ``pooling`` (``cls``, ``last`` or ``mean``; default: the family's) picks the representation a
@@ -414,9 +416,12 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
     if select not in job.metrics(labels):
         raise SesameError(f"--select {select!r}: choose one of {', '.join(job.metrics(labels))} for --task {task}")
     _check_batch(cfg)
+    # a transformers directory or minilm becomes a temporary run while the model is built from it
+    scratch = base.startswith("scratch:")
+    base_run = nullcontext(Path(base)) if scratch or resume else resolve(base, "--from")
 
     def setup(run: Path) -> None:
-        base_config, tok = _base_config(base, tokenizer, _texts(train_rows), dropout)
+        base_config, tok = _base_config(str(base_dir), tokenizer, _texts(train_rows), dropout)
         base_config["model"].update(adapter_size=adapters, scalar_mix=features)
         if features:
             base_config["model"]["dropout"] = 0.0  # frozen features are computed as at inference
@@ -435,13 +440,13 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
                        "features": features, "lm_weight": lm_weight},
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
 
-    with _claimed_run(out, "finetuned", resume, setup) as run:
+    with base_run as base_dir, _claimed_run(out, "finetuned", resume, setup) as run:
         config = read_config(run, "--out", ("finetuned",))
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
         model = job.build(build_backbone(config), len(labels), config["pooling"], dropout)
-        if not resume and not base.startswith("scratch:"):
-            _load_pretrained(model, Path(base))
+        if not resume and not scratch:
+            _load_pretrained(model, base_dir)
         recipe = config["recipe"]
         frozen = "adapters" if recipe["adapters"] else "features" if recipe["features"] else None
         trainable = recipes.train_only(model, model.backbone, frozen) if frozen else \
@@ -489,18 +494,20 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
 # -- using a run -----------------------------------------------------------------------------------
 
 class Predictor:
-    """A fine-tuned run loaded for prediction and evaluation. ``options`` override the task options the
-    run was trained with (other column names, say)."""
+    """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
+    loaded for prediction and evaluation. ``options`` override the task options the run was trained
+    with (other column names, say)."""
 
     def __init__(self, run: str | Path, options: dict | None = None):
         self.run = Path(run)
-        self.config = read_config(self.run, "--model", ("finetuned",))
-        given = {k: v for k, v in (options or {}).items() if v is not None}
-        self.task = make_task(self.config["task"], {**self.config["task_options"], **given})
-        self.labels: list[str] = read_json(self.run / "labels.json") if self.task.has_labels else []
-        self.tokenizer = load_tokenizer(self.run, "--model")
-        self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config["pooling"], 0.0)
-        self.model.load_state_dict(load_weights(self.run / "model.safetensors"))
+        with resolve(run, "--model", classifier=True) as path:
+            self.config = read_config(path, "--model", ("finetuned",))
+            given = {k: v for k, v in (options or {}).items() if v is not None}
+            self.task = make_task(self.config["task"], {**self.config["task_options"], **given})
+            self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
+            self.tokenizer = load_tokenizer(path, "--model")
+            self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config["pooling"], 0.0)
+            self.model.load_state_dict(load_weights(path / "model.safetensors"))
         self.model.eval()
 
     def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
@@ -527,8 +534,9 @@ class Predictor:
 
 
 def load(run: str | Path, **options) -> Predictor:
-    """Load a fine-tuned run for prediction: ``sesame.load(run).predict(["text", ...])``; keyword
-    arguments override its task options (``text_column="tweet"``)."""
+    """Load a fine-tuned run (or a transformers sequence classifier directory) for prediction:
+    ``sesame.load(run).predict(["text", ...])``; keyword arguments override its task options
+    (``text_column="tweet"``)."""
     return Predictor(run, options)
 
 
@@ -540,17 +548,19 @@ def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = No
              text_field: str = "text", seq_len: int | None = None) -> dict:
     """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
     per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
-    perplexity (and bits per byte for causal models) on text files, folders or a shard directory."""
-    config = read_config(model, "--model", ("pretrained", "finetuned"))
-    if config["kind"] == "pretrained" and config["objective"] is None:
+    perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
+    ``model`` may also be a transformers sequence classifier directory (:func:`sesame.interop.resolve`)."""
+    with resolve(model, "--model", classifier=True) as run:  # a transformers directory: always a fine-tuned run
+        config = read_config(run, "--model", ("pretrained", "finetuned"))
+        if config["kind"] == "finetuned":
+            if not isinstance(data, str):
+                if len(data) != 1:
+                    raise SesameError("--data: give one labeled file for a fine-tuned model")
+                data = data[0]
+            return load(run, text_column=text_column, label_column=label_column).evaluate(data)
+    if config["objective"] is None:
         raise SesameError(f"--model {model}: converted from {config['hf']['model_type']} without its pre-training "
                           "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
-    if config["kind"] == "finetuned":
-        if not isinstance(data, str):
-            if len(data) != 1:
-                raise SesameError("--data: give one labeled file for a fine-tuned model")
-            data = data[0]
-        return load(model, text_column=text_column, label_column=label_column).evaluate(data)
     paths = [data] if isinstance(data, str) else list(data)
     tok = load_tokenizer(model, "--model")
     obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))

@@ -121,7 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_train_flags(p)
 
     p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
-    p.add_argument("--from", dest="base", required=True, help="run directory, or scratch:FAMILY:SIZE")
+    p.add_argument("--from", dest="base", required=True,
+                   help="run directory, transformers model directory, minilm (the installed all-MiniLM-L6-v2), "
+                        "or scratch:FAMILY:SIZE")
     p.add_argument("--task", default="classify", choices=list(TASKS),
                    help="classify: text → label; pair: two texts → label; regress: text(s) → number; "
                         "tag: a label per word (CoNLL columns); span_qa: extractive QA (SQuAD JSON); "
@@ -163,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_train_flags(p)
 
     p = sub.add_parser("evaluate", help="metrics of a run on labeled data or text")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="run directory, or a transformers sequence classifier directory")
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--text-column")
     p.add_argument("--label-column")
@@ -172,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predictions (a classifier: label and class probabilities), one JSON "
                                        "line per input")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model", required=True, help="fine-tuned run, or a transformers sequence classifier directory")
     p.add_argument("--input", help="CSV/TSV/JSONL file (default: one text per line on stdin)")
     p.add_argument("--text-column")
     p.add_argument("--pair-column")
@@ -256,12 +258,14 @@ def run(args: argparse.Namespace) -> None:
         summary = from_hf(args.from_hf, args.out) if args.from_hf else to_hf(args.to_hf, args.out)
         if args.json:
             print(json.dumps(summary))
-        elif args.from_hf:
-            print(f"wrote {args.out}: a pretrained {summary['model_type']} run ({summary['layers']} layers, hidden "
-                  f"{summary['hidden']}, {summary['vocab_size']} tokens); left behind: "
-                  f"{', '.join(summary['dropped_heads']) or 'nothing'}")
         else:
-            print(f"wrote {args.out}: {summary['architecture']} ({summary['vocab_size']} tokens)")
+            if args.from_hf:
+                what = f"a {summary['task']} run" if summary["kind"] == "finetuned" else "a pretrained run"
+                print(f"wrote {args.out}: {what} from {summary['model_type']} ({summary['layers']} layers, hidden "
+                      f"{summary['hidden']}, {summary['vocab_size']} tokens); left behind: "
+                      f"{', '.join(summary['dropped_heads']) or 'nothing'}")
+            else:
+                print(f"wrote {args.out}: {summary['architecture']} ({summary['vocab_size']} tokens)")
             for note in summary["notes"]:
                 print(f"note: {note}")
     elif args.command == "evaluate":

@@ -290,6 +290,17 @@ def airline_texts() -> list[str]:
     return [row[column] for row in rows[:40]] + ["Special tokens <mask>, [MASK], <s> and <|endoftext|> stay whole."]
 
 
+def squad_sample(n: int = 200) -> tuple[list[str], list[str]]:
+    """(questions, their contexts): the first question of every third paragraph of SQuAD dev, at most n
+    (Wikipedia prose: accents, Greek, Cyrillic, IPA, long passages)."""
+    path = shared_data() / "squad" / "dev.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    articles = json.loads(path.read_text(encoding="utf-8"))["data"]
+    chosen = [p for article in articles for p in article["paragraphs"]][::3][:n]
+    return [p["qas"][0]["question"] for p in chosen], [p["context"] for p in chosen]
+
+
 def trained(kind: str, texts: list[str], specials: list[str]) -> Tokenizer:
     if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -308,14 +319,16 @@ def trained(kind: str, texts: list[str], specials: list[str]) -> Tokenizer:
                                                  ("roberta", {}), ("gpt2", {}), ("gpt2", {"add_bos_token": True})])
 def test_tokenizer_parity_on_real_text(tmp_path: Path, model_type: str, options: dict, one_thread) -> None:
     """WordPiece from vocab.txt (uncased and cased), byte-level BPE from vocab.json + merges.txt:
-    sesame's tokenizer gives AutoTokenizer's ids for texts and pairs; so does the exported tokenizer,
-    and a run imported again from its tokenizer.json."""
+    sesame's tokenizer gives AutoTokenizer's ids for texts and pairs (airline tweets; SQuAD questions
+    and contexts, as pairs in both orders); so does the exported tokenizer, and a run imported again
+    from its tokenizer.json."""
     texts = airline_texts()
+    questions, contexts = squad_sample()
     folder = tmp_path / "hf"
     folder.mkdir()
     (folder / "tokenizer_config.json").write_text(json.dumps(options))
     specials = {"bert": BERT_SPECIALS, "roberta": ROBERTA_SPECIALS, "gpt2": ["<|endoftext|>"]}[model_type]
-    tok = trained("wordpiece" if model_type == "bert" else "bpe", texts[:20], specials)
+    tok = trained("wordpiece" if model_type == "bert" else "bpe", texts[:20] + contexts[:20], specials)
     tok.model.save(str(folder))
     vocab = tok.get_vocab_size()
     torch.manual_seed(0)
@@ -323,7 +336,7 @@ def test_tokenizer_parity_on_real_text(tmp_path: Path, model_type: str, options:
     reference = transformers.AutoTokenizer.from_pretrained(folder)
     from_hf(folder, tmp_path / "run")
     ours = load_tokenizer(tmp_path / "run")
-    pairs = texts[1:] + texts[:1]
+    texts, pairs = texts + questions + contexts, texts[1:] + texts[:1] + contexts + questions
     assert ours.encode(texts) == reference(texts)["input_ids"]
     expected_pairs = reference(texts, pairs)["input_ids"]
     assert ours.encode(texts, pairs) == expected_pairs
@@ -453,7 +466,7 @@ def test_cli_convert(tmp_path: Path, capsys) -> None:
 
     make_hf(tmp_path / "hf", "roberta")
     assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
-    assert "a pretrained roberta run (2 layers, hidden 32, 261 tokens)" in capsys.readouterr().out
+    assert "a pretrained run from roberta (2 layers, hidden 32, 261 tokens)" in capsys.readouterr().out
     assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["architecture"] == "RobertaModel"
     assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 2

@@ -1,5 +1,8 @@
 """Hugging Face checkpoint import and export: ``from_hf`` (a transformers model directory → a
-``pretrained`` run) and ``to_hf`` (a run → a directory transformers loads). See docs/interop.md."""
+``pretrained`` run, or a ``finetuned`` one for a sequence classifier), ``to_hf`` (a run → a directory
+transformers loads) and ``resolve`` (a run, a transformers directory or ``minilm`` → a run directory,
+converting on the fly). See docs/interop.md."""
 from .hf import from_hf, to_hf
+from .sources import minilm_dir, resolve
 
-__all__ = ["from_hf", "to_hf"]
+__all__ = ["from_hf", "to_hf", "resolve", "minilm_dir"]

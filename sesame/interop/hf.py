@@ -4,9 +4,11 @@
 sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a
 tokenizer, see :mod:`.hf_tokenizer`) into a ``pretrained`` run: the backbone under sesame's names,
 and BERT's or ALBERT's [CLS] pooler as ``pooler.0``, which ``finetune`` starts a ``cls`` pooler from.
-Task and pre-training heads are left behind (listed in the result). ``to_hf(RUN, DIR)`` is the
-reverse: the base model (``BertModel``, ...) of a pretrained run, or the ``*ForSequenceClassification``
-of a fine-tuned classify / pair / regress run where the head maps (BERT, ALBERT, RoBERTa).
+Pre-training and other task heads are left behind (listed in the result). A
+``*ForSequenceClassification`` whose head maps (BERT, ALBERT, RoBERTa) becomes a ``finetuned``
+classify (or regress) run instead, its pooler and classifier sesame's ``pooler.0`` and ``head``.
+``to_hf(RUN, DIR)`` is the reverse: the base model (``BertModel``, ...) of a pretrained run, or the
+``*ForSequenceClassification`` of a fine-tuned classify / pair / regress run where the head maps.
 
 One generic converter follows the architecture's row. Tensor by tensor:
 
@@ -40,7 +42,8 @@ from ..errors import SesameError
 from ..families import FAMILIES
 from ..models import Transformer, TransformerConfig
 from ..rundir import load_tokenizer, new_run, read_config, write_config
-from ..train.checkpoint import load_weights, read_json, save_weights
+from ..tasks import make_task
+from ..train.checkpoint import load_weights, read_json, save_weights, write_json
 from .architectures import (ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, HF_ACTIVATIONS, Architecture,
                             architecture)
 from .hf_tokenizer import export_tokenizer, import_tokenizer
@@ -219,8 +222,55 @@ def _check_tensors(weights: dict[str, torch.Tensor], expected: dict[str, torch.T
     return sorted({n.split(".")[0] for n in others})
 
 
+def _is_sequence_classifier(hf: dict) -> bool:
+    return any(name.endswith("ForSequenceClassification") for name in hf.get("architectures") or [])
+
+
+def _num_labels(hf: dict) -> int:
+    """transformers writes ``id2label``; a hand-written config.json may give ``num_labels`` (default 2)."""
+    return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
+
+
+def sequence_task(hf: dict, arch: Architecture) -> tuple[str | None, str]:
+    """The task a checkpoint's config.json makes it: ``classify``, or ``regress`` (``problem_type``
+    regression, or one label), for a ``*ForSequenceClassification`` whose head maps onto sesame's;
+    else ``(None, the reason)``."""
+    if not _is_sequence_classifier(hf):
+        names = ", ".join(hf.get("architectures") or [arch.base_class])
+        return None, f"a {names} checkpoint, without a sequence-classification head"
+    if arch.classifier is None:
+        return None, f"{arch.model_type}'s sequence classifier does not match sesame's: {arch.not_classifier}"
+    if hf.get("problem_type") == "multi_label_classification":
+        return None, "a multi-label classifier; sesame's classify task picks one label per text"
+    regression = hf.get("problem_type") == "regression" or _num_labels(hf) == 1
+    return "regress" if regression else "classify", ""
+
+
+def _labels(hf: dict, where: str) -> list[str]:
+    """A classifier's label names, ordered by id (``id2label``; transformers' LABEL_i without one)."""
+    id2label = hf.get("id2label") or {str(i): f"LABEL_{i}" for i in range(_num_labels(hf))}
+    try:
+        by_id = {int(i): str(name) for i, name in id2label.items()}
+    except (AttributeError, TypeError, ValueError):  # not a dict of ids
+        by_id = {}
+    labels = [by_id.get(i) for i in range(len(id2label))]
+    if None in labels or len(set(labels)) < len(labels):
+        raise SesameError(f"{where}: id2label {id2label} must name the ids 0 to {len(id2label) - 1}, each with its "
+                          "own label")
+    return labels
+
+
+def _max_length(src: Path, model: dict) -> int:
+    """The tokens an imported classifier reads: tokenizer_config.json's ``model_max_length`` when it is
+    below the model's positions (sesame's export writes the run's ``max_length`` there), else all of them."""
+    path = src / "tokenizer_config.json"
+    given = read_json(path).get("model_max_length") if path.is_file() else None
+    return given if isinstance(given, int) and 8 <= given < model["max_positions"] else model["max_positions"]
+
+
 def from_hf(src: str | Path, out: str | Path) -> dict:
-    """Convert the Hugging Face model directory ``src`` into the ``pretrained`` run ``out``; returns a summary."""
+    """Convert the Hugging Face model directory ``src`` into the run ``out``: ``pretrained``, or
+    ``finetuned`` for a sequence classifier whose head maps (:func:`sequence_task`); returns a summary."""
     src, out = Path(src), Path(out)
     _check_new(out)
     config_path = src / "config.json"
@@ -246,24 +296,41 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
     meta = _meta_backbone(model)
     plan = _plan(arch, meta)
     expected = _export_tensors(meta.state_dict(), plan, rows)
-    pooler = _dense_entries("pooler.0", arch.pooler) if arch.pooler and any(
-        n.startswith(arch.pooler + ".") for n in weights) else []
-    dense = nn.Linear(model["hidden"], model["hidden"], device="meta").state_dict()
-    expected.update({e.hf[0]: dense[e.sesame.rsplit(".", 1)[1]] for e in pooler})
+    task, why_not = sequence_task(hf_config, arch)
+    labels = _labels(hf_config, str(config_path)) if task == "classify" else []
+    if task:  # the exact inverse of export's head: names relative to the base model, as the weights now are
+        extra = [Entry(e.sesame, (e.hf[0].removeprefix(arch.prefix + "."),))
+                 for module, name in arch.classifier.items() for e in _dense_entries(module, name)]
+    else:
+        extra = _dense_entries("pooler.0", arch.pooler) if arch.pooler and any(
+            n.startswith(arch.pooler + ".") for n in weights) else []
+    with torch.device("meta"):  # the shapes of sesame's own pooler and head
+        shapes = make_task(task or "classify").build(meta, max(1, len(labels)), "cls", 0.0).state_dict()
+    expected.update({e.hf[0]: shapes[e.sesame] for e in extra})
     dropped = _check_tensors(weights, expected, arch, path, config_path)
     state = {"backbone." + k: v for k, v in _import_tensors(weights, plan, rows).items()}
-    state.update({e.sesame: weights[e.hf[0]].contiguous() for e in pooler})
-    with new_run(out, "pretrained", resume=False) as run:
+    state.update({e.sesame: weights[e.hf[0]].contiguous() for e in extra})
+    origin = {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config, "tokenizer": record}
+    if task:
+        job = make_task(task)
+        config = {"kind": "finetuned", "task": task, "task_options": job.options(), "family": arch.family,
+                  "size": None, "pooling": "cls", "model": model, "max_length": _max_length(src, model),
+                  "select": job.select, "hf": origin}
+    else:
+        config = {"kind": "pretrained", "family": arch.family, "size": None, "objective": None,
+                  "objective_options": {}, "pooling": FAMILIES[arch.family].pooling, "model": model, "hf": origin}
+    with new_run(out, config["kind"], resume=False) as run:
         tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", state)
-        write_config(run, {
-            "kind": "pretrained", "family": arch.family, "size": None, "objective": None, "objective_options": {},
-            "pooling": FAMILIES[arch.family].pooling, "model": model,
-            "hf": {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config,
-                   "tokenizer": record}})
-    return {"model_type": arch.model_type, "family": arch.family, "layers": model["layers"], "hidden": model["hidden"],
-            "vocab_size": model["vocab_size"], "pooler": bool(pooler), "dropped_heads": dropped,
-            "renamed_tokens": record["renamed"], "appended_tokens": list(record["aliases"])}
+        if labels:
+            write_json(run / "labels.json", labels)
+        write_config(run, config)
+    return {"model_type": arch.model_type, "family": arch.family, "kind": config["kind"], "task": task,
+            "labels": labels, "layers": model["layers"], "hidden": model["hidden"], "vocab_size": model["vocab_size"],
+            "pooler": any(e.sesame.startswith("pooler.") for e in extra), "dropped_heads": dropped,
+            "renamed_tokens": record["renamed"], "appended_tokens": list(record["aliases"]),
+            "notes": [f"{why_not}; its backbone alone is imported"]
+            if not task and _is_sequence_classifier(hf_config) else []}
 
 
 # -- export ----------------------------------------------------------------------------------------
@@ -392,6 +459,7 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     (out / "tokenizer.json").write_text(tokenizer_json)
     (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", **specials, "model_max_length": model["max_positions"],
+        "tokenizer_class": "PreTrainedTokenizerFast", **specials,
+        "model_max_length": config["max_length"] if config["kind"] == "finetuned" else model["max_positions"],
         "model_input_names": list(arch.inputs)}, indent=2) + "\n")
     return {"model_type": arch.model_type, "architecture": name, "vocab_size": rows.vocab, "notes": notes}
