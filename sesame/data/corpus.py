@@ -50,7 +50,8 @@ def fingerprint(files: Iterable[Path], *extra: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` pairs of a UTF-8 file, line endings kept; invalid UTF-8 names file and line."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
@@ -71,7 +72,7 @@ def iter_pieces(files: Sequence[Path], text_field: str = "text") -> Iterator[tup
     doc = -1
     for path in files:
         if path.suffix.lower() in JSONL_SUFFIXES:
-            for lineno, line in _decoded_lines(path):
+            for lineno, line in decoded_lines(path):
                 if not line.strip():
                     continue
                 record = json_object(line, f"{path}:{lineno}")
@@ -83,7 +84,7 @@ def iter_pieces(files: Sequence[Path], text_field: str = "text") -> Iterator[tup
                 yield doc, record[text_field]
         else:
             doc += 1
-            for _, line in _decoded_lines(path):
+            for _, line in decoded_lines(path):
                 yield doc, line
 
 
