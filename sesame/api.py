@@ -549,22 +549,28 @@ def evaluate(model: str, data: Sequence[str] | str, text_column: str | None = No
     """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
     per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
-    ``model`` may also be a transformers sequence classifier directory (:func:`sesame.interop.resolve`)."""
-    with resolve(model, "--model", classifier=True) as run:  # a transformers directory: always a fine-tuned run
-        config = read_config(run, "--model", ("pretrained", "finetuned"))
-        if config["kind"] == "finetuned":
-            if not isinstance(data, str):
-                if len(data) != 1:
-                    raise SesameError("--data: give one labeled file for a fine-tuned model")
-                data = data[0]
-            return load(run, text_column=text_column, label_column=label_column).evaluate(data)
+    ``model`` may also be a transformers directory: a sequence classifier, or a model with its pre-training
+    head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`)."""
+    with resolve(model, "--model") as run:
+        return _evaluate_run(run, model, data, text_column, label_column, text_field, seq_len)
+
+
+def _evaluate_run(run: Path, model: str, data: Sequence[str] | str, text_column: str | None,
+                  label_column: str | None, text_field: str, seq_len: int | None) -> dict:
+    config = read_config(run, "--model", ("pretrained", "finetuned"))
+    if config["kind"] == "finetuned":
+        if not isinstance(data, str):
+            if len(data) != 1:
+                raise SesameError("--data: give one labeled file for a fine-tuned model")
+            data = data[0]
+        return load(run, text_column=text_column, label_column=label_column).evaluate(data)
     if config["objective"] is None:
         raise SesameError(f"--model {model}: converted from {config['hf']['model_type']} without its pre-training "
                           "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
     paths = [data] if isinstance(data, str) else list(data)
-    tok = load_tokenizer(model, "--model")
+    tok = load_tokenizer(run, "--model")
     obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))
-    obj.load_state_dict(load_weights(Path(model) / "model.safetensors"))
+    obj.load_state_dict(load_weights(run / "model.safetensors"))
     obj.eval()
     seq_len = seq_len or config["seq_len"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,8 +13,12 @@ A row names, for its ``transformers`` base model (``BertModel``, ``GPT2Model``, 
 * ``pooler``: BERT's and ALBERT's [CLS] pooler (dense + tanh), sesame's ``pooler.0``;
 * ``classifier``: a fine-tuned ``SequenceModel``'s pooler and head → the modules of the matching
   ``*ForSequenceClassification``, or ``None`` with the reason the head does not map;
+* ``lm``: the language-model head of ``*ForMaskedLM`` (or ``GPT2LMHeadModel``) as sesame's ``mlm``
+  (or ``clm``) objective holds it, and ``pairs``: BERT's next-sentence / ALBERT's sentence-order
+  head of ``*ForPreTraining`` as sesame's ``mlm_nsp`` / ``mlm_sop`` objective holds it (see :class:`LMHead`);
+  ``discriminator``: ELECTRA's replaced-token head, sesame's ``electra`` objective's ``discriminator_head``;
 * ``heads``: the top-level modules of the architecture's task and pre-training heads, which import
-  leaves behind (a sesame run keeps the backbone, and the pooler where there is one).
+  leaves behind unless they map (a sesame run keeps the backbone, and the pooler where there is one).
 """
 from __future__ import annotations
 
@@ -26,6 +30,35 @@ from ..errors import SesameError
 # Hugging Face activation names ↔ TransformerConfig.activation
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """A transformers language-model head and sesame's objective with the same function.
+
+    sesame's MLM head (objectives/mlm.py) is dense → exact GELU → LayerNorm → output layer tied to the
+    token embeddings, plus a bias; its CLM (objectives/clm.py) is the tied output layer alone.
+    ``modules``: sesame module → transformers module (weight and bias alike); ``bias``: the
+    transformers name of sesame's ``bias``; ``decoder``: the tied output layer, whose weight (and bias)
+    a checkpoint may store as copies; ``activation``: the config key naming the head's activation
+    (it maps only when that is exact ``gelu``), or ``""`` where the class always applies exact GELU."""
+
+    hf_class: str
+    objective: str
+    modules: dict[str, str] = field(default_factory=dict)
+    bias: str | None = None
+    decoder: str = ""
+    activation: str = ""
+
+
+@dataclass(frozen=True)
+class PairHead:
+    """``*ForPreTraining``'s sentence-pair classifier on the [CLS] pooler: sesame's ``module`` of ``objective``."""
+
+    hf_class: str
+    objective: str
+    module: str
+    hf_module: str
 
 
 @dataclass(frozen=True)
@@ -46,6 +79,9 @@ class Architecture:
     classifier: dict[str, str] | None = None
     not_classifier: str = ""
     heads: tuple[str, ...] = ()
+    lm: LMHead | None = None
+    pairs: PairHead | None = None
+    discriminator: dict[str, str] | None = None  # sesame module → ElectraForPreTraining module
     conv1d: bool = False  # GPT-2 stores its linear layers as Conv1D: weights (in, out)
     position_offset: bool = False  # RoBERTa: position p of a sequence reads row padding_idx + 1 + p
     groups: bool = False  # ALBERT: num_hidden_groups 1 shares every layer (sharing "all"); one per layer, none
@@ -90,7 +126,11 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         "bert", "bert", "bert", "BertModel", "wordpiece",
         modules={**BERT_EMBEDDINGS, **_bert_layers("encoder.layer.{i}")},
         config=BERT_CONFIG, fixed=BERT_FIXED, hf_fixed=ABSOLUTE, defaults=BERT_DEFAULTS, special_tokens=BERT_SPECIALS,
-        pooler="pooler.dense", classifier={"pooler.0": "bert.pooler.dense", "head": "classifier"}, heads=BERT_HEADS),
+        pooler="pooler.dense", classifier={"pooler.0": "bert.pooler.dense", "head": "classifier"}, heads=BERT_HEADS,
+        lm=LMHead("BertForMaskedLM", "mlm", {"transform.0": "cls.predictions.transform.dense",
+                                             "transform.2": "cls.predictions.transform.LayerNorm"},
+                  "cls.predictions.bias", "cls.predictions.decoder", "hidden_act"),
+        pairs=PairHead("BertForPreTraining", "mlm_nsp", "nsp", "cls.seq_relationship")),
     Architecture(
         "roberta", "roberta", "roberta", "RobertaModel", "roberta",
         modules={**BERT_EMBEDDINGS, **_bert_layers("encoder.layer.{i}")},
@@ -99,7 +139,9 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
                         "mask_token": "<mask>", "bos_token": "<s>", "eos_token": "</s>"},
         inputs=("input_ids", "attention_mask"), pooler="pooler.dense",
         classifier={"pooler.0": "classifier.dense", "head": "classifier.out_proj"},
-        heads=("lm_head", "classifier", "qa_outputs"), position_offset=True),
+        heads=("lm_head", "classifier", "qa_outputs"), position_offset=True,
+        lm=LMHead("RobertaForMaskedLM", "mlm", {"transform.0": "lm_head.dense", "transform.2": "lm_head.layer_norm"},
+                  "lm_head.bias", "lm_head.decoder")),
     Architecture(
         "electra", "electra", "electra", "ElectraModel", "wordpiece",
         modules={**BERT_EMBEDDINGS, "project": "embeddings_project", **_bert_layers("encoder.layer.{i}")},
@@ -107,7 +149,12 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         hf_fixed=ABSOLUTE, defaults={**BERT_DEFAULTS, "embedding_size": 128}, special_tokens=BERT_SPECIALS,
         not_classifier=GELU_HEAD,
         heads=("discriminator_predictions", "generator_predictions", "generator_lm_head", "classifier",
-               "qa_outputs", "sequence_summary")),
+               "qa_outputs", "sequence_summary"),
+        lm=LMHead("ElectraForMaskedLM", "mlm", {"transform.0": "generator_predictions.dense",
+                                                "transform.2": "generator_predictions.LayerNorm"},
+                  "generator_lm_head.bias", "generator_lm_head"),
+        discriminator={"discriminator_head.0": "discriminator_predictions.dense",
+                       "discriminator_head.2": "discriminator_predictions.dense_prediction"}),
     Architecture(
         "albert", "albert", "albert", "AlbertModel", "json",
         modules={
@@ -129,7 +176,11 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         special_tokens={"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]",
                         "mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"},
         pooler="pooler", classifier={"pooler.0": "albert.pooler", "head": "classifier"},
-        heads=("predictions", "sop_classifier", "classifier", "qa_outputs"), groups=True),
+        heads=("predictions", "sop_classifier", "classifier", "qa_outputs"), groups=True,
+        lm=LMHead("AlbertForMaskedLM", "mlm", {"transform.0": "predictions.dense",
+                                               "transform.2": "predictions.LayerNorm"},
+                  "predictions.bias", "predictions.decoder", "hidden_act"),
+        pairs=PairHead("AlbertForPreTraining", "mlm_sop", "sop", "sop_classifier.classifier")),
     Architecture(
         "distilbert", "bert", "distilbert", "DistilBertModel", "wordpiece",
         modules={
@@ -151,7 +202,9 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         inputs=("input_ids", "attention_mask"),
         not_classifier="its head is a dense layer with ReLU where sesame's pooler applies tanh",
         heads=("vocab_transform", "vocab_layer_norm", "vocab_projector", "pre_classifier", "classifier",
-               "qa_outputs")),
+               "qa_outputs"),
+        lm=LMHead("DistilBertForMaskedLM", "mlm", {"transform.0": "vocab_transform", "transform.2": "vocab_layer_norm"},
+                  "vocab_projector.bias", "vocab_projector", "activation")),
     Architecture(
         "gpt2", "gpt2", "transformer", "GPT2Model", "gpt2",
         modules={
@@ -172,7 +225,8 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         special_tokens={"unk_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
         inputs=("input_ids", "attention_mask"),
         not_classifier="GPT2ForSequenceClassification's score layer has no bias, sesame's head has one",
-        heads=("lm_head", "score", "multiple_choice_head"), conv1d=True),
+        heads=("lm_head", "score", "multiple_choice_head"), conv1d=True,
+        lm=LMHead("GPT2LMHeadModel", "clm", decoder="lm_head")),
 ]}
 
 # a run's family → the architecture it exports as (when the run records no Hugging Face source)

@@ -4,10 +4,14 @@
 sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a
 tokenizer, see :mod:`.hf_tokenizer`) into a ``pretrained`` run: the backbone under sesame's names,
 and BERT's or ALBERT's [CLS] pooler as ``pooler.0``, which ``finetune`` starts a ``cls`` pooler from.
-Pre-training and other task heads are left behind (listed in the result). A
+A language-model head that computes what sesame's does (``*ForMaskedLM``, ``*ForPreTraining``,
+``GPT2LMHeadModel``) becomes the run's objective (``mlm``, ``mlm_nsp``, ``mlm_sop``, ``clm``), so
+``sesame evaluate`` reports its loss; other heads are left behind (listed in the result, with the
+reason where a pre-training head does not map). A
 ``*ForSequenceClassification`` whose head maps (BERT, ALBERT, RoBERTa) becomes a ``finetuned``
 classify (or regress) run instead, its pooler and classifier sesame's ``pooler.0`` and ``head``.
-``to_hf(RUN, DIR)`` is the reverse: the base model (``BertModel``, ...) of a pretrained run, or the
+``to_hf(RUN, DIR)`` is the reverse: a pretrained run as the class of its objective's head where one
+maps (else the base model, ``BertModel``, ...), or the
 ``*ForSequenceClassification`` of a fine-tuned classify / pair / regress run where the head maps.
 
 One generic converter follows the architecture's row. Tensor by tensor:
@@ -51,7 +55,10 @@ from .hf_tokenizer import export_tokenizer, import_tokenizer
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 CLASSIFY_TASKS = ("classify", "pair", "regress")
+# objectives with sesame's MLM head and a second head, which *ForMaskedLM lacks
+PART_HEADS = {"mlm_nsp": "next-sentence (NSP)", "mlm_sop": "sentence-order (SOP)", "span": "span-boundary (SBO)"}
 POOLER_STD = 0.02  # transformers' initializer_range
+EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,31 @@ def _export_tensors(state: dict[str, torch.Tensor], plan: list[Entry], rows: Row
 def _dense_entries(module: str, hf_module: str) -> list[Entry]:
     """A dense layer outside the backbone (pooler, classifier head), kept as it is."""
     return [Entry(f"{module}.{p}", (f"{hf_module}.{p}",)) for p in ("weight", "bias")]
+
+
+def _lm_entries(arch: Architecture, bias: str | None = None) -> list[Entry]:
+    """The language-model head's tensors (sesame's MLM head; none for the CLM's tied output alone);
+    ``bias`` names the checkpoint's output bias when it is stored under the decoder's name."""
+    head = arch.lm
+    entries = [e for module, hf in head.modules.items() for e in _dense_entries(module, hf)]
+    return entries + ([Entry("bias", (bias or head.bias,))] if head.bias else [])
+
+
+def _pair_entries(arch: Architecture, prefix: str = "") -> list[Entry]:
+    """The [CLS] pooler (inside the base model, under ``prefix``) and the sentence-pair classifier."""
+    return _dense_entries("pooler.0", prefix + arch.pooler) + _dense_entries(arch.pairs.module, arch.pairs.hf_module)
+
+
+def _head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
+    """Meta tensors shaped as sesame's pre-training heads (objectives/mlm.py, pairs.py) for ``model``
+    with the checkpoint's ``vocab``: what a checkpoint's head must match (``decoder``: the tied output
+    layer, the token embeddings and the bias)."""
+    h, e = model["hidden"], model["embedding_size"] or model["hidden"]
+    shapes = {"transform.0.weight": (e, h), "transform.0.bias": (e,), "transform.2.weight": (e,),
+              "transform.2.bias": (e,), "bias": (vocab,), "pooler.0.weight": (h, h), "pooler.0.bias": (h,),
+              "decoder.weight": (vocab, e), "decoder.bias": (vocab,)}
+    shapes.update({f"{task}.{p}": s for task in ("nsp", "sop") for p, s in (("weight", (2, h)), ("bias", (2,)))})
+    return {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
 
 
 def _check_new(out: Path) -> None:
@@ -246,6 +278,47 @@ def sequence_task(hf: dict, arch: Architecture) -> tuple[str | None, str]:
     return "regress" if regression else "classify", ""
 
 
+def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Architecture
+                       ) -> tuple[str | None, list[Entry], list[Entry], list[str]]:
+    """What a checkpoint's pre-training heads import as: ``(objective, entries, checked, notes)``;
+    ``checked`` are tensors whose shape is checked but which are not imported (tied copies, a pooler
+    left behind), under the :func:`_head_shapes` name of their shape.
+
+    The language-model head (:class:`~.architectures.LMHead`) becomes sesame's ``mlm`` or ``clm`` head
+    where it computes the same function: exact GELU, and an output layer tied to the token embeddings
+    (a stored copy must equal them). With BERT's NSP or ALBERT's SOP head and the pooler it reads, the
+    objective is ``mlm_nsp`` / ``mlm_sop``; without them an ``mlm`` run cannot hold the pooler, which
+    is then left behind. ``objective`` is None (the pooler kept) when no head maps; notes say why."""
+    head, notes = arch.lm, []
+    pooler = _dense_entries("pooler.0", arch.pooler) if arch.pooler and f"{arch.pooler}.weight" in weights else []
+    if arch.discriminator and any(n.startswith("discriminator_predictions.") for n in weights):
+        notes.append("ELECTRA's discriminator head is left behind: sesame's electra objective also needs the "
+                     "generator, which transformers keeps in a checkpoint of its own")
+    bias = next((n for n in (head.bias, f"{head.decoder}.bias") if n in weights), None) if head and head.bias else None
+    if head is None or not (bias or not head.bias and head.hf_class in (given.get("architectures") or [])):
+        return None, pooler, [], notes
+    tied = {f"{head.decoder}.weight": weights.get(f"{arch.modules['embed.tokens']}.weight"),
+            f"{head.decoder}.bias": weights.get(bias)}  # a stored copy → what it must equal
+    copies = [Entry(f"decoder.{n.rsplit('.', 1)[1]}", (n,)) for n in tied if n in weights and n != bias]
+    activation = given[head.activation] if head.activation else "gelu"
+    why = ""
+    if activation != "gelu":
+        why = f"its head applies {activation!r} where sesame's {head.objective} head applies exact GELU"
+    elif any(tied[e.hf[0]] is not None and not torch.equal(weights[e.hf[0]], tied[e.hf[0]]) for e in copies) or (
+            f"{head.decoder}.weight" not in weights and given.get("tie_word_embeddings") is False):
+        why = "its output layer is not tied to the token embeddings, as sesame's is"
+    if why:
+        return None, pooler, [], [*notes, f"{head.hf_class}'s language-model head is left behind: {why}"]
+    entries = _lm_entries(arch, bias)
+    pairs = arch.pairs
+    if pairs and pooler and f"{pairs.hf_module}.weight" in weights:
+        return pairs.objective, entries + _pair_entries(arch), copies, notes
+    if pooler:
+        notes.append(f"the [CLS] pooler is left behind: sesame's {head.objective} objective has none "
+                     "(fine-tuning with pooling cls starts a fresh one)")
+    return head.objective, entries, copies + pooler, notes
+
+
 def _labels(hf: dict, where: str) -> list[str]:
     """A classifier's label names, ordered by id (``id2label``; transformers' LABEL_i without one)."""
     id2label = hf.get("id2label") or {str(i): f"LABEL_{i}" for i in range(_num_labels(hf))}
@@ -298,18 +371,28 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
     expected = _export_tensors(meta.state_dict(), plan, rows)
     task, why_not = sequence_task(hf_config, arch)
     labels = _labels(hf_config, str(config_path)) if task == "classify" else []
+    objective, checked, notes = None, [], []
     if task:  # the exact inverse of export's head: names relative to the base model, as the weights now are
         extra = [Entry(e.sesame, (e.hf[0].removeprefix(arch.prefix + "."),))
                  for module, name in arch.classifier.items() for e in _dense_entries(module, name)]
+        with torch.device("meta"):  # the shapes of sesame's own pooler and head
+            shapes = make_task(task).build(meta, max(1, len(labels)), "cls", 0.0).state_dict()
     else:
-        extra = _dense_entries("pooler.0", arch.pooler) if arch.pooler and any(
-            n.startswith(arch.pooler + ".") for n in weights) else []
-    with torch.device("meta"):  # the shapes of sesame's own pooler and head
-        shapes = make_task(task or "classify").build(meta, max(1, len(labels)), "cls", 0.0).state_dict()
-    expected.update({e.hf[0]: shapes[e.sesame] for e in extra})
+        objective, extra, checked, notes = _pretraining_heads(weights, given, arch)
+        shapes = _head_shapes(model, rows.vocab)
+        if _is_sequence_classifier(hf_config):
+            notes.insert(0, f"{why_not}; its backbone alone is imported")
+    expected.update({e.hf[0]: shapes[e.sesame] for e in extra + checked})
     dropped = _check_tensors(weights, expected, arch, path, config_path)
     state = {"backbone." + k: v for k, v in _import_tensors(weights, plan, rows).items()}
     state.update({e.sesame: weights[e.hf[0]].contiguous() for e in extra})
+    if "bias" in state:  # the output bias has a row per token, like the embeddings: appended tokens copy theirs
+        state["bias"] = torch.cat([state["bias"], state["bias"][list(rows.aliases)]])
+    if objective and rows.aliases:
+        notes.append(f"the appended tokens {', '.join(record['aliases'])} share the output rows of the tokens they "
+                     f"copy ({', '.join(sorted(set(record['aliases'].values())))}), so sesame's {objective} "
+                     "probabilities are transformers' divided by 1 + the copies' probability: its loss and "
+                     "perplexity come out slightly above transformers'")
     origin = {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config, "tokenizer": record}
     if task:
         job = make_task(task)
@@ -317,8 +400,10 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
                   "size": None, "pooling": "cls", "model": model, "max_length": _max_length(src, model),
                   "select": job.select, "hf": origin}
     else:
-        config = {"kind": "pretrained", "family": arch.family, "size": None, "objective": None,
+        config = {"kind": "pretrained", "family": arch.family, "size": None, "objective": objective,
                   "objective_options": {}, "pooling": FAMILIES[arch.family].pooling, "model": model, "hf": origin}
+        if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
+            config["seq_len"] = min(EVAL_SEQ_LEN, model["max_positions"])
     with new_run(out, config["kind"], resume=False) as run:
         tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", state)
@@ -326,11 +411,10 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
             write_json(run / "labels.json", labels)
         write_config(run, config)
     return {"model_type": arch.model_type, "family": arch.family, "kind": config["kind"], "task": task,
-            "labels": labels, "layers": model["layers"], "hidden": model["hidden"], "vocab_size": model["vocab_size"],
-            "pooler": any(e.sesame.startswith("pooler.") for e in extra), "dropped_heads": dropped,
-            "renamed_tokens": record["renamed"], "appended_tokens": list(record["aliases"]),
-            "notes": [f"{why_not}; its backbone alone is imported"]
-            if not task and _is_sequence_classifier(hf_config) else []}
+            "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
+            "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),
+            "dropped_heads": dropped, "renamed_tokens": record["renamed"],
+            "appended_tokens": list(record["aliases"]), "notes": notes}
 
 
 # -- export ----------------------------------------------------------------------------------------
@@ -383,6 +467,34 @@ def _classifier(config: dict, run: Path, arch: Architecture, where: str) -> tupl
     return [e for module, hf in arch.classifier.items() for e in _dense_entries(module, hf)], head
 
 
+def _export_heads(config: dict, model: dict, arch: Architecture) -> tuple[list[Entry], str, list[str]]:
+    """A pretrained run's objective head in transformers: ``(entries, class, notes)`` of the
+    ``*ForMaskedLM``, ``*ForPreTraining``, ``GPT2LMHeadModel`` or ``ElectraForPreTraining`` with the same
+    function, or no entries and the base model (the reason in the notes) where none has it."""
+    objective, head, pairs = config.get("objective"), arch.lm, arch.pairs
+    if objective is None:
+        return [], arch.base_class, []
+    exact = model["activation"] == "gelu"  # sesame's heads apply exact GELU
+    other = f"the backbone's activation, {EXPORTED_ACTIVATIONS[model['activation']]} here, not exact GELU"
+    why = f"{arch.model_type} has no such head in transformers"
+    if objective == "electra" and arch.discriminator:
+        if exact:
+            return ([e for module, hf in arch.discriminator.items() for e in _dense_entries(module, hf)],
+                    "ElectraForPreTraining", ["the generator is left behind: transformers keeps an ELECTRA generator "
+                                              "as a checkpoint of its own (ElectraForMaskedLM)"])
+        why = f"ElectraForPreTraining's head applies {other}"
+    if head and head.objective == ("mlm" if objective in PART_HEADS or objective == "mlm" else objective):
+        name = pairs.hf_class if pairs and objective == pairs.objective else head.hf_class
+        if exact or not head.activation:
+            if name != head.hf_class:
+                return _lm_entries(arch) + _pair_entries(arch, arch.prefix + "."), name, []
+            notes = [f"its {PART_HEADS[objective]} head is left behind: {name} has none"] \
+                if objective in PART_HEADS else []
+            return _lm_entries(arch), name, notes
+        why = f"{name}'s head applies {other}"
+    return [], arch.base_class, [f"its {objective} head is left behind: {why}"]
+
+
 def _hf_config(model: dict, arch: Architecture, source: dict, rows: Rows) -> dict:
     """The transformers config of the run's backbone: the imported checkpoint's own config (when the
     run came from one) with every value the run determines set from it."""
@@ -421,7 +533,8 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     tokens = backbone["embed.tokens.weight"]
     source = record["config"] if record else {}
     vocab = source.get("vocab_size", tokens.shape[0])
-    drop = _still_copies(tokens, record and record["tokenizer"], vocab, tok.backend.get_vocab())
+    drop = all(_still_copies(t, record and record["tokenizer"], vocab, tok.backend.get_vocab())
+               for t in (tokens, weights.get("bias")) if t is not None)  # the MLM head's bias has rows too
     types = backbone.get("embed.types.weight")
     one_type = source.get("type_vocab_size") == 1 and types is not None and torch.equal(types[0], types[1])
     rows = Rows(offset=model["pad_id"] + 1 if arch.position_offset else 0,
@@ -434,8 +547,11 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
         extra, head = _classifier(config, run, arch, where)
         prefix, name = arch.prefix + ".", arch.base_class.removesuffix("Model") + "ForSequenceClassification"
     else:
-        prefix, name = "", arch.base_class
-        if arch.pooler:
+        extra, name, notes = _export_heads(config, model, arch)
+        prefix = "" if name == arch.base_class else arch.prefix + "."
+        if name != arch.base_class:
+            head = {"tie_word_embeddings": True}  # sesame's output layer is the token embeddings
+        elif arch.pooler:
             extra = _dense_entries("pooler.0", arch.pooler)
             if "pooler.0.weight" not in weights:
                 hidden = model["hidden"]
@@ -445,7 +561,8 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
                 notes.append(f"the run has no trained [CLS] pooler; {arch.base_class}'s pooler is freshly initialised "
                              f"(N(0, {POOLER_STD}), seed 0), as transformers would")
     tensors = {prefix + k: v for k, v in _export_tensors(backbone, _plan(arch, _meta_backbone(model)), rows).items()}
-    tensors.update({e.hf[0]: weights[e.sesame].contiguous() for e in extra})
+    tensors.update({e.hf[0]: (weights[e.sesame][: rows.vocab] if e.sesame == "bias" else weights[e.sesame])
+                    .contiguous() for e in extra})
 
     tokenizer_json, specials = export_tokenizer(tok, record and record["tokenizer"], drop)
     ids = Tokenizer.from_str(tokenizer_json).get_vocab()

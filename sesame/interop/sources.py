@@ -54,7 +54,7 @@ def transformers_config(path: Path) -> dict | None:
 def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[Path]:
     """The run directory ``model`` names (see the module docstring), for the duration of the ``with``.
 
-    ``classifier``: the caller predicts or evaluates, so a transformers directory must be a sequence
+    ``classifier``: the caller predicts, so a transformers directory must be a sequence
     classifier that imports as a fine-tuned run; anything else is refused before converting, with the
     reason. ``flag`` names the option in error messages."""
     path = minilm_dir() if str(model) == MINILM else Path(model)
