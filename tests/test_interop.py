@@ -140,6 +140,30 @@ def test_round_trip_parity(tmp_path: Path, case: str, one_thread) -> None:
     close_at(hf_hidden(back, ids, mask), expected, mask, 1e-5)
 
 
+def test_albert_without_factorisation(tmp_path: Path, one_thread) -> None:
+    """E == H: AlbertModel still has its embedding projection, sesame none. An identity projection
+    imports (and is written back on export, so transformers finds no missing weight); another is refused."""
+    original = make_hf(tmp_path / "hf", "albert", embedding_size=HIDDEN)
+    mapping = original.encoder.embedding_hidden_mapping_in
+    with torch.no_grad():
+        mapping.weight.copy_(torch.eye(HIDDEN))
+        mapping.bias.zero_()
+    original.save_pretrained(tmp_path / "hf")
+    from_hf(tmp_path / "hf", tmp_path / "run")
+    ids, mask = batch(original.config.vocab_size, 0)
+    expected = hf_hidden(original, ids, mask)
+    with torch.no_grad():
+        close_at(load_backbone(tmp_path / "run")(ids, padding=mask), expected, mask)
+    to_hf(tmp_path / "run", tmp_path / "back")
+    close_at(hf_hidden(loaded(tmp_path / "back"), ids, mask), expected, mask, 1e-5)  # loaded: nothing missing
+
+    with torch.no_grad():
+        mapping.weight.mul_(2)
+    original.save_pretrained(tmp_path / "hf")
+    with pytest.raises(SesameError, match="embedding_hidden_mapping_in is not the identity"):
+        from_hf(tmp_path / "hf", tmp_path / "refused")
+
+
 def test_roberta_positions_and_types(tmp_path: Path) -> None:
     """RoBERTa's position table loses its padding_idx + 1 leading rows and its one token-type row is doubled."""
     make_hf(tmp_path / "hf", "roberta")

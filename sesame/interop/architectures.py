@@ -85,6 +85,7 @@ class Architecture:
     conv1d: bool = False  # GPT-2 stores its linear layers as Conv1D: weights (in, out)
     position_offset: bool = False  # RoBERTa: position p of a sequence reads row padding_idx + 1 + p
     groups: bool = False  # ALBERT: num_hidden_groups 1 shares every layer (sharing "all"); one per layer, none
+    always_projects: bool = False  # ALBERT: the embedding → hidden projection exists even when E == H
 
 
 def _bert_layers(layer: str) -> dict[str, str | tuple[str, ...]]:
@@ -176,7 +177,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.model_type: a for a in [
         special_tokens={"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]",
                         "mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"},
         pooler="pooler", classifier={"pooler.0": "albert.pooler", "head": "classifier"},
-        heads=("predictions", "sop_classifier", "classifier", "qa_outputs"), groups=True,
+        heads=("predictions", "sop_classifier", "classifier", "qa_outputs"), groups=True, always_projects=True,
         lm=LMHead("AlbertForMaskedLM", "mlm", {"transform.0": "predictions.dense",
                                                "transform.2": "predictions.LayerNorm"},
                   "predictions.bias", "predictions.decoder", "hidden_act"),

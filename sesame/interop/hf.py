@@ -341,6 +341,23 @@ def _max_length(src: Path, model: dict) -> int:
     return given if isinstance(given, int) and 8 <= given < model["max_positions"] else model["max_positions"]
 
 
+def _identity_projection(arch: Architecture, hidden: int) -> dict[str, torch.Tensor]:
+    """ALBERT's embedding → hidden projection as the identity: what a stack with E == H computes
+    without one (sesame builds none then; ``AlbertModel`` always has one)."""
+    return {arch.modules["project"] + ".weight": torch.eye(hidden), arch.modules["project"] + ".bias": torch.zeros(hidden)}
+
+
+def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architecture, path: Path) -> None:
+    """An E == H checkpoint's projection, removed from ``weights`` if it is the identity (sesame has none then)."""
+    name = arch.modules["project"]
+    if name + ".weight" not in weights:
+        return  # reported as missing by the tensor check
+    weight, bias = weights.pop(name + ".weight"), weights.pop(name + ".bias", None)
+    if not (torch.equal(weight.float(), torch.eye(*weight.shape)) and (bias is None or not bias.any())):
+        raise SesameError(f"{path}: {name} is not the identity, but embedding_size equals hidden_size and sesame's "
+                          "stack has no projection then; this checkpoint cannot be converted")
+
+
 def from_hf(src: str | Path, out: str | Path) -> dict:
     """Convert the Hugging Face model directory ``src`` into the run ``out``: ``pretrained``, or
     ``finetuned`` for a sequence classifier whose head maps (:func:`sequence_task`); returns a summary."""
@@ -366,6 +383,8 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
         raise SesameError(f"{config_path}: {err}") from None
     weights, path = _read_weights(src)
     weights = _backbone_names(weights, arch)
+    if arch.always_projects and model["embedding_size"] is None:
+        _drop_identity_projection(weights, arch, path)
     meta = _meta_backbone(model)
     plan = _plan(arch, meta)
     expected = _export_tensors(meta.state_dict(), plan, rows)
@@ -561,6 +580,8 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
                 notes.append(f"the run has no trained [CLS] pooler; {arch.base_class}'s pooler is freshly initialised "
                              f"(N(0, {POOLER_STD}), seed 0), as transformers would")
     tensors = {prefix + k: v for k, v in _export_tensors(backbone, _plan(arch, _meta_backbone(model)), rows).items()}
+    if arch.always_projects and model["embedding_size"] is None:
+        tensors.update({prefix + k: v for k, v in _identity_projection(arch, model["hidden"]).items()})
     tensors.update({e.hf[0]: (weights[e.sesame][: rows.vocab] if e.sesame == "bias" else weights[e.sesame])
                     .contiguous() for e in extra})
 
