@@ -204,6 +204,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the k-means restarts")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
+    p = sub.add_parser("decontaminate", help="n-gram overlap between a pre-training corpus and evaluation sets, "
+                                             "GPT-3 style (docs/decontamination.md)")
+    p.add_argument("--corpus", nargs="+", required=True, help="text files, folders or .jsonl files")
+    p.add_argument("--eval", action="append", required=True, help="an evaluation set (repeat the flag): "
+                                                                  "see docs/decontamination.md")
+    p.add_argument("--n", type=int, default=13, help="n-gram length in normalised words")
+    p.add_argument("--out-corpus", metavar="DIR", help="write the corpus without the overlapping documents to this "
+                                                       "new folder")
+    p.add_argument("--text-field", default="text", help="the text field of .jsonl records")
+    p.add_argument("--show", type=int, default=3, help="overlapping examples shown per set")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
     compare.add_parser(sub)
 
     p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
@@ -289,6 +301,11 @@ def run(args: argparse.Namespace) -> None:
             result = neighbors(run, args.word, args.corpus, args.forms.split(","), args.k, args.layer, args.clusters,
                                args.seed)
         print(json.dumps(result, ensure_ascii=False) if args.json else format_neighbors(result))
+    elif args.command == "decontaminate":
+        from .decontaminate import decontaminate, format_report
+
+        report = decontaminate(args.corpus, args.eval, args.n, args.out_corpus, args.text_field, args.show, progress)
+        print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
     elif args.command == "evaluate":
         _print_metrics(api.evaluate(args.model, args.data, args.text_column, args.label_column,
                                     seq_len=args.seq_len), args.json)
