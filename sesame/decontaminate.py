@@ -79,6 +79,10 @@ def read_eval(spec: str) -> EvalSet:
     if suffix == ".json":
         from .tasks.span_qa import SpanQA
 
+        if columns:
+            raise SesameError(f"--eval {spec}: a SQuAD file is read whole (question + context); "
+                              f"drop :{','.join(columns)}")
+
         examples = SpanQA().read(str(path), labeled=False)
         return EvalSet(spec, [e["id"] for e in examples], [[e["question"], e["context"]] for e in examples])
     reading = columns[0] if len(columns) == 1 else "lines" if not columns else ""

@@ -74,6 +74,8 @@ def test_eval_readers(tmp_path):
     (tmp_path / "squad.json").write_text(json.dumps({"data": [{"title": "T", "paragraphs": [
         {"context": "The context.", "qas": [{"id": "q1", "question": "Why?", "answers": []}]}]}]}))
     assert read_eval(str(tmp_path / "squad.json")).fields == [["Why?", "The context."]]
+    with pytest.raises(SesameError, match="a SQuAD file is read whole"):
+        read_eval(f"{tmp_path / 'squad.json'}:question")
 
 
 @pytest.mark.parametrize("spec, message", [
