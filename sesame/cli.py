@@ -165,7 +165,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_train_flags(p)
 
     p = sub.add_parser("evaluate", help="metrics of a run on labeled data or text")
-    p.add_argument("--model", required=True, help="run directory, or a transformers sequence classifier directory")
+    p.add_argument("--model", required=True, help="run directory, or a transformers directory: a sequence classifier, "
+                                                  "or a model with its pre-training head (*ForMaskedLM, ...)")
     p.add_argument("--data", nargs="+", required=True)
     p.add_argument("--text-column")
     p.add_argument("--label-column")
