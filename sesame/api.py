@@ -27,6 +27,7 @@ from .objectives import OBJECTIVES, Objective, build_objective, objective_option
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
 from .tasks import (EVAL_BATCH, POOLINGS, TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens,
                     steps_per_epoch)
+from .tasks.inputs import add_input_tokens, grow_token_embedding
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer, recipes
 from .train.checkpoint import load_weights, read_json, write_json
@@ -335,11 +336,14 @@ def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropo
 def _load_pretrained(model: TaskModel, run: Path) -> None:
     """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind), and the
     [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
-    Adapters and a scalar mix the recipe adds keep their fresh initialisation."""
+    Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
+    new embedding rows (:mod:`sesame.tasks.inputs`)."""
     weights = load_weights(run / "model.safetensors")
     for part in ("backbone", "pooler"):
         prefix = part + "."
         found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        if part == "backbone":
+            found = grow_token_embedding(found, model.backbone.config.vocab_size)
         if found and (part == "backbone" or getattr(model, "pooling", None) == "cls"):
             loaded = getattr(model, part).load_state_dict(found, strict=False)
             missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
@@ -422,6 +426,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
 
     def setup(run: Path) -> None:
         base_config, tok = _base_config(str(base_dir), tokenizer, _texts(train_rows), dropout)
+        add_input_tokens(base_config, tok)  # gpt: start, delimiter and extract tokens
         base_config["model"].update(adapter_size=adapters, scalar_mix=features)
         if features:
             base_config["model"]["dropout"] = 0.0  # frozen features are computed as at inference

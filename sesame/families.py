@@ -1,9 +1,10 @@
 """The registry of model families and sizes.
 
 A family is one row: which tokenizer it trains, how its Transformer is configured, which
-pre-training objective (with which options) it uses, its default training recipe, and how a
-fine-tuned classifier pools the sequence. Sizes follow Turc et al. (2019), "Well-Read Students
-Learn Better": heads = hidden / 64 and a feed-forward width of 4 x hidden.
+pre-training objective (with which options) it uses, its default training recipe, how a
+fine-tuned classifier pools the sequence, and whether fine-tuning adds GPT's input tokens. Sizes
+follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64 and a feed-forward
+width of 4 x hidden.
 """
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ class Family:
     sharing: str = "none"  # ALBERT's cross-layer sharing: none | all | attention | ffn
     objective_options: dict = field(default_factory=dict)
     recipe: dict = field(default_factory=dict)  # defaults for TrainConfig fields
+    # fine-tuning adds GPT's start, delimiter and extract tokens (sesame.tasks.inputs; Radford et al. 2018,
+    # §3.3). GPT-2's paper (2019) defines no fine-tuning inputs (it is evaluated zero-shot), so gpt2 keeps the
+    # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
+    input_tokens: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -40,7 +45,7 @@ FAMILIES: dict[str, Family] = {
                embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3}),
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
-        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018"),
+        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True),
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019"),
     ]
 }

@@ -264,7 +264,7 @@ def test_finetune_with_adapters_features_and_lm_end_to_end(corpus, labeled, tmp_
             run = tmp_path / f"{family}-{name}"
             result = sesame.finetune(str(pre), out=str(run), **recipe, **common)
             after = load_weights(run / "model.safetensors")
-            assert all(torch.equal(after[k], v) for k, v in before.items()
+            assert all(torch.equal(after[k][: len(v)], v) for k, v in before.items()  # gpt adds 3 token rows
                        if k.startswith("backbone.") and ".norm." not in k)
             assert 0 < result["trainable_parameters"] < result["parameters"] / 5
             assert len(sesame.load(run).predict(["The cat sleeps."])) == 1

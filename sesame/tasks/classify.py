@@ -6,9 +6,11 @@ causal decoders read the last real token, which has seen the whole text (GPT, Ra
 ``mean`` averages the final states of the real tokens (as Sentence-BERT does, Reimers & Gurevych
 2019), useful for encoders whose [CLS] was never trained by a sentence-level objective.
 
-A pair is encoded as ``cls a sep b sep``: for encoders with segment ids 0 then 1 (BERT, §4.1); for
-causal decoders without segments, the separator acting as GPT's delimiter and the final one as its
-extract token (Radford et al. 2018, §3.3). ``symmetric`` is GPT's trick for similarity tasks, whose
+A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders (BERT, §4.1),
+without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
+as the extract token (Radford et al. 2018, §3.3). The gpt family fine-tunes with GPT's own input
+tokens instead, ``<start> a <extract>`` and ``<start> a <delim> b <extract>`` (:mod:`.inputs`);
+"last" pooling reads the extract token. ``symmetric`` is GPT's trick for similarity tasks, whose
 pairs have no natural order: both orders are encoded and their pooled representations added before
 the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
 Batches are padded only to their own longest input, and inputs of similar length are batched together.

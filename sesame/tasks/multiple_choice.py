@@ -1,14 +1,15 @@
 """Multiple choice (SWAG, RACE, COPA, Story Cloze): a context and several candidate answers → the right one.
 
 Each candidate is paired with the context and the pair encoded on its own, ``cls context sep choice
-sep`` (segments 0 then 1 for encoders; none for causal decoders, the separator acting as GPT's
-delimiter); the pooled representation of each pair goes through a linear layer to one score, and a
-softmax across the candidates of an example gives the distribution over answers (BERT on SWAG,
-Devlin et al. 2019, §4.4: "a vector whose dot product with the [CLS] token representation C denotes a
-score for each choice which is normalized with a softmax layer"; GPT, Radford et al. 2018, §3.3:
-"Each of these sequences are processed independently with our model and then normalized via a softmax
-layer"). A question (RACE) joins the context in the first segment, ``[z; q; $; a_k]`` as in GPT §3.3.
-Training minimises the cross-entropy of that softmax; the metric is accuracy.
+sep`` (segments 0 then 1 for encoders; none for causal decoders, gpt2's separator acting as GPT's
+delimiter; the gpt family encodes ``<start> context <delim> choice <extract>`` with GPT's own input
+tokens, :mod:`.inputs`); the pooled representation of each pair goes through a linear layer to one
+score, and a softmax across the candidates of an example gives the distribution over answers (BERT
+on SWAG, Devlin et al. 2019, §4.4: "a vector whose dot product with the [CLS] token representation C
+denotes a score for each choice which is normalized with a softmax layer"; GPT, Radford et al. 2018,
+§3.3: "Each of these sequences are processed independently with our model and then normalized via a
+softmax layer"). A question (RACE) joins the context in the first segment, ``[z; q; $; a_k]`` as in
+GPT §3.3. Training minimises the cross-entropy of that softmax; the metric is accuracy.
 
 The data are JSON Lines: one object per line with the context, a list of candidate strings and the
 gold answer, given as the index of the right candidate or as its text. Examples may have different

@@ -1,0 +1,58 @@
+"""GPT's input transformations, added when a ``gpt`` run is fine-tuned (Radford et al. 2018, §3.3, Figure 1).
+
+GPT pre-trains on plain text, then fine-tunes with three tokens it never saw: a start token opens
+every input, a delimiter separates the two texts of a pair (or a context from a candidate answer),
+and an extract token closes it; the classifier reads the extract token's final state ("last"
+pooling). The tokens are new vocabulary entries with "randomly initialized start and end tokens"
+(§3.3), here drawn from N(0, 0.02) like the rest of GPT's weights (§4.1). So fine-tuning a family
+whose row sets ``input_tokens``:
+
+* appends ``<start>``, ``<delim>`` and ``<extract>`` to the run's tokenizer (ids V, V+1, V+2 for a
+  pretrained vocabulary of V) and makes them its template, ``<start> a <extract>`` for a text and
+  ``<start> a <delim> b <extract>`` for a pair (:func:`add_input_tokens`);
+* records the grown vocabulary in the run's config.json, so predict and evaluate rebuild the model
+  as trained, and gives the pretrained token embedding three new rows (:func:`grow_token_embedding`).
+
+A base that already has the tokens (a fine-tuned gpt run fine-tuned again) is left as it is.
+"""
+from __future__ import annotations
+
+import torch
+from tokenizers import processors
+
+from ..errors import SesameError
+from ..families import get_family
+from ..tokenizer import TextTokenizer
+
+INPUT_TOKENS = ("<start>", "<delim>", "<extract>")
+EMBEDDING_STD = 0.02  # GPT, §4.1: "a simple weight initialization of N(0, 0.02) was sufficient"
+
+
+def add_input_tokens(config: dict, tok: TextTokenizer) -> bool:
+    """Give ``tok`` the input tokens and template, and ``config["model"]`` the grown vocabulary, when
+    ``config["family"]`` uses them and ``tok`` lacks them; whether it did."""
+    if not get_family(config["family"]).input_tokens or tok.backend.token_to_id(INPUT_TOKENS[0]) is not None:
+        return False
+    old = tok.vocab_size
+    tok.backend.add_special_tokens(list(INPUT_TOKENS))
+    ids = [tok.backend.token_to_id(t) for t in INPUT_TOKENS]
+    if ids != list(range(old, old + len(INPUT_TOKENS))):
+        raise SesameError(f"--from/--tokenizer: the tokenizer already holds some of {', '.join(INPUT_TOKENS)} as "
+                          "ordinary tokens; use one trained by `sesame tokenizer train`")
+    start, delim, extract = INPUT_TOKENS
+    tok.backend.post_processor = processors.TemplateProcessing(
+        single=f"{start} $A {extract}", pair=f"{start} $A {delim} $B:1 {extract}:1",
+        special_tokens=list(zip(INPUT_TOKENS, ids)))
+    config["model"]["vocab_size"] = tok.vocab_size
+    return True
+
+
+def grow_token_embedding(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """Backbone ``weights`` whose token embedding is ``len(INPUT_TOKENS)`` rows short of ``vocab_size``,
+    with those rows appended from N(0, 0.02); any other weights are returned as they are."""
+    name = "embed.tokens.weight"
+    table = weights.get(name)
+    if table is None or vocab_size - table.shape[0] != len(INPUT_TOKENS):
+        return weights
+    rows = torch.empty(len(INPUT_TOKENS), table.shape[1], dtype=table.dtype).normal_(0.0, EMBEDDING_STD)
+    return {**weights, name: torch.cat([table, rows])}
