@@ -93,5 +93,36 @@ def test_cross_layer_sharing_stores_one_copy_of_each_shared_sublayer(sharing, at
 def test_all_shared_layers_apply_the_same_function_at_every_depth():
     m = albert(sharing="all").eval()
     layers = m(torch.randint(5, 1000, (1, 6)), all_layers=True)
-    again = m.residual(m.feed_forward[0], m.residual(m.attention[0], layers[1], None), None)
+    again = m.residual(m.feed_forward[0], m.residual(m.attention[0], layers[1], None))
     assert torch.allclose(again, layers[2], atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_banded_mask_pattern(causal):
+    m = model(causal=causal)
+    band = m.attention_mask(None, 6, window=3)
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    expected = ((i - j >= 0) if causal else (i - j).abs() >= 0) & ((i - j).abs() < 3)
+    assert torch.equal(band, expected)
+    later = m.attention_mask(None, 2, past=4, window=3)  # two new positions over a cache of four
+    assert torch.equal(later, expected[4:])
+
+
+def test_banded_layers_alternate_with_dense_ones():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=100, hidden=32, layers=4, heads=4, intermediate=64, max_positions=64,
+                            causal=True, dropout=0.0, attention_window=2)
+    m = Transformer(cfg).eval()
+    seen = {}
+    for i, sublayer in enumerate(m.attention):
+        sublayer.register_forward_pre_hook(lambda module, args, i=i: seen.__setitem__(i, args[1]))
+    ids = torch.randint(5, 100, (1, 12))
+    m(ids)
+    assert seen[0] is None and seen[2] is None  # dense: SDPA's own causal mask
+    assert torch.equal(seen[1], m.attention_mask(None, 12, window=2)) and torch.equal(seen[3], seen[1])
+    dense = Transformer(TransformerConfig(**{**cfg.to_dict(), "attention_window": None})).eval()
+    dense.load_state_dict(m.state_dict())
+    assert not torch.allclose(m(ids), dense(ids), atol=1e-4)
+    wide = Transformer(TransformerConfig(**{**cfg.to_dict(), "attention_window": 64})).eval()
+    wide.load_state_dict(m.state_dict())
+    assert torch.allclose(wide(ids), dense(ids), atol=1e-5)  # a band wider than the text is dense attention

@@ -6,6 +6,13 @@
 * learned absolute position embeddings and optional token-type (segment) embeddings;
 * post-LayerNorm (BERT, GPT: ``x = LN(x + f(x))``) or pre-LayerNorm with a final LayerNorm
   (GPT-2: ``x = x + f(LN(x))``);
+* optional locally banded sparse attention (GPT-3, Brown et al. 2020, §2.1, after the Sparse
+  Transformer's local pattern, Child et al. 2019): with ``attention_window`` w, odd layers (1, 3, ...)
+  let each position see only the w positions up to itself (|i − j| < w when bidirectional), even
+  layers stay dense. Deviation: the band is applied as a mask on dense attention, so it changes what
+  a position sees but not the cost;
+* a key/value cache for decoding (:class:`KVCache`): given the keys and values of the tokens seen so
+  far, a forward over the new tokens costs O(context) per token instead of recomputing the prefix;
 * GELU feed-forward of width 4·hidden (exact GELU, or with ``activation="gelu_tanh"`` the tanh
   approximation GPT-2 and ALBERT were trained with, Hugging Face's ``gelu_new``); weights initialised
   N(0, 0.02); in pre-norm stacks the residual output projections use std 0.02/√(2·layers) as in GPT-2;
@@ -55,6 +62,7 @@ class TransformerConfig:
     adapter_size: int | None = None  # Houlsby adapters' bottleneck width (None: no adapters)
     scalar_mix: bool = False  # output ELMo's learned mix of all layers
     activation: str = "gelu"  # feed-forward GELU: gelu (exact) | gelu_tanh (tanh approximation, GPT-2's)
+    attention_window: int | None = None  # GPT-3's banded layers: odd layers see w positions (None: all dense)
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
@@ -63,6 +71,8 @@ class TransformerConfig:
             raise ValueError(f"sharing {self.sharing!r}: choose one of {', '.join(SHARING)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        if self.attention_window is not None and self.attention_window < 1:
+            raise ValueError(f"attention_window {self.attention_window}: must be at least 1")
 
     @property
     def embedding_width(self) -> int:
@@ -130,8 +140,9 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps) if cfg.embedding_norm else nn.Identity()
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, ids: torch.Tensor, types: torch.Tensor | None) -> torch.Tensor:
-        x = self.tokens(ids) + self.positions.weight[: ids.shape[1]]
+    def forward(self, ids: torch.Tensor, types: torch.Tensor | None, positions: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        x = self.tokens(ids) + (self.positions.weight[: ids.shape[1]] if positions is None else self.positions(positions))
         if self.types is not None:
             x = x + (self.types(types) if types is not None else self.types.weight[0])
         return self.dropout(self.norm(x))
@@ -182,9 +193,11 @@ class SelfAttention(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: "LayerCache | None" = None) -> torch.Tensor:
         b, t, h = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k, v = cache.extend(k, v)
         y = attention(q, k, v, mask, self.causal, self.attn_dropout if self.training else 0.0)
         return self.dropout(self.adapter(self.out(y.transpose(1, 2).reshape(b, t, h))))
 
@@ -201,7 +214,7 @@ class FeedForward(nn.Module):
         self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
         self.approximate = ACTIVATIONS[cfg.activation]
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.adapter(self.out(F.gelu(self.inp(x), approximate=self.approximate))))
 
 
@@ -241,40 +254,101 @@ class Transformer(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def attention_mask(self, padding: torch.Tensor | None, length: int) -> torch.Tensor | None:
-        """Boolean mask (True = may attend) from a (batch, time) padding mask; None when nothing is padded."""
-        if padding is None or bool(padding.all()):
+    def attention_mask(self, padding: torch.Tensor | None, length: int, past: int = 0,
+                       window: int | None = None) -> torch.Tensor | None:
+        """Boolean mask (True = may attend) of ``length`` new positions over ``past + length`` keys, from a
+        (batch, keys) padding mask (True at real tokens; None: nothing padded), causal in causal models and
+        banded to ``window`` positions if given. None when SDPA needs no mask (``is_causal`` covers a causal
+        model's prefix). A query that may see nothing (a left pad in a causal model) sees itself, so no row of
+        the softmax is empty."""
+        padded = padding is not None and not bool(padding.all())
+        if not padded and window is None and (past == 0 or not self.config.causal):
             return None
-        mask = padding[:, None, None, :].bool()
-        if self.config.causal:
-            mask = mask & torch.ones(length, length, dtype=torch.bool, device=padding.device).tril()
+        device = padding.device if padding is not None else self.embed.tokens.weight.device
+        query = torch.arange(past, past + length, device=device)[:, None]
+        key = torch.arange(past + length, device=device)[None, :]
+        mask = key <= query if self.config.causal else torch.ones(length, past + length, dtype=torch.bool,
+                                                                  device=device)
+        if window is not None:
+            mask = mask & ((query - key).abs() < window)
+        if padded:
+            mask = mask & padding[:, None, None, :].bool()
+            mask = mask | (~mask.any(-1, keepdim=True) & (key == query))
         return mask
 
-    def residual(self, sublayer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Post-LN ``LN(x + f(x))`` or pre-LN ``x + f(LN(x))``."""
+    def residual(self, sublayer: nn.Module, x: torch.Tensor, *context) -> torch.Tensor:
+        """Post-LN ``LN(x + f(x))`` or pre-LN ``x + f(LN(x))``; ``context``: the attention's mask and cache."""
         if self.pre_norm:
-            return x + sublayer(sublayer.norm(x), mask)
-        return sublayer.norm(x + sublayer(x, mask))
+            return x + sublayer(sublayer.norm(x), *context)
+        return sublayer.norm(x + sublayer(x, *context))
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
-                all_layers: bool = False, embedded: torch.Tensor | None = None) -> torch.Tensor | list[torch.Tensor]:
+                all_layers: bool = False, embedded: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor | list[torch.Tensor]:
         """Hidden states of the last layer (or their scalar mix with every layer's, with ``scalar_mix``),
         or of the embeddings and every layer when ``all_layers``.
 
         ``embedded`` replaces ``self.embed(ids, types)``: a model sharing another's embeddings (ELECTRA's
-        generator reads the discriminator's) passes them in and sets its own ``embed`` to None."""
-        if ids.shape[1] > self.config.max_positions:
-            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_positions {self.config.max_positions}")
-        mask = self.attention_mask(padding, ids.shape[1])
-        x = self.embed(ids, types) if embedded is None else embedded
+        generator reads the discriminator's) passes them in and sets its own ``embed`` to None.
+        ``positions`` (batch, time) replaces 0, 1, ... (left-padded prompts count from their first real token).
+        With a ``cache``, ``ids`` are the tokens after the cached ones, ``padding`` covers the cached and
+        the new tokens, and the new keys and values are appended to the cache."""
+        past = cache.length if cache is not None else 0
+        end = past + ids.shape[1] if positions is None else int(positions.max()) + 1
+        if end > self.config.max_positions:
+            raise ValueError(f"sequence length {end} exceeds max_positions {self.config.max_positions}")
+        if positions is None and past:
+            positions = torch.arange(past, past + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        dense = self.attention_mask(padding, ids.shape[1], past)
+        window = self.config.attention_window
+        banded = self.attention_mask(padding, ids.shape[1], past, window) if window is not None else dense
+        x = self.embed(ids, types, positions) if embedded is None else embedded
         if self.project is not None:
             x = self.project(x)
         layers = [x]
         for i in range(self.config.layers):
-            x = self.residual(self.attention[i % len(self.attention)], x, mask)
-            x = self.residual(self.feed_forward[i % len(self.feed_forward)], x, mask)
+            layer_cache = cache.layer(i) if cache is not None else None
+            x = self.residual(self.attention[i % len(self.attention)], x, banded if i % 2 else dense, layer_cache)
+            x = self.residual(self.feed_forward[i % len(self.feed_forward)], x)
             layers.append(x)
+        if cache is not None:
+            cache.length += ids.shape[1]
         layers[-1] = self.final_norm(x)
         if all_layers:
             return layers
         return self.mix(layers) if self.mix is not None else layers[-1]
+
+
+class LayerCache:
+    """One layer's view of a :class:`KVCache`."""
+
+    def __init__(self, cache: KVCache, layer: int):
+        self.cache, self.layer = cache, layer
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' keys and values (batch, heads, new, head size); return all keys and values so far."""
+        start = self.cache.length
+        end = start + k.shape[2]
+        keys, values = self.cache.keys[self.layer], self.cache.values[self.layer]
+        keys[:, :, start:end], values[:, :, start:end] = k, v
+        return keys[:, :, :end], values[:, :, :end]
+
+
+class KVCache:
+    """Every layer's attention keys and values for the tokens seen so far, in buffers allocated once for
+    ``capacity`` positions, so decoding appends in place. ``length`` counts the cached tokens."""
+
+    def __init__(self, cfg: TransformerConfig, batch: int, capacity: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu"):
+        shape = (batch, cfg.heads, capacity, cfg.hidden // cfg.heads)
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.layers)]
+        self.length = 0
+
+    def layer(self, i: int) -> LayerCache:
+        return LayerCache(self, i)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows ``rows``, in that order (beam search's surviving hypotheses)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
