@@ -8,10 +8,15 @@ The Python API mirrors the command line::
                     text_column="text", label_column="label")
     sesame.evaluate("runs/clf", "dev.csv")["accuracy"]
     sesame.load("runs/clf").predict(["what a lovely flight"])
+    sesame.generate("runs/gpt2", ["The river"], sesame.GenerationConfig(sample=True, top_p=0.9))
+    sesame.prompt_eval("runs/gpt2", data="dev.csv", train="train.csv", ks=(0, 4))
 """
 __version__ = "0.1.0"
 
 from .api import evaluate, finetune, load, predict, pretrain  # noqa: E402
 from .errors import SesameError  # noqa: E402
+from .generate import GenerationConfig, generate  # noqa: E402
+from .prompting import prompt_eval  # noqa: E402
 
-__all__ = ["pretrain", "finetune", "evaluate", "predict", "load", "SesameError", "__version__"]
+__all__ = ["pretrain", "finetune", "evaluate", "predict", "load", "generate", "GenerationConfig", "prompt_eval",
+           "SesameError", "__version__"]

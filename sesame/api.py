@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .data.corpus import iter_texts, resolve_sources
+from .data.corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
 from .data.shards import Shards, Window, is_shard_dir, prepare_corpus
 from .errors import SesameError
 from .metrics import language_model_report
@@ -192,9 +192,24 @@ def _window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list
     return batches
 
 
+def text_size(paths: Sequence[str], flag: str, text_field: str = "text") -> dict | None:
+    """The UTF-8 bytes and the characters of the text in ``paths`` (of JSONL files, their text fields), which
+    bits per byte and per character divide by; None for a shard directory, whose text is gone."""
+    if _shard_dir(paths) is not None:
+        return None
+    size = {"bytes": 0, "chars": 0}
+    for f in resolve_sources(paths, flag):
+        texts = iter_texts([f], text_field) if f.suffix in JSONL_SUFFIXES else [f.read_bytes().decode("utf-8")]
+        for text in texts:
+            size["bytes"] += len(text.encode("utf-8"))
+            size["chars"] += len(text)
+    return size
+
+
 def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
-               n_bytes: int | None = None) -> dict:
-    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable).
+               text: dict | None = None) -> dict:
+    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable),
+    and for a causal LM, given the size of the ``text`` (:func:`text_size`), bits per byte and per character.
 
     For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
     trained, each part's mean is reported as ``<part>_loss``, and perplexity is that of the first
@@ -214,9 +229,10 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
                 counts[name] += n[name]
     flat = all_sum([*sums.values(), *counts.values()])
     sums, counts = dict(zip(names, flat[: len(names)])), dict(zip(names, map(int, flat[len(names):])))
-    if n_bytes:  # bits per byte over the whole text: nats/token × tokens/byte ÷ ln 2
-        n_bytes = int(n_bytes * counts[names[0]] / max(1, shards.n_tokens))
-    report = language_model_report(sums[names[0]], counts[names[0]], n_bytes)
+    scored = None
+    if text and obj.name == "clm":  # the share of the text whose tokens were scored (windows drop a tail)
+        scored = {unit: n * counts[names[0]] / max(1, shards.n_tokens) for unit, n in text.items()}
+    report = language_model_report(sums[names[0]], counts[names[0]], scored)
     if obj.part_names:
         means = {name: sums[name] / max(1, counts[name]) for name in names}
         report["loss"] = sum(obj.part_weights.get(name, 1.0) * mean for name, mean in means.items())
@@ -228,14 +244,15 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
              vocab_size: int = 16000, seq_len: int = 128, valid: Sequence[str] | None = None, text_field: str = "text",
              dropout: float = 0.1, resume: bool = False, progress: bool = True, objective: str | None = None,
              objective_options: dict | None = None, static_masks: int = 0, final_seq_len: int | None = None,
-             **train) -> dict:
+             attention_window: int | None = None, **train) -> dict:
     """Pre-train a ``family``/``size`` model on ``corpus`` (text files, folders, JSONL, or a shard directory).
 
     ``objective`` and ``objective_options`` override the family's (e.g. BERT without NSP:
     ``objective="mlm"``; whole-word masking: ``objective_options={"masking": "whole_word"}``).
     ``static_masks=k`` gives each sequence k fixed corruptions (original BERT) instead of fresh ones;
     ``final_seq_len`` switches to longer sequences for the last 10% of the budget (BERT's two phases).
-    Training options are :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``,
+    ``attention_window`` w makes every second layer attend only to the w nearest positions (GPT-3's
+    locally banded layers, :mod:`sesame.models.transformer`). Training options are :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``,
     ``batch_size``, ``accumulate``, ...) over the family's recipe. The time budget counts the whole
     command, tokenizer and preparation included, so runs compare at equal compute. Returns the last
     validation metrics.
@@ -258,6 +275,8 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
     if final_seq_len is not None and not seq_len < final_seq_len <= max(512, seq_len):
         raise SesameError(f"--final-seq-len {final_seq_len}: must exceed --seq-len {seq_len} and be at most "
                           f"{max(512, seq_len)} (the model's positions)")
+    if attention_window is not None and attention_window < 1:
+        raise SesameError(f"--attention-window {attention_window}: give the band width in positions, e.g. 64")
     if static_masks < 0:
         raise SesameError(f"--static-masks {static_masks}: use 0 (fresh masks each time) or a positive count")
     _check_batch(cfg)
@@ -267,11 +286,13 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
         valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
         model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, max(512, seq_len))
+        model_cfg.attention_window = attention_window
         config = {"kind": "pretrained", "family": family, "size": size, "objective": objective,
                   "objective_options": options, "static_masks": static_masks, "final_seq_len": final_seq_len,
                   "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
                   "shards": str(shards.path.resolve()),
-                  "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None, "train": asdict(cfg)}
+                  "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None,
+                  "valid_size": text_size(valid, "--valid", text_field) if valid else None, "train": asdict(cfg)}
         _pretraining_data(config, shards, valid_shards)  # enough text?
         tok.save(run / "tokenizer.json")
         write_config(run, config)
@@ -289,7 +310,8 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         if config["final_seq_len"]:
             phases.append((config["final_seq_len"], shards.windows(obj.window_length(config["final_seq_len"]))))
         trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, phases, cfg, config["static_masks"]),
-                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed),
+                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed,
+                                                        config.get("valid_size")),
                           started=started, progress=progress)
         return trainer.fit(resume=resume)
 
@@ -583,7 +605,4 @@ def _evaluate_run(run: Path, model: str, data: Sequence[str] | str, text_column:
         windows = shards.windows(obj.window_length(seq_len))
         if not windows:
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
-        n_bytes = None
-        if config["objective"] == "clm" and _shard_dir(paths) is None:
-            n_bytes = sum(f.stat().st_size for f in resolve_sources(paths, "--data"))
-        return lm_metrics(obj, shards, windows, seq_len, n_bytes=n_bytes)
+        return lm_metrics(obj, shards, windows, seq_len, text=text_size(paths, "--data", text_field))

@@ -104,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab-size", type=int, default=16000, help="size of the tokenizer trained on the way")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--attention-window", type=int, metavar="W",
+                   help="GPT-3's locally banded attention: every second layer sees only the W nearest positions")
     p.add_argument("--text-field", default="text")
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
@@ -217,6 +219,54 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=int, default=3, help="overlapping examples shown per set")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
+    p = sub.add_parser("generate", help="continue prompts with a causal language model: greedy, sampling, beam "
+                                        "search (docs/decoders.md)")
+    p.add_argument("--model", required=True, help="a pretrained gpt/gpt2 run, or a transformers directory with a "
+                                                  "causal LM head (GPT2LMHeadModel)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", action="append", help="a prompt (repeat the flag for several)")
+    g.add_argument("--prompts", metavar="FILE", help="a text file with one prompt per line ('-': stdin)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens to generate at most (default 50; 100 with --tldr)")
+    p.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
+    p.add_argument("--temperature", type=float, default=1.0, help="--sample: divide the logits by T")
+    p.add_argument("--top-k", type=int, help="--sample: only from the k most likely tokens (default off; 2 with "
+                                             "--tldr)")
+    p.add_argument("--top-p", type=float, default=1.0, help="--sample: only from the nucleus of probability p")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL's penalty θ on tokens already in "
+                                                                         "the context (1 = off, 1.2 in CTRL)")
+    p.add_argument("--beams", type=int, default=1, help="beam search with N beams (1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="beam search: rank by log p / length^α")
+    p.add_argument("--stop", action="append", default=[], help="stop when the text contains this string (repeat "
+                                                                "for several; '\\n' is a newline)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at each step (slower; "
+                                                           "for comparison)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
+    p.add_argument("--tldr", action="store_true", help="GPT-2's summarisation prompt: append '\\nTL;DR:' to each "
+                                                       "prompt, sample with top-k 2, keep three sentences")
+    p.add_argument("--json", action="store_true", help="one JSON line per prompt (the default for several prompts)")
+
+    p = sub.add_parser("prompt-eval", help="zero- and few-shot in-context classification accuracy of a causal "
+                                           "language model, no training (docs/decoders.md)")
+    p.add_argument("--model", required=True, help="a pretrained gpt/gpt2 run, or a transformers GPT-2 directory")
+    p.add_argument("--data", required=True, help="the labeled file to classify (CSV, TSV or JSONL)")
+    p.add_argument("--train", help="where demonstrations come from (needed for k > 0; never the evaluated example)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--verbalizers", help="label=word pairs, e.g. negative=bad,neutral=okay,positive=good "
+                                         "(default: the label names)")
+    p.add_argument("--template", help="a demonstration, with {text} and {label} (default: "
+                                      "'{text}\\nSentiment: {label}\\n\\n')")
+    p.add_argument("--k", type=int, nargs="+", default=[0, 1, 4, 8], help="numbers of demonstrations")
+    p.add_argument("--draws", type=int, default=5, help="demonstration draws per k > 0 (the spread is over these)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, help="evaluate only the first N rows")
+    p.add_argument("--scoring", choices=["mean", "sum", "calibrated"], default="mean",
+                   help="compare verbalisers by mean log-probability per token (GPT-3), total, or calibrated "
+                        "against a content-free input (Zhao et al. 2021)")
+    p.add_argument("--max-length", type=int, help="prompt length in tokens (default: the model's pre-training length)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
     compare.add_parser(sub)
 
     p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
@@ -264,6 +314,7 @@ def run(args: argparse.Namespace) -> None:
                                args.seq_len, args.valid, args.text_field, args.dropout, args.resume, progress,
                                objective=args.objective, objective_options=_objective_options(args),
                                static_masks=args.static_masks, final_seq_len=args.final_seq_len,
+                               attention_window=args.attention_window,
                                **_train_options(args))
         _print_metrics(metrics, args.json)
     elif args.command == "finetune":
@@ -302,6 +353,16 @@ def run(args: argparse.Namespace) -> None:
             result = neighbors(run, args.word, args.corpus, args.forms.split(","), args.k, args.layer, args.clusters,
                                args.seed)
         print(json.dumps(result, ensure_ascii=False) if args.json else format_neighbors(result))
+    elif args.command == "generate":
+        _generate(args, progress)
+    elif args.command == "prompt-eval":
+        from .prompting import DEFAULT_TEMPLATE, format_report, parse_verbalizers, prompt_eval
+
+        report = prompt_eval(args.model, args.data, args.train, args.text_column, args.label_column,
+                             parse_verbalizers(args.verbalizers) if args.verbalizers else None,
+                             args.template or DEFAULT_TEMPLATE, args.k, args.draws, args.seed, args.limit, args.scoring,
+                             args.max_length, progress)
+        print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))
     elif args.command == "decontaminate":
         from .decontaminate import decontaminate, format_report
 
@@ -334,6 +395,47 @@ def run(args: argparse.Namespace) -> None:
         from .demo import run_demo
 
         run_demo(Path(args.out), seed=args.seed, progress=progress)
+
+
+def _generate(args: argparse.Namespace, progress: bool) -> None:
+    from .generate import TLDR, GenerationConfig, generate, load_language_model, tldr
+
+    if args.prompts:
+        source = sys.stdin if args.prompts == "-" else None
+        if source is None and not Path(args.prompts).is_file():
+            raise SesameError(f"--prompts {args.prompts}: no such file; give a text file with one prompt per line")
+        lines = (source.read() if source else Path(args.prompts).read_text(encoding="utf-8")).splitlines()
+        prompts = [line for line in lines if line.strip()]
+        if not prompts:
+            raise SesameError(f"--prompts {args.prompts}: no prompts (every line is empty)")
+    else:
+        prompts = args.prompt
+    if args.batch_size < 1:
+        raise SesameError(f"--batch-size {args.batch_size}: must be at least 1")
+    cfg = GenerationConfig(
+        max_new_tokens=args.max_new_tokens or (100 if args.tldr else 50), sample=args.sample or args.tldr,
+        temperature=args.temperature, top_k=args.top_k if args.top_k is not None else (2 if args.tldr else 0),
+        top_p=args.top_p, repetition_penalty=args.repetition_penalty, beams=args.beams,
+        length_penalty=args.length_penalty, stop=tuple(s.replace("\\n", "\n") for s in args.stop), seed=args.seed,
+        cache=not args.no_cache)
+    cfg.validate()
+    lm = load_language_model(args.model)
+    inputs = [p + TLDR for p in prompts] if args.tldr else prompts
+    if len(prompts) == 1 and not args.json and not args.tldr:  # stream the continuation as it is generated
+        print(prompts[0], end="", flush=True)
+        generate(lm, inputs, cfg, on_text=lambda i, text: print(text, end="", flush=True))
+        print()
+        return
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, len(prompts), args.batch_size), desc="generate", unit="batch", disable=not progress,
+                      file=sys.stderr):
+        chunk = slice(start, start + args.batch_size)
+        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, args.batch_size)):
+            record = {**result, "prompt": prompt}
+            if args.tldr:
+                record["summary"] = tldr(result["text"])
+            print(json.dumps(record, ensure_ascii=False), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,12 +48,16 @@ def regression_report(gold: Sequence[float], pred: Sequence[float]) -> dict:
             "mse": float(((g - p) ** 2).mean()) if len(g) else 0.0, "n": len(g)}
 
 
-def language_model_report(loss_sum: float, count: int, n_bytes: int | None = None) -> dict:
-    """Mean loss (nats per predicted token), perplexity = exp(loss); bits per byte when the byte count is known."""
+def language_model_report(loss_sum: float, count: int, size: dict | None = None) -> dict:
+    """Mean loss (nats per predicted token) and perplexity = exp(loss), which depend on how the text was cut
+    into tokens; with the text's ``size`` ({"bytes": B, "chars": C}), bits per byte = Σ nats / (B ln 2) and
+    bits per character = Σ nats / (C ln 2), which do not: the same text costs the same bits whatever the
+    tokenizer (docs/decoders.md)."""
     loss = loss_sum / max(1, count)
     report = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": count}
-    if n_bytes:
-        report["bits_per_byte"] = loss_sum / (math.log(2) * n_bytes)
+    if size and size.get("bytes"):
+        report["bits_per_byte"] = loss_sum / (math.log(2) * size["bytes"])
+        report["bits_per_char"] = loss_sum / (math.log(2) * size["chars"])
     return report
 
 

@@ -1,0 +1,317 @@
+"""Text generation from a causal language model (GPT, GPT-2) and GPT-2's "TL;DR:" summarisation prompt.
+
+Decoding strategies, each a transformation of the next-token logits:
+
+* greedy: the most likely token;
+* sampling with a temperature, top-k (Fan et al. 2018) and nucleus / top-p (Holtzman et al. 2020:
+  the smallest set of most likely tokens whose probability reaches p);
+* repetition penalty (Keskar et al. 2019, CTRL §4.1): a token already in the context has its logit
+  divided by θ if positive, multiplied by θ if negative (as Hugging Face, the prompt counts as context);
+* beam search with a length penalty: hypotheses ranked by Σ log p / length^α (Wu et al. 2016 use a
+  smoothed length; α = 0 ranks by the sum alone).
+
+A prompt is read as the start of a document: it follows the separator token that ends every
+document in pre-training, and generation ends at the next separator, at a stop string (cut off
+from the text), or after ``max_new_tokens``. With the KV cache (the default) each step feeds only
+the new token through the network; without it, each step recomputes the whole sequence. Prompts
+are decoded in batches, left-padded, each counting positions from its own first token; with
+sampling, the output is repeatable for the same prompts, seed and batch size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from .errors import SesameError
+from .interop import resolve
+from .models import Transformer
+from .models.transformer import KVCache
+from .rundir import load_backbone, load_tokenizer, read_config
+from .tokenizer import TextTokenizer
+
+TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
+
+
+@dataclass
+class GenerationConfig:
+    """How to decode; the defaults are greedy decoding of up to 50 new tokens with the KV cache."""
+
+    max_new_tokens: int = 50
+    sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    repetition_penalty: float = 1.0  # 1: off
+    beams: int = 1
+    length_penalty: float = 1.0  # α in Σ log p / length^α (beam search)
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    seed: int = 0
+    cache: bool = True
+
+    def validate(self) -> None:
+        if self.max_new_tokens < 1:
+            raise SesameError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+        if self.temperature <= 0:
+            raise SesameError(f"--temperature {self.temperature}: must be positive (greedy decoding is the default "
+                              "without --sample)")
+        if self.top_k < 0:
+            raise SesameError(f"--top-k {self.top_k}: must be 0 (off) or positive")
+        if not 0 < self.top_p <= 1:
+            raise SesameError(f"--top-p {self.top_p}: must be in (0, 1]")
+        if self.repetition_penalty < 1:
+            raise SesameError(f"--repetition-penalty {self.repetition_penalty}: must be at least 1 (1 = off)")
+        if self.beams < 1:
+            raise SesameError(f"--beams {self.beams}: must be at least 1")
+        if self.beams > 1 and self.sample:
+            raise SesameError("--beams with --sample: beam search is deterministic; choose one")
+        if any(not s for s in self.stop):
+            raise SesameError("--stop: a stop string must not be empty")
+
+
+class LanguageModel:
+    """A causal backbone whose output layer is its tied input embedding, with its tokenizer."""
+
+    def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: dict | None = None):
+        if not backbone.config.causal:
+            raise SesameError("--model: generation and prompting need a causal language model (gpt, gpt2)")
+        self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config or {}
+
+    @classmethod
+    def load(cls, run: str | Path, flag: str = "--model") -> LanguageModel:
+        """A pre-trained causal run (for transformers directories, see :func:`load_language_model`)."""
+        config = read_config(run, flag, ("pretrained",))
+        if not config["model"]["causal"]:
+            raise SesameError(f"{flag} {run}: a bidirectional {config['family']} model; generation and prompting "
+                              "need a causal language model (family gpt or gpt2)")
+        return cls(load_backbone(run, flag), load_tokenizer(run, flag), config)
+
+    @property
+    def end(self) -> int:
+        """The token that ends a document (and a generation)."""
+        return self.tokenizer.specials.sep
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text as the start of a document: the separator, then its tokens (no other special tokens)."""
+        return [[self.end, *ids] for ids in self.tokenizer.encode(list(texts), special=False)]
+
+    def logits(self, ids: torch.Tensor, padding: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+               cache: KVCache | None = None) -> torch.Tensor:
+        """Next-token logits at the last position of each row: (batch, vocabulary)."""
+        hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
+        return hidden[:, -1] @ self.backbone.embed.tokens.weight.T
+
+
+def load_language_model(model: str) -> LanguageModel:
+    """A run directory or a transformers directory with a causal LM head (``GPT2LMHeadModel``), loaded."""
+    with resolve(model, "--model") as run:
+        return LanguageModel.load(run)
+
+
+# -- logits processors --------------------------------------------------------------------------------
+
+def penalise_repetition(logits: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty on the tokens of ``context`` (batch, time) ids."""
+    if penalty == 1.0:
+        return logits
+    seen = logits.gather(1, context)
+    return logits.scatter(1, context, torch.where(seen > 0, seen / penalty, seen * penalty))
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits of each row (ties at the k-th all kept), the rest −inf; k = 0 keeps all."""
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering: keep the smallest set of most likely tokens whose probability sums to at least
+    ``p`` (always the most likely one), the rest −inf."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    before = sorted_logits.softmax(-1).cumsum(-1) - sorted_logits.softmax(-1)  # mass of the more likely tokens
+    drop = (before >= p).scatter(-1, order, before >= p)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def next_tokens(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator) -> torch.Tensor:
+    """One token per row: the argmax, or a sample after temperature, top-k and top-p."""
+    if not cfg.sample:
+        return logits.argmax(-1)
+    logits = top_p_filter(top_k_filter(logits / cfg.temperature, cfg.top_k), cfg.top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+
+# -- the text side: stop strings and streaming --------------------------------------------------------
+
+class Continuation:
+    """One prompt's generated tokens and their text, cut at the first stop string; ``fresh()`` returns the
+    text that is final (it cannot become part of a stop string or of an unfinished UTF-8 character)."""
+
+    def __init__(self, tokenizer: TextTokenizer, stop: tuple[str, ...], end: int):
+        self.tokenizer, self.stop, self.end = tokenizer, stop, end
+        self.ids: list[int] = []
+        self.text, self.shown, self.finish = "", 0, None
+
+    def add(self, token: int) -> None:
+        if token == self.end:
+            self.finish = "end"
+            return
+        self.ids.append(token)
+        self.text = self.tokenizer.decode(self.ids)
+        cuts = [i for i in (self.text.find(s) for s in self.stop) if i >= 0]
+        if cuts:
+            self.text, self.finish = self.text[: min(cuts)], "stop"
+
+    def fresh(self) -> str:
+        final = len(self.text)
+        if self.finish is None:
+            final = len(self.text.rstrip("\ufffd"))
+            held = max((n for s in self.stop for n in range(1, len(s)) if self.text.endswith(s[:n])), default=0)
+            final = min(final, len(self.text) - held)
+        piece, self.shown = self.text[self.shown: max(final, self.shown)], max(final, self.shown)
+        return piece
+
+
+# -- decoding -------------------------------------------------------------------------------------------
+
+def _left_pad(sequences: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, sequences))
+    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+    padding = torch.zeros(len(sequences), width, dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        ids[row, width - len(seq):] = torch.tensor(seq)
+        padding[row, width - len(seq):] = True
+    return ids, padding
+
+
+@torch.no_grad()
+def decode(lm: LanguageModel, prompts: list[list[int]], cfg: GenerationConfig,
+           on_text: Callable[[int, str], None] | None = None) -> list[Continuation]:
+    """Greedy or sampled continuations of a batch of token-id prompts; ``on_text(row, text)`` streams them."""
+    ids, padding = _left_pad(prompts, lm.tokenizer.specials.pad)
+    positions = (padding.long().cumsum(1) - 1).clamp(min=0)
+    out = [Continuation(lm.tokenizer, cfg.stop, lm.end) for _ in prompts]
+    cache = KVCache(lm.backbone.config, len(prompts), ids.shape[1] + cfg.max_new_tokens) if cfg.cache else None
+    generator = torch.Generator().manual_seed(cfg.seed)
+    step_ids, step_positions = ids, positions
+    for _ in range(cfg.max_new_tokens):
+        if cache is not None:
+            logits = lm.logits(step_ids, padding, step_positions, cache)
+        else:
+            logits = lm.logits(ids, padding, positions)
+        context = torch.where(padding, ids, ids[:, -1:])  # the pads stand in for a real token of their row
+        tokens = next_tokens(penalise_repetition(logits, context, cfg.repetition_penalty), cfg, generator)
+        for row, token in enumerate(tokens.tolist()):
+            if out[row].finish is None:
+                out[row].add(token)
+                if on_text is not None:
+                    on_text(row, out[row].fresh())
+        if all(c.finish for c in out):
+            break
+        step_ids, step_positions = tokens[:, None], positions[:, -1:] + 1
+        ids, positions = torch.cat([ids, step_ids], 1), torch.cat([positions, step_positions], 1)
+        padding = torch.cat([padding, torch.ones_like(step_ids, dtype=torch.bool)], 1)
+    for c in out:
+        c.finish = c.finish or "length"
+    return out
+
+
+@torch.no_grad()
+def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> Continuation:
+    """The best of ``cfg.beams`` hypotheses by Σ log p / length^α. A hypothesis is finished by the end
+    token or a stop string; the search stops when no live hypothesis can still rank above the worst of
+    ``beams`` finished ones (Hugging Face's default criterion), or after ``max_new_tokens``."""
+    n = cfg.beams
+    ids = torch.tensor([prompt] * n)
+    cache = KVCache(lm.backbone.config, n, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
+    live = [Continuation(lm.tokenizer, cfg.stop, lm.end) for _ in range(n)]
+    scores = torch.tensor([0.0] + [float("-inf")] * (n - 1))  # the first step expands one copy of the prompt
+    finished: list[tuple[float, Continuation]] = []
+    step = ids
+
+    def rank(total: float, length: int) -> float:
+        return total / length ** cfg.length_penalty
+
+    for t in range(1, cfg.max_new_tokens + 1):
+        logits = lm.logits(step, cache=cache) if cache is not None else lm.logits(ids)
+        logp = penalise_repetition(logits, ids, cfg.repetition_penalty).log_softmax(-1)
+        candidates = (scores[:, None] + logp).flatten().topk(2 * n)
+        keep: list[tuple[float, int, int, Continuation]] = []
+        for total, flat in zip(candidates.values.tolist(), candidates.indices.tolist()):
+            beam, token = divmod(flat, logp.shape[1])
+            hypothesis = Continuation(lm.tokenizer, cfg.stop, lm.end)
+            hypothesis.ids = list(live[beam].ids)
+            hypothesis.add(token)
+            if hypothesis.finish:
+                finished.append((rank(total, t), hypothesis))
+            else:
+                keep.append((total, beam, token, hypothesis))
+            if len(keep) == n:
+                break
+        finished = sorted(finished, key=lambda f: -f[0])[:n]
+        best_live = max(rank(k[0], t) for k in keep) if keep else float("-inf")
+        if not keep or (len(finished) == n and best_live <= finished[-1][0]):
+            break
+        keep += [keep[-1]] * (n - len(keep))  # too few live candidates: repeat the last (scored once)
+        rows = torch.tensor([k[1] for k in keep])
+        step = torch.tensor([[k[2] for k in keep]]).T
+        ids = torch.cat([ids.index_select(0, rows), step], 1)
+        scores = torch.tensor([k[0] for k in keep])
+        live = [k[3] for k in keep]
+        if cache is not None:
+            cache.reorder(rows)
+    else:
+        for total, hypothesis in zip(scores.tolist(), live):
+            hypothesis.finish = "length"
+            finished.append((rank(total, cfg.max_new_tokens), hypothesis))
+    best = max(finished, key=lambda f: f[0])[1]
+    best.shown = 0
+    return best
+
+
+def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None,
+             batch_size: int = 8, on_text: Callable[[int, str], None] | None = None) -> list[dict]:
+    """Continue each prompt; ``model`` is a run or transformers directory, or a loaded :class:`LanguageModel`.
+    Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}`` (``finish``: end, stop or length).
+    ``on_text(index, text)`` receives each prompt's text as it becomes final (streaming)."""
+    cfg = config or GenerationConfig()
+    cfg.validate()
+    lm = load_language_model(model) if isinstance(model, str) else model
+    encoded = lm.encode(prompts)
+    room = lm.backbone.config.max_positions
+    for i, ids in enumerate(encoded):
+        if len(ids) + cfg.max_new_tokens > room:
+            raise SesameError(f"prompt {i + 1} has {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} "
+                              f"it exceeds the model's {room} positions: shorten it or lower --max-new-tokens")
+    results: list[dict] = []
+    step = 1 if cfg.beams > 1 else batch_size
+    for start in range(0, len(encoded), step):
+        batch = encoded[start: start + step]
+        if cfg.beams > 1:
+            done = [beam_search(lm, batch[0], cfg)]
+            if on_text is not None:
+                on_text(start, done[0].fresh())
+        else:
+            done = decode(lm, batch, cfg, None if on_text is None else lambda row, text: on_text(start + row, text))
+        results += [{"prompt": prompts[start + i], "text": c.text, "new_tokens": len(c.ids) + (c.finish == "end"),
+                     "finish": c.finish} for i, c in enumerate(done)]
+    return results
+
+
+def tldr(text: str, sentences: int = 3) -> str:
+    """A TL;DR prompt's summary as GPT-2 evaluated it (§3.6): the first ``sentences`` generated sentences."""
+    found, cut = 0, len(text)
+    for i, char in enumerate(text):
+        if char in ".!?" and (i + 1 == len(text) or text[i + 1].isspace()):
+            found += 1
+            if found == sentences:
+                cut = i + 1
+                break
+    return text[:cut].strip()
+

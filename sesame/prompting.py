@@ -1,0 +1,350 @@
+"""In-context classification with a causal language model: zero-shot (GPT-2) and few-shot (GPT-3).
+
+``sesame prompt-eval`` asks a pretrained decoder to classify a labeled file without any training,
+as Radford et al. (2019, §3: GPT-2, zero-shot) and Brown et al. (2020, §2.4: GPT-3, few-shot) do:
+
+* every label is verbalised by a word or phrase (by default the label's own name);
+* a prompt is ``k`` demonstrations drawn from a training file, each the template filled with a text
+  and its verbaliser (default ``"{text}\\nSentiment: {label}\\n\\n"``, the blank line delimiting
+  demonstrations as GPT-3's newlines do), then the evaluated text with the label slot left open;
+* the prediction is the label whose verbaliser the model finds likeliest as the continuation. By
+  default the likelihood is per token (the mean log-probability of the verbaliser's tokens, which GPT-3
+  uses for most tasks "to normalize for length", §2.4); ``scoring="sum"`` compares total log-probabilities;
+  ``scoring="calibrated"`` is Zhao et al.'s (2021) contextual calibration: the total log-probability
+  minus that of the same verbaliser after the same demonstrations with the content-free text "N/A" in
+  place of the evaluated one, which removes a bias towards a label that the prompt itself induces (small
+  models often answer one label almost always). It costs a second prompt per example.
+
+Demonstrations are drawn, as in GPT-3, uniformly at random for each evaluated example (no balancing
+of labels), never including a training row whose text is the evaluated text; the generator is seeded
+by (seed, draw, example index), so a draw is repeatable and every draw differs. Accuracy is reported per
+``k`` with its spread over the draws (``k`` = 0 has one, deterministic draw).
+
+Prompt details: each prompt starts with the tokenizer's separator token, which is how a document
+begins in sesame's pre-training (shards put it after every document; a converted GPT-2 maps it to
+``<|endoftext|>``, the token GPT-2 saw between documents), so the model starts from the state it
+learned for a fresh document rather than from nothing. The texts are plain text, encoded without the
+tokenizer's special-token template. Spaces (not newlines) before ``{label}`` belong to the
+continuation, so " positive" is scored as one byte-level BPE word. Pieces (demonstrations, the
+evaluated text, each verbaliser) are encoded separately and their ids concatenated: the ids decode to
+the prompt exactly, and GPT-2's pre-tokeniser splits at those boundaries anyway. A prompt longer than
+the model's context loses its oldest (leftmost) demonstrations first; only an evaluated text too long
+by itself loses its first tokens. The context is the length the model was pre-trained on (a sesame
+run's ``seq_len``; a converted checkpoint's positions), since positions beyond it were never trained.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import string
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .data.labeled import read_fields
+from .errors import SesameError
+from .generate import load_language_model
+from .models import Transformer
+from .tasks.base import pad
+
+DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
+SCORINGS = ("mean", "sum", "calibrated")
+CONTENT_FREE = "N/A"  # one of the content-free inputs of Zhao et al. 2021, §5
+BATCH_TOKENS = 8192  # token positions per forward pass (rows × padded width)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt format ``before{text}between{label}after``: a demonstration fills both slots; the
+    evaluated example stops before ``{label}``, whose preceding spaces go to the continuation."""
+
+    before: str
+    between: str
+    after: str
+
+    @classmethod
+    def parse(cls, template: str) -> "Template":
+        """Parse a ``--template`` string: ``{text}`` then ``{label}``, once each; ``{{``/``}}`` are literal
+        braces; the two-character escapes ``\\n`` and ``\\t`` become a newline and a tab (for shells)."""
+        template = template.replace("\\n", "\n").replace("\\t", "\t")
+        try:
+            parts = list(string.Formatter().parse(template))
+        except ValueError as err:
+            raise SesameError(f"--template {template!r}: {err}; write literal braces as {{{{ and }}}}") from None
+        literals, fields = [""], []
+        for literal, name, spec, conversion in parts:  # "{{" splits a literal: join the pieces between fields
+            literals[-1] += literal
+            if name is not None:
+                fields.append((name, spec, conversion))
+                literals.append("")
+        names = [name for name, spec, conversion in fields if not spec and not conversion]
+        if names != ["text", "label"] or len(fields) != 2:
+            raise SesameError(f"--template {template!r}: needs {{text}} then {{label}}, once each and nothing else in "
+                              f"braces, e.g. {DEFAULT_TEMPLATE!r}")
+        return cls(*literals)
+
+    def demonstration(self, text: str, verbalizer: str) -> str:
+        return f"{self.before}{text}{self.between}{verbalizer}{self.after}"
+
+    def query(self, text: str) -> str:
+        return f"{self.before}{text}{self.between.rstrip(' ')}"
+
+    def continuation(self, verbalizer: str) -> str:
+        return self.between[len(self.between.rstrip(" ")):] + verbalizer
+
+
+def parse_verbalizers(spec: str) -> dict[str, str]:
+    """The ``--verbalizers`` flag: ``negative=bad,neutral=okay,positive=good`` → ``{label: verbaliser}``."""
+    verbalizers: dict[str, str] = {}
+    for item in spec.split(","):
+        label, equals, word = (part.strip() for part in item.partition("="))
+        if not equals or not label or not word:
+            raise SesameError(f"--verbalizers {spec!r}: give LABEL=WORD pairs separated by commas, e.g. "
+                              "negative=bad,positive=good")
+        if label in verbalizers:
+            raise SesameError(f"--verbalizers {spec!r}: label {label!r} is given twice")
+        verbalizers[label] = word
+    return verbalizers
+
+
+def demonstration_indices(train_texts: Sequence[str], texts: Sequence[str], k: int, seed: int, draw: int,
+                          train: str = "--train") -> list[list[int]]:
+    """For each evaluated text, ``k`` distinct rows of the training texts in random order, drawn uniformly
+    from those whose text (spaces stripped) differs from it, by a generator seeded with (seed, draw,
+    example index). ``train`` names the training file in errors."""
+    rows_of: dict[str, list[int]] = {}
+    for j, text in enumerate(train_texts):
+        rows_of.setdefault(text.strip(), []).append(j)
+    n, chosen = len(train_texts), []
+    for i, text in enumerate(texts):
+        excluded = set(rows_of.get(text.strip(), ()))
+        if k > n - len(excluded):
+            raise SesameError(f"--k {k}: {train} has only {n - len(excluded)} rows whose text differs from evaluated "
+                              f"example {i + 1}; use a smaller --k or a larger --train")
+        # the first k non-excluded entries of a random ordering are a uniform random choice among the rest
+        order = random.Random(f"{seed}/{draw}/{i}").sample(range(n), k + len(excluded)) if k else []
+        chosen.append([j for j in order if j not in excluded][:k])
+    return chosen
+
+
+def assemble(start: Sequence[int], demonstrations: Sequence[Sequence[int]], query: Sequence[int],
+             budget: int) -> tuple[list[int], int, bool]:
+    """``start + demonstrations + query`` in at most ``budget`` tokens: the oldest (leftmost) demonstrations
+    go first; only if the query alone does not fit, its first tokens too. Returns (ids, demonstrations
+    dropped, query cut)."""
+    room = budget - len(start) - len(query)
+    kept: list[Sequence[int]] = []
+    for demo in reversed(demonstrations):
+        if len(demo) > room:
+            break
+        kept.insert(0, demo)
+        room -= len(demo)
+    cut = room < 0
+    query = query[len(query) - (budget - len(start)):] if cut else query
+    return [*start, *(t for demo in kept for t in demo), *query], len(demonstrations) - len(kept), cut
+
+
+def _shared_rows(continuations: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The rows to append to a prompt so that every continuation can be scored, and each one's row.
+
+    Continuation ``c`` of L tokens is read off positions P−1 … P+L−2 of a row (P: the prompt's length)
+    whose appended tokens begin with ``c[:-1]``; continuations share rows where they can (all
+    single-token verbalisers share the prompt alone)."""
+    rows: list[tuple[int, ...]] = []
+    row_of = [0] * len(continuations)
+    for c in sorted(range(len(continuations)), key=lambda c: -len(continuations[c])):
+        head = tuple(continuations[c][:-1])
+        match = next((r for r, row in enumerate(rows) if row[:len(head)] == head), None)
+        if match is None:
+            rows.append(head)
+            match = len(rows) - 1
+        row_of[c] = match
+    return rows, row_of
+
+
+def continuation_logprobs(backbone: Transformer, prompts: Sequence[Sequence[int]],
+                          continuations: Sequence[Sequence[int]], pad_id: int,
+                          done: Callable[[int], object] | None = None) -> torch.Tensor:
+    """``[len(prompts), len(continuations)]``: log P(continuation | prompt), summed over its tokens, from the
+    causal ``backbone`` with its output tied to the input embedding (GPT, GPT-2).
+
+    Prompts of similar length are batched together, up to ``BATCH_TOKENS`` positions per forward pass;
+    rows are right-padded, which a causal model needs no mask for (no real position sees a later one).
+    Only the positions predicting a continuation token are projected onto the vocabulary.
+    ``done(n)`` hears each batch of n prompts finished."""
+    if backbone.config.embedding_width != backbone.config.hidden:
+        raise ValueError("the tied output projection needs embedding_size equal to hidden")
+    rows, row_of = _shared_rows(continuations)
+    widest = max(map(len, rows))
+
+    def width(i: int) -> int:  # of prompt i's rows, the widest of its batch when prompts go by length
+        return len(prompts[i]) + widest
+
+    out = torch.empty(len(prompts), len(continuations))
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    output = backbone.embed.tokens.weight
+    start = 0
+    with torch.no_grad():
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * width(order[end]) * len(rows) <= BATCH_TOKENS:
+                end += 1
+            chunk = order[start:end]
+            hidden = backbone(pad([[*prompts[i], *row] for i in chunk for row in rows], pad_id))
+            where, targets, owner = [], [], []
+            for q, i in enumerate(chunk):
+                length = len(prompts[i])
+                for c, tokens in enumerate(continuations):
+                    row = q * len(rows) + row_of[c]
+                    where += [(row, length - 1 + t) for t in range(len(tokens))]
+                    targets += tokens
+                    owner += [q * len(continuations) + c] * len(tokens)
+            rows_at, positions = torch.tensor(where).T
+            logits = hidden[rows_at, positions].float() @ output.float().T
+            picked = logits.gather(1, torch.tensor(targets)[:, None])[:, 0] - logits.logsumexp(1)
+            sums = torch.zeros(len(chunk) * len(continuations)).index_add_(0, torch.tensor(owner), picked)
+            out[chunk] = sums.view(len(chunk), len(continuations))
+            if done is not None:
+                done(len(chunk))
+            start = end
+    return out
+
+
+def _read(path: str, flag: str, text_column: str, label_column: str) -> list[dict]:
+    rows = read_fields(path, {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")})
+    for row in rows:
+        row["label"] = row["label"].strip()
+        row["file"] = f"{flag} {path}:{row['line']}"
+    return rows
+
+
+def _verbalizers(given: dict[str, str] | None, rows: list[dict]) -> dict[str, str]:
+    """The candidates: ``given`` (every label met must have one), or each label's own name, sorted."""
+    if given is None:
+        labels = sorted({row["label"] for row in rows})
+        if len(labels) < 2:
+            raise SesameError(f"--label-column: the files hold only one label ({labels}); check --label-column")
+        return {label: label for label in labels}
+    for row in rows:
+        if row["label"] not in given:
+            raise SesameError(f"{row['file']}: label {row['label']!r} has no verbaliser; add it to --verbalizers "
+                              f"(which has {', '.join(given)})")
+    words = [word.strip() for word in given.values()]
+    if not all(words) or len(set(words)) < len(words) or len(words) < 2:
+        raise SesameError(f"--verbalizers {given}: give two or more labels, each a distinct, non-empty word")
+    return dict(given)
+
+
+def _context(config: dict, model: str, max_length: int | None) -> int:
+    """The prompt length: ``max_length``, or the length the model was pre-trained on."""
+    positions = config["model"]["max_positions"]
+    if max_length is None:
+        trained = max(config.get("seq_len") or 0, config.get("final_seq_len") or 0)
+        return positions if config.get("hf") or not trained else min(trained, positions)
+    if not 8 <= max_length <= positions:
+        raise SesameError(f"--max-length {max_length}: use 8 to {positions} (--model {model}'s positions)")
+    return max_length
+
+
+def prompt_eval(model: str, data: str, train: str | None = None, text_column: str = "text",
+                label_column: str = "label", verbalizers: dict[str, str] | None = None,
+                template: str = DEFAULT_TEMPLATE, ks: Sequence[int] = (0, 1, 4, 8), draws: int = 5, seed: int = 0,
+                limit: int | None = None, scoring: str = "mean", max_length: int | None = None,
+                progress: bool = True) -> dict:
+    """In-context classification accuracy of a causal language model on a labeled file, for each number
+    of demonstrations ``k`` in ``ks`` (see the module docstring; Brown et al. 2020, §2.4).
+
+    ``model``: a pretrained causal run (gpt, gpt2) or what :func:`sesame.interop.resolve` turns into one (a
+    transformers GPT-2 directory). ``data``: the labeled file evaluated (its first ``limit`` rows);
+    ``train``: where demonstrations come from (needed for k > 0; may be ``data`` itself, a row never
+    demonstrating itself). ``verbalizers``: label → word (default: the label names); ``template``: a
+    format string with ``{text}`` and ``{label}``; ``scoring``: ``mean`` (per-token log-likelihood),
+    ``sum`` or ``calibrated``; ``max_length``: the prompt's length in tokens (default: the model's pre-training length).
+
+    Returns, per k: accuracy ``mean``, sample ``sd``, ``min``, ``max`` and ``accuracies`` over its draws
+    (``draws``, one for k = 0), ``n``, the share of predictions per label (``predicted``), and how many
+    prompts lost demonstrations (``shortened``) or the start of their text (``cut``) to fit; and, for
+    reference, the accuracy of always answering ``data``'s most frequent label (``majority``).
+    """
+    ks = sorted(set(ks))
+    if not ks or ks[0] < 0:
+        raise SesameError(f"--k {ks}: give one or more numbers of demonstrations, 0 or more")
+    if draws < 1:
+        raise SesameError(f"--draws {draws}: use 1 or more")
+    if limit is not None and limit < 1:
+        raise SesameError(f"--limit {limit}: use 1 or more, or leave it out to evaluate every row")
+    if scoring not in SCORINGS:
+        raise SesameError(f"--scoring {scoring!r}: choose one of {', '.join(SCORINGS)}")
+    if ks[-1] > 0 and train is None:
+        raise SesameError(f"--k {ks[-1]}: demonstrations come from a --train file; give one, or use --k 0")
+    form = Template.parse(template)
+    rows = _read(data, "--data", text_column, label_column)[:limit]
+    train_rows = _read(train, "--train", text_column, label_column) if train is not None else []
+    verbalizers = _verbalizers(verbalizers, rows + train_rows)
+    labels = list(verbalizers)
+    lm = load_language_model(model)
+    backbone, tok, config = lm.backbone, lm.tokenizer, lm.config
+    context = _context(config, model, max_length)
+    candidates = tok.encode([form.continuation(verbalizers[label]) for label in labels], special=False)
+    start = [tok.specials.sep]
+    if len(start) + max(map(len, candidates)) + 1 > context:
+        raise SesameError(f"--max-length {context}: too short for the prompt's start and the longest verbaliser")
+    budget = context - max(map(len, candidates)) + 1  # the last verbaliser token is never an input
+    queries = tok.encode([form.query(row["text"]) for row in rows], special=False)
+    demos = tok.encode([form.demonstration(row["text"], verbalizers[row["label"]]) for row in train_rows],
+                       special=False) if ks[-1] > 0 else []
+    gold = torch.tensor([labels.index(row["label"]) for row in rows])
+    lengths = torch.tensor([len(c) for c in candidates], dtype=torch.float)
+    texts, train_texts = [row["text"] for row in rows], [row["text"] for row in train_rows]
+    calibrated = scoring == "calibrated"
+    content_free = tok.encode([form.query(CONTENT_FREE)], special=False)[0]
+    bar = tqdm(total=sum(len(rows) * (draws if k else 1) for k in ks) * (1 + calibrated), desc="prompt-eval",
+               unit="prompt", disable=not progress, dynamic_ncols=True)
+    results = []
+    with bar:
+        for k in ks:
+            accuracies, predicted, shortened, cut = [], Counter(), 0, 0
+            for draw in range(draws if k else 1):
+                picks = demonstration_indices(train_texts, texts, k, seed, draw, f"--train {train}")
+                prompts, references = [], []
+                for query, chosen in zip(queries, picks):
+                    ids, dropped, was_cut = assemble(start, [demos[j] for j in chosen], query, budget)
+                    prompts.append(ids)
+                    shortened, cut = shortened + (dropped > 0), cut + was_cut
+                    if calibrated:  # the demonstrations the prompt kept, then "N/A"
+                        references.append(assemble(start, [demos[j] for j in chosen[dropped:]], content_free,
+                                                    budget)[0])
+                scores = continuation_logprobs(backbone, prompts + references, candidates, tok.specials.pad,
+                                               bar.update)
+                if calibrated:
+                    scores = scores[: len(prompts)] - scores[len(prompts):]
+                guesses = (scores / lengths if scoring == "mean" else scores).argmax(1)
+                accuracies.append(int((guesses == gold).sum()) / len(rows))
+                predicted.update(guesses.tolist())
+            total = sum(predicted.values())
+            results.append({"k": k, "mean": statistics.fmean(accuracies),
+                            "sd": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
+                            "min": min(accuracies), "max": max(accuracies), "accuracies": accuracies,
+                            "draws": len(accuracies), "n": len(rows),
+                            "predicted": {label: predicted[i] / total for i, label in enumerate(labels)},
+                            "shortened": shortened, "cut": cut})
+    majority, count = Counter(row["label"] for row in rows).most_common(1)[0]
+    return {"model": str(model), "data": str(data), "train": train, "n": len(rows), "verbalizers": verbalizers,
+            "template": form.demonstration("{text}", "{label}"), "scoring": scoring, "max_length": context,
+            "majority": {"label": majority, "accuracy": count / len(rows)}, "results": results}
+
+
+def format_report(report: dict) -> str:
+    """:func:`prompt_eval`'s result as a table: accuracy per k, with its spread over the draws."""
+    lines = [f"{report['model']} on {report['data']} (n = {report['n']}, scoring {report['scoring']}, prompts of at "
+             f"most {report['max_length']} tokens)",
+             f"majority class ({report['majority']['label']}): {report['majority']['accuracy']:.4f}", "",
+             f"{'k':>3}  {'accuracy':>8}  {'sd':>6}  {'min':>6}  {'max':>6}  draws  shortened  predicted"]
+    for r in report["results"]:
+        shares = ", ".join(f"{label} {share:.2f}" for label, share in r["predicted"].items())
+        lines.append(f"{r['k']:>3}  {r['mean']:>8.4f}  {r['sd']:>6.4f}  {r['min']:>6.4f}  {r['max']:>6.4f}  "
+                     f"{r['draws']:>5}  {r['shortened']:>9}  {shares}")
+    return "\n".join(lines)

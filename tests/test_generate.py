@@ -1,0 +1,190 @@
+"""Decoding: the KV cache, greedy, sampling filters, repetition penalty, beam search, stop strings, streaming."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from sesame import cli
+from sesame.errors import SesameError
+from sesame.generate import (Continuation, GenerationConfig, LanguageModel, beam_search, decode, generate,
+                             next_tokens, penalise_repetition, tldr, top_k_filter, top_p_filter)
+from sesame.models import Transformer, TransformerConfig
+from sesame.models.transformer import KVCache
+from sesame.tokenizer import train_tokenizer
+
+from .conftest import sentences
+
+PROMPTS = ["The cat", "A happy dog runs over the old", "Green"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(sentences(400), "bpe", 300)
+
+
+def tiny_lm(tokenizer, norm: str = "pre", window: int | None = None, seed: int = 0) -> LanguageModel:
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden=32, layers=3, heads=2, intermediate=64,
+                            max_positions=96, causal=True, norm=norm, embedding_norm=False, dropout=0.0,
+                            pad_id=tokenizer.specials.pad, attention_window=window)
+    backbone = Transformer(cfg)
+    with torch.no_grad():  # larger embeddings make the untrained model's choices depend on its context
+        backbone.embed.tokens.weight.mul_(20)
+    return LanguageModel(backbone, tokenizer)
+
+
+@pytest.mark.parametrize("norm,window", [("pre", None), ("post", None), ("pre", 3)])
+def test_cached_logits_equal_a_full_forward(tokenizer, norm, window) -> None:
+    lm = tiny_lm(tokenizer, norm, window)
+    ids = torch.tensor([lm.encode(["A happy dog runs over the old stone near the river"])[0]])
+    full = lm.backbone(ids)
+    cache = KVCache(lm.backbone.config, 1, ids.shape[1])
+    steps = [lm.backbone(ids[:, :4], cache=cache)] + [lm.backbone(ids[:, t: t + 1], cache=cache)
+                                                      for t in range(4, ids.shape[1])]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 2])
+def test_greedy_with_the_cache_equals_without_token_for_token(tokenizer, window) -> None:
+    lm = tiny_lm(tokenizer, window=window)
+    prompts = lm.encode(PROMPTS)
+    cached = decode(lm, prompts, GenerationConfig(max_new_tokens=20))
+    recomputed = decode(lm, prompts, GenerationConfig(max_new_tokens=20, cache=False))
+    assert [c.ids for c in cached] == [c.ids for c in recomputed]
+    assert any(len(c.ids) >= 10 for c in cached)
+    alone = [decode(lm, [p], GenerationConfig(max_new_tokens=20))[0].ids for p in prompts]
+    assert alone == [c.ids for c in cached]  # left padding in a batch changes nothing
+
+
+def test_beam_search_with_one_beam_equals_greedy(tokenizer) -> None:
+    lm = tiny_lm(tokenizer)
+    for prompt in lm.encode(PROMPTS):
+        greedy = decode(lm, [prompt], GenerationConfig(max_new_tokens=15))[0]
+        beam = beam_search(lm, prompt, GenerationConfig(max_new_tokens=15, beams=1))
+        assert beam.ids == greedy.ids and beam.text == greedy.text
+
+
+class TableModel(LanguageModel):
+    """A bigram model given as a table: the next token's logits depend on the last token only."""
+
+    def __init__(self, lm: LanguageModel, table: dict[int, dict[int, float]]):
+        super().__init__(lm.backbone, lm.tokenizer)
+        self.table = table
+
+    def logits(self, ids, padding=None, positions=None, cache=None):
+        out = torch.full((ids.shape[0], self.tokenizer.vocab_size), -50.0)
+        for row, last in enumerate(ids[:, -1].tolist()):
+            for token, p in self.table.get(last, {}).items():
+                out[row, token] = math.log(p)
+        return out
+
+
+def test_beam_search_finds_the_likelier_sequence_greedy_misses(tokenizer) -> None:
+    a, b, c, d = 100, 101, 102, 103  # after the prompt: a (0.6) or b (0.4); after a: flat; after b: c (0.9)
+    end = tokenizer.specials.sep
+    table = {end: {a: 0.6, b: 0.4}, a: {t: 0.1 for t in range(110, 120)}, b: {c: 0.9, d: 0.1},
+             **{t: {end: 1.0} for t in (c, d, *range(110, 120))}}
+    lm = TableModel(tiny_lm(tokenizer), table)
+    prompt = [end]
+    greedy = decode(lm, [prompt], GenerationConfig(max_new_tokens=5, cache=False))[0]
+    beam = beam_search(lm, prompt, GenerationConfig(max_new_tokens=5, beams=2, cache=False))
+    assert greedy.ids[:2] == [a, 110] and beam.ids == [b, c] and beam.finish == "end"
+
+
+def test_top_p_never_samples_outside_the_nucleus() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    cfg = GenerationConfig(sample=True, top_p=0.8)
+    generator = torch.Generator().manual_seed(0)
+    draws = [int(next_tokens(probs.log(), cfg, generator)) for _ in range(2000)]
+    assert set(draws) == {0, 1}  # 0.5 + 0.3 reaches p: the nucleus is the two most likely tokens
+    assert abs(draws.count(0) / 2000 - 0.5 / 0.8) < 0.04  # renormalised within the nucleus
+    kept = top_p_filter(probs.log(), 0.81).isfinite()
+    assert kept.tolist() == [[True, True, True, False]]
+    assert top_p_filter(torch.tensor([[5.0, 0.0]]), 0.1).isfinite().tolist() == [[True, False]]
+
+
+def test_top_k_and_temperature() -> None:
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
+    assert top_k_filter(logits, 2).isfinite().tolist() == [[False, True, True, False]]
+    cold = GenerationConfig(sample=True, temperature=0.01)
+    assert int(next_tokens(logits, cold, torch.Generator().manual_seed(1))) == 1
+
+
+def test_repetition_penalty_follows_ctrl() -> None:
+    logits = torch.tensor([[2.0, -1.0, 0.5]])
+    out = penalise_repetition(logits, torch.tensor([[0, 1, 1]]), 2.0)
+    assert out.tolist() == [[1.0, -2.0, 0.5]]
+
+
+def test_sampling_is_repeatable_under_a_seed(tokenizer) -> None:
+    lm = tiny_lm(tokenizer)
+    runs = [generate(lm, PROMPTS, GenerationConfig(sample=True, seed=seed, max_new_tokens=12)) for seed in (3, 3, 4)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_stop_strings_cut_the_text_and_streaming_adds_up(tokenizer) -> None:
+    pieces = {"text": ""}
+    stream = Continuation(tokenizer, ("river",), tokenizer.specials.sep)
+    for token in tokenizer.encode(["The cat sleeps near the river and the dog"], special=False)[0]:
+        if stream.finish:
+            break
+        stream.add(token)
+        pieces["text"] += stream.fresh()
+    assert stream.finish == "stop" and stream.text == "The cat sleeps near the " == pieces["text"]
+    held = Continuation(tokenizer, ("river",), tokenizer.specials.sep)
+    for token in tokenizer.encode(["near the ri"], special=False)[0]:
+        held.add(token)
+    assert held.fresh() == "near the "  # "ri" may begin the stop string: held back
+
+
+def test_tldr_keeps_three_sentences() -> None:
+    assert tldr(" One. Two! Three? Four.") == "One. Two! Three?"
+    assert tldr("No end") == "No end"
+
+
+def test_generation_errors(tokenizer) -> None:
+    lm = tiny_lm(tokenizer)
+    with pytest.raises(SesameError, match="--max-new-tokens 90"):
+        generate(lm, ["The cat " * 10], GenerationConfig(max_new_tokens=90))
+    with pytest.raises(SesameError, match="--beams with --sample"):
+        generate(lm, ["x"], GenerationConfig(beams=2, sample=True))
+    with pytest.raises(SesameError, match="--top-p"):
+        generate(lm, ["x"], GenerationConfig(sample=True, top_p=0.0))
+    bidirectional = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden=32, layers=1, heads=2, intermediate=64)
+    with pytest.raises(SesameError, match="causal"):
+        LanguageModel(Transformer(bidirectional), tokenizer)
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory):
+    import sesame
+
+    folder = tmp_path_factory.mktemp("gen")
+    (folder / "corpus.txt").write_text("\n".join(sentences(400)) + "\n")
+    sesame.pretrain([str(folder / "corpus.txt")], str(folder / "run"), family="gpt2", size="tiny", vocab_size=300,
+                    seq_len=32, batch_size=8, max_steps=30, progress=False, lr=3e-3)
+    return folder / "run"
+
+
+def test_cli_streams_one_prompt_and_writes_json_lines_for_many(gpt2_run, tmp_path, capsys) -> None:
+    assert cli.main(["generate", "--model", str(gpt2_run), "--prompt", "The cat", "--max-new-tokens", "8"]) == 0
+    streamed = capsys.readouterr().out
+    assert streamed.startswith("The cat") and streamed.endswith("\n")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The dog\n\nA bird\n")
+    assert cli.main(["--no-progress", "generate", "--model", str(gpt2_run), "--prompts", str(prompts), "--sample",
+                     "--top-p", "0.9", "--max-new-tokens", "6", "--beams", "1"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["prompt"] for r in lines] == ["The dog", "A bird"]
+    assert all(r["finish"] in ("end", "stop", "length") and r["new_tokens"] <= 6 for r in lines)
+    assert streamed == "The cat" + generate(str(gpt2_run), ["The cat"], GenerationConfig(max_new_tokens=8))[0]["text"] + "\n"
+
+
+def test_cli_generate_errors(gpt2_run, tmp_path, capsys) -> None:
+    assert cli.main(["generate", "--model", str(tmp_path / "nope"), "--prompt", "x"]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert cli.main(["generate", "--model", str(gpt2_run), "--prompts", str(tmp_path / "missing.txt")]) == 2
+    assert "--prompts" in capsys.readouterr().err
