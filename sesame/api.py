@@ -272,9 +272,10 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
     cfg.validate()
     if not 8 <= seq_len <= 4096:
         raise SesameError(f"--seq-len {seq_len}: use a length between 8 and 4096")
-    if final_seq_len is not None and not seq_len < final_seq_len <= max(512, seq_len):
+    positions = max(fam.context, seq_len)
+    if final_seq_len is not None and not seq_len < final_seq_len <= positions:
         raise SesameError(f"--final-seq-len {final_seq_len}: must exceed --seq-len {seq_len} and be at most "
-                          f"{max(512, seq_len)} (the model's positions)")
+                          f"{positions} (the model's positions)")
     if attention_window is not None and attention_window < 1:
         raise SesameError(f"--attention-window {attention_window}: give the band width in positions, e.g. 64")
     if static_masks < 0:
@@ -285,7 +286,7 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
         shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
         valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
-        model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, max(512, seq_len))
+        model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, positions)
         model_cfg.attention_window = attention_window
         config = {"kind": "pretrained", "family": family, "size": size, "objective": objective,
                   "objective_options": options, "static_masks": static_masks, "final_seq_len": final_seq_len,

@@ -32,6 +32,7 @@ class Family:
     # §3.3). GPT-2's paper (2019) defines no fine-tuning inputs (it is evaluated zero-shot), so gpt2 keeps the
     # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
     input_tokens: bool = False
+    context: int = 512  # learned positions (GPT and BERT: 512; GPT-2's longer context: 1024)
 
 
 FAMILIES: dict[str, Family] = {
@@ -46,7 +47,7 @@ FAMILIES: dict[str, Family] = {
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True),
-        Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019"),
+        Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024),
     ]
 }
 
@@ -73,12 +74,12 @@ def get_size(name: str) -> tuple[int, int]:
 
 
 def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropout: float = 0.1,
-                    max_positions: int = 512) -> TransformerConfig:
-    """The Transformer configuration of ``family`` at ``size``."""
+                    max_positions: int | None = None) -> TransformerConfig:
+    """The Transformer configuration of ``family`` at ``size``, with the family's context unless ``max_positions``."""
     fam, (layers, hidden) = get_family(family), get_size(size)
     embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
     return TransformerConfig(
         vocab_size=vocab_size, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,
-        max_positions=max_positions, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
+        max_positions=max_positions or fam.context, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
         dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5,
         embedding_size=embedding_size, sharing=fam.sharing)

@@ -121,3 +121,11 @@ def test_every_recipe_starts_from_every_family(family, recipe, pretrained, data,
     assert {k: recorded[k] for k in options} == options
     frozen = "adapters" in options or "features" in options
     assert (metrics["trainable_parameters"] < metrics["parameters"]) == frozen
+
+
+def test_gpt2_has_the_longer_context_and_pre_layer_norm():
+    from sesame.families import backbone_config
+
+    gpt, gpt2 = backbone_config("gpt", "tiny", 100, 0), backbone_config("gpt2", "tiny", 100, 0)
+    assert (gpt.max_positions, gpt.norm, gpt2.max_positions, gpt2.norm) == (512, "post", 1024, "pre")
+    assert backbone_config("gpt2", "tiny", 100, 0, max_positions=2048).max_positions == 2048
