@@ -72,12 +72,21 @@ class GenerationConfig:
 
 
 class LanguageModel:
-    """A causal backbone whose output layer is its tied input embedding, with its tokenizer."""
+    """A causal backbone whose output layer is its tied input embedding, with its tokenizer.
+
+    A checkpoint imported from transformers may carry *aliases*: rows appended for sesame's special
+    roles, copies of the checkpoint's own tokens (GPT-2's ``</s>`` copies ``<|endoftext|>``,
+    :mod:`sesame.interop.hf_tokenizer`). They are left out of the output distribution (``output``), so
+    probabilities are the checkpoint's, and the document separator is the checkpoint's own (``end``)."""
 
     def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: dict | None = None):
         if not backbone.config.causal:
             raise SesameError("--model: generation and prompting need a causal language model (gpt, gpt2)")
         self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config or {}
+        aliases = (self.config.get("hf") or {}).get("tokenizer", {}).get("aliases", {})
+        sep = tokenizer.backend.id_to_token(tokenizer.specials.sep)
+        self.end = tokenizer.backend.token_to_id(aliases.get(sep, sep))  # ends a document, and a generation
+        self.vocab = backbone.config.vocab_size - len(aliases)  # the aliases are the last rows
 
     @classmethod
     def load(cls, run: str | Path, flag: str = "--model") -> LanguageModel:
@@ -89,9 +98,9 @@ class LanguageModel:
         return cls(load_backbone(run, flag), load_tokenizer(run, flag), config)
 
     @property
-    def end(self) -> int:
-        """The token that ends a document (and a generation)."""
-        return self.tokenizer.specials.sep
+    def output(self) -> torch.Tensor:
+        """The output projection: the token embedding's rows, aliases left out."""
+        return self.backbone.embed.tokens.weight[: self.vocab]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text as the start of a document: the separator, then its tokens (no other special tokens)."""
@@ -101,7 +110,7 @@ class LanguageModel:
                cache: KVCache | None = None) -> torch.Tensor:
         """Next-token logits at the last position of each row: (batch, vocabulary)."""
         hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
-        return hidden[:, -1] @ self.backbone.embed.tokens.weight.T
+        return hidden[:, -1] @ self.output.T
 
 
 def load_language_model(model: str) -> LanguageModel:

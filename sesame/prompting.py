@@ -46,8 +46,7 @@ from tqdm.auto import tqdm
 
 from .data.labeled import read_fields
 from .errors import SesameError
-from .generate import load_language_model
-from .models import Transformer
+from .generate import LanguageModel, load_language_model
 from .tasks.base import pad
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
@@ -165,18 +164,17 @@ def _shared_rows(continuations: Sequence[Sequence[int]]) -> tuple[list[tuple[int
     return rows, row_of
 
 
-def continuation_logprobs(backbone: Transformer, prompts: Sequence[Sequence[int]],
-                          continuations: Sequence[Sequence[int]], pad_id: int,
+def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
+                          continuations: Sequence[Sequence[int]],
                           done: Callable[[int], object] | None = None) -> torch.Tensor:
     """``[len(prompts), len(continuations)]``: log P(continuation | prompt), summed over its tokens, from the
-    causal ``backbone`` with its output tied to the input embedding (GPT, GPT-2).
+    causal language model ``lm`` (GPT, GPT-2).
 
     Prompts of similar length are batched together, up to ``BATCH_TOKENS`` positions per forward pass;
     rows are right-padded, which a causal model needs no mask for (no real position sees a later one).
     Only the positions predicting a continuation token are projected onto the vocabulary.
     ``done(n)`` hears each batch of n prompts finished."""
-    if backbone.config.embedding_width != backbone.config.hidden:
-        raise ValueError("the tied output projection needs embedding_size equal to hidden")
+    backbone, pad_id = lm.backbone, lm.tokenizer.specials.pad
     rows, row_of = _shared_rows(continuations)
     widest = max(map(len, rows))
 
@@ -185,7 +183,7 @@ def continuation_logprobs(backbone: Transformer, prompts: Sequence[Sequence[int]
 
     out = torch.empty(len(prompts), len(continuations))
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    output = backbone.embed.tokens.weight
+    output = lm.output
     start = 0
     with torch.no_grad():
         while start < len(order):
@@ -286,10 +284,10 @@ def prompt_eval(model: str, data: str, train: str | None = None, text_column: st
     verbalizers = _verbalizers(verbalizers, rows + train_rows)
     labels = list(verbalizers)
     lm = load_language_model(model)
-    backbone, tok, config = lm.backbone, lm.tokenizer, lm.config
+    tok, config = lm.tokenizer, lm.config
     context = _context(config, model, max_length)
     candidates = tok.encode([form.continuation(verbalizers[label]) for label in labels], special=False)
-    start = [tok.specials.sep]
+    start = [lm.end]
     if len(start) + max(map(len, candidates)) + 1 > context:
         raise SesameError(f"--max-length {context}: too short for the prompt's start and the longest verbaliser")
     budget = context - max(map(len, candidates)) + 1  # the last verbaliser token is never an input
@@ -317,8 +315,7 @@ def prompt_eval(model: str, data: str, train: str | None = None, text_column: st
                     if calibrated:  # the demonstrations the prompt kept, then "N/A"
                         references.append(assemble(start, [demos[j] for j in chosen[dropped:]], content_free,
                                                     budget)[0])
-                scores = continuation_logprobs(backbone, prompts + references, candidates, tok.specials.pad,
-                                               bar.update)
+                scores = continuation_logprobs(lm, prompts + references, candidates, bar.update)
                 if calibrated:
                     scores = scores[: len(prompts)] - scores[len(prompts):]
                 guesses = (scores / lengths if scoring == "mean" else scores).argmax(1)

@@ -10,6 +10,7 @@ import torch
 from sesame import cli
 from sesame.errors import SesameError
 from sesame.generate import (Continuation, GenerationConfig, LanguageModel, beam_search, decode, generate,
+                             load_language_model,
                              next_tokens, penalise_repetition, tldr, top_k_filter, top_p_filter)
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import KVCache
@@ -188,3 +189,27 @@ def test_cli_generate_errors(gpt2_run, tmp_path, capsys) -> None:
     assert "--model" in capsys.readouterr().err
     assert cli.main(["generate", "--model", str(gpt2_run), "--prompts", str(tmp_path / "missing.txt")]) == 2
     assert "--prompts" in capsys.readouterr().err
+
+
+def test_greedy_and_beam_search_match_transformers_generate(tmp_path) -> None:
+    """A GPT2LMHeadModel directory: sesame's greedy and beam outputs are transformers' generate outputs,
+    token for token (both start after <|endoftext|> and stop at it)."""
+    transformers = pytest.importorskip("transformers")
+    from .test_interop import make_hf
+
+    model = make_hf(tmp_path / "hf", "gpt2", "AutoModelForCausalLM").eval()
+    with torch.no_grad():  # sharper next-token distributions than the random initialisation gives
+        model.transformer.wte.weight.mul_(30)
+    model.save_pretrained(tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    lm = load_language_model(str(tmp_path / "hf"))
+    for prompt in ("the cat", "a tree near the river"):
+        ids = torch.tensor([[tok.eos_token_id] + tok(prompt)["input_ids"]])
+        for beams in (1, 3):
+            theirs = model.generate(ids, max_new_tokens=12, do_sample=False, num_beams=beams, early_stopping=False,
+                                    eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)[0, ids.shape[1]:]
+            ours = generate(lm, [prompt], GenerationConfig(max_new_tokens=12, beams=beams))[0]
+            expected = theirs.tolist()
+            if tok.eos_token_id in expected:
+                expected = expected[: expected.index(tok.eos_token_id)]
+            assert ours["text"] == tok.decode(expected), (prompt, beams)

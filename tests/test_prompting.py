@@ -8,6 +8,7 @@ import torch
 
 from sesame import SesameError
 from sesame.families import backbone_config
+from sesame.generate import LanguageModel
 from sesame.models import Transformer
 from sesame.prompting import (Template, assemble, continuation_logprobs, demonstration_indices, parse_verbalizers,
                               prompt_eval)
@@ -112,13 +113,14 @@ def test_template_and_verbalizers() -> None:
 def test_scores_match_a_direct_computation(gpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Shared rows, padding and batching change nothing: each score is the full sequence's log-probability."""
     backbone = load_backbone(gpt)
+    lm = LanguageModel(backbone, load_tokenizer(gpt))
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (1, 9, 4, 20, 13)]
     continuations = [[40], [41, 42], [41, 43, 44], [41, 43], [45, 46, 47, 48]]
     expected = torch.tensor([[direct(backbone, p, c) for c in continuations] for p in prompts])
     for budget in (8192, 60):  # everything in one forward pass, or one prompt at a time
         monkeypatch.setattr("sesame.prompting.BATCH_TOKENS", budget)
-        torch.testing.assert_close(continuation_logprobs(backbone, prompts, continuations, 0), expected,
+        torch.testing.assert_close(continuation_logprobs(lm, prompts, continuations), expected,
                                    atol=1e-4, rtol=1e-4)
 
 
