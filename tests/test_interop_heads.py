@@ -24,13 +24,14 @@ from sesame.train.checkpoint import load_weights, read_json, write_json  # noqa:
 
 from .test_interop import batch, close_at, loaded, make_hf  # noqa: E402
 
-GELU = {"hidden_act": "gelu"}  # ALBERT's default gelu_new head does not map (see the last tests)
+GELU_NEW = {"hidden_act": "gelu_new"}  # a backbone activation RoBERTa's head (always exact GELU) does not share
 IMPORTS = {  # name: (model_type, transformers class, config options, objective)
     "bert-mlm": ("bert", "BertForMaskedLM", {}, "mlm"),
     "bert-pretraining": ("bert", "BertForPreTraining", {}, "mlm_nsp"),
     "roberta": ("roberta", "RobertaForMaskedLM", {}, "mlm"),
-    "albert-mlm": ("albert", "AlbertForMaskedLM", GELU, "mlm"),
-    "albert-pretraining": ("albert", "AlbertForPreTraining", GELU, "mlm_sop"),
+    "albert-mlm": ("albert", "AlbertForMaskedLM", {}, "mlm"),  # ALBERT's default gelu_new, head included
+    "albert-pretraining": ("albert", "AlbertForPreTraining", {}, "mlm_sop"),
+    "albert-gelu": ("albert", "AlbertForMaskedLM", {"hidden_act": "gelu"}, "mlm"),
     "electra-generator": ("electra", "ElectraForMaskedLM", {}, "mlm"),
     "distilbert": ("distilbert", "DistilBertForMaskedLM", {}, "mlm"),
     "gpt2": ("gpt2", "GPT2LMHeadModel", {}, "clm"),
@@ -189,9 +190,9 @@ def test_pytorch_bin_with_stored_tied_copies(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("model_type, cls, options, dropped, reason", [
-    ("albert", "AlbertForMaskedLM", {}, ["predictions"],
-     "AlbertForMaskedLM's language-model head is left behind: its head applies 'gelu_new' where sesame's mlm head "
-     "applies exact GELU"),
+    ("roberta", "RobertaForMaskedLM", GELU_NEW, ["lm_head"],
+     "RobertaForMaskedLM's language-model head is left behind: its head applies 'gelu' where sesame's mlm head "
+     "applies the backbone's 'gelu_new'"),
     ("bert", "BertForMaskedLM", {"tie_word_embeddings": False}, ["cls"],
      "BertForMaskedLM's language-model head is left behind: its output layer is not tied to the token embeddings"),
     ("electra", "ElectraForPreTraining", {}, ["discriminator_predictions"],
@@ -232,14 +233,22 @@ def test_pretrained_runs_export_with_their_heads(tmp_path: Path, corpus: Path, f
 
 
 def test_a_head_with_another_activation_is_not_exported(tmp_path: Path) -> None:
-    """ALBERT's head applies the backbone's activation: a gelu_tanh run exports as AlbertModel, saying why."""
-    make_head(tmp_path / "hf", "albert", "AlbertForPreTraining", **GELU)
-    from_hf(tmp_path / "hf", tmp_path / "run")
-    config = read_json(tmp_path / "run" / "config.json")
-    config["model"]["activation"] = "gelu_tanh"
-    write_json(tmp_path / "run" / "config.json", config)
-    summary = to_hf(tmp_path / "run", tmp_path / "out")
-    assert summary["architecture"] == "AlbertModel"
-    assert summary["notes"] == ["its mlm_sop head is left behind: AlbertForPreTraining's head applies the backbone's "
-                                "activation, gelu_new here, not exact GELU"]
-    loaded(tmp_path / "out")
+    """RoBERTa's head always applies exact GELU: a gelu_tanh run exports as RobertaModel, saying why;
+    ALBERT's head applies the backbone's activation, so a gelu_tanh ALBERT exports with its heads."""
+    for model_type, cls in (("roberta", "RobertaForMaskedLM"), ("albert", "AlbertForPreTraining")):
+        make_head(tmp_path / model_type / "hf", model_type, cls)
+        from_hf(tmp_path / model_type / "hf", tmp_path / model_type / "run")
+        config = read_json(tmp_path / model_type / "run" / "config.json")
+        config["model"]["activation"] = "gelu_tanh"
+        write_json(tmp_path / model_type / "run" / "config.json", config)
+        summary = to_hf(tmp_path / model_type / "run", tmp_path / model_type / "out")
+        model = loaded(tmp_path / model_type / "out", summary["architecture"])
+        if model_type == "roberta":
+            assert summary["architecture"] == "RobertaModel"
+            assert summary["notes"][0] == ("its mlm head is left behind: RobertaForMaskedLM's head applies exact GELU "
+                                           "where sesame's applies the backbone's gelu_new")
+        else:
+            assert (summary["architecture"], summary["notes"]) == ("AlbertForPreTraining", [])
+            obj = objective_of(tmp_path / model_type / "run")
+            ids, mask = batch(obj.backbone.config.vocab_size, obj.specials.pad)
+            assert_same_outputs(ours(obj, ids, mask), theirs(model, ids, mask), mask)

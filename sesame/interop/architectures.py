@@ -36,12 +36,13 @@ EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 class LMHead:
     """A transformers language-model head and sesame's objective with the same function.
 
-    sesame's MLM head (objectives/mlm.py) is dense → exact GELU → LayerNorm → output layer tied to the
-    token embeddings, plus a bias; its CLM (objectives/clm.py) is the tied output layer alone.
+    sesame's MLM head (objectives/mlm.py) is dense → the backbone's GELU → LayerNorm → output layer tied
+    to the token embeddings, plus a bias; its CLM (objectives/clm.py) is the tied output layer alone.
     ``modules``: sesame module → transformers module (weight and bias alike); ``bias``: the
     transformers name of sesame's ``bias``; ``decoder``: the tied output layer, whose weight (and bias)
-    a checkpoint may store as copies; ``activation``: the config key naming the head's activation
-    (it maps only when that is exact ``gelu``), or ``""`` where the class always applies exact GELU."""
+    a checkpoint may store as copies; ``activation``: the config key naming the head's activation, or
+    ``""`` where the class always applies exact GELU (a masked-LM head maps when its activation is the
+    backbone's, :meth:`same_activation`)."""
 
     hf_class: str
     objective: str
@@ -49,6 +50,11 @@ class LMHead:
     bias: str | None = None
     decoder: str = ""
     activation: str = ""
+
+    def same_activation(self, head_activation: str, backbone_activation: str) -> bool:
+        """Whether the transformers head, applying ``head_activation`` (a TransformerConfig name), computes
+        what sesame's head on a backbone with ``backbone_activation`` does (a causal LM head has none)."""
+        return self.objective == "clm" or head_activation == backbone_activation
 
 
 @dataclass(frozen=True)

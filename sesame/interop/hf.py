@@ -285,7 +285,7 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
     left behind), under the :func:`_head_shapes` name of their shape.
 
     The language-model head (:class:`~.architectures.LMHead`) becomes sesame's ``mlm`` or ``clm`` head
-    where it computes the same function: exact GELU, and an output layer tied to the token embeddings
+    where it computes the same function: the backbone's GELU, and an output layer tied to the token embeddings
     (a stored copy must equal them). With BERT's NSP or ALBERT's SOP head and the pooler it reads, the
     objective is ``mlm_nsp`` / ``mlm_sop``; without them an ``mlm`` run cannot hold the pooler, which
     is then left behind. ``objective`` is None (the pooler kept) when no head maps; notes say why."""
@@ -301,9 +301,11 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
             f"{head.decoder}.bias": weights.get(bias)}  # a stored copy → what it must equal
     copies = [Entry(f"decoder.{n.rsplit('.', 1)[1]}", (n,)) for n in tied if n in weights and n != bias]
     activation = given[head.activation] if head.activation else "gelu"
+    backbone_activation = given[arch.config["activation"]]
     why = ""
-    if activation != "gelu":
-        why = f"its head applies {activation!r} where sesame's {head.objective} head applies exact GELU"
+    if not head.same_activation(HF_ACTIVATIONS.get(activation, activation), HF_ACTIVATIONS[backbone_activation]):
+        why = (f"its head applies {activation!r} where sesame's {head.objective} head applies the backbone's "
+               f"{backbone_activation!r}")
     elif any(tied[e.hf[0]] is not None and not torch.equal(weights[e.hf[0]], tied[e.hf[0]]) for e in copies) or (
             f"{head.decoder}.weight" not in weights and given.get("tie_word_embeddings") is False):
         why = "its output layer is not tied to the token embeddings, as sesame's is"
@@ -493,7 +495,7 @@ def _export_heads(config: dict, model: dict, arch: Architecture) -> tuple[list[E
     objective, head, pairs = config.get("objective"), arch.lm, arch.pairs
     if objective is None:
         return [], arch.base_class, []
-    exact = model["activation"] == "gelu"  # sesame's heads apply exact GELU
+    exact = model["activation"] == "gelu"  # sesame's ELECTRA discriminator head applies exact GELU
     other = f"the backbone's activation, {EXPORTED_ACTIVATIONS[model['activation']]} here, not exact GELU"
     why = f"{arch.model_type} has no such head in transformers"
     if objective == "electra" and arch.discriminator:
@@ -504,13 +506,14 @@ def _export_heads(config: dict, model: dict, arch: Architecture) -> tuple[list[E
         why = f"ElectraForPreTraining's head applies {other}"
     if head and head.objective == ("mlm" if objective in PART_HEADS or objective == "mlm" else objective):
         name = pairs.hf_class if pairs and objective == pairs.objective else head.hf_class
-        if exact or not head.activation:
+        if head.same_activation(model["activation"] if head.activation else "gelu", model["activation"]):
             if name != head.hf_class:
                 return _lm_entries(arch) + _pair_entries(arch, arch.prefix + "."), name, []
             notes = [f"its {PART_HEADS[objective]} head is left behind: {name} has none"] \
                 if objective in PART_HEADS else []
             return _lm_entries(arch), name, notes
-        why = f"{name}'s head applies {other}"
+        why = (f"{name}'s head applies exact GELU where sesame's applies the backbone's "
+               f"{EXPORTED_ACTIVATIONS[model['activation']]}")
     return [], arch.base_class, [f"its {objective} head is left behind: {why}"]
 
 

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..models import Transformer
+from ..models.transformer import ACTIVATIONS
 from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Objective
 from .masking import (mask_tokens, mask_units, ngram_units, phrase_table, phrase_units, replacement_pool,
@@ -33,7 +34,9 @@ from .projection import Workspace, linear_cross_entropy
 
 
 class MaskedLM(Objective):
-    """BERT's masked LM with its prediction head (dense → GELU → LayerNorm → tied decoder + bias).
+    """BERT's masked LM with its prediction head (dense → GELU → LayerNorm → tied decoder + bias). The
+    head's GELU is the backbone's (exact, or the tanh approximation ALBERT was trained with), as in
+    BERT's and ALBERT's released heads, which both apply the model's ``hidden_act``.
 
     ``word_starts`` (a bool per vocabulary entry, :meth:`TextTokenizer.word_starts`) is needed by
     every ``masking`` but ``token``; ``phrase_ids`` are the phrases as token ids (``build`` tokenizes
@@ -62,7 +65,7 @@ class MaskedLM(Objective):
         self.register_buffer("word_starts", word_starts, persistent=False)
         self.register_buffer("pool", replacement_pool(cfg.vocab_size, self.special_ids), persistent=False)
         width = cfg.embedding_width  # the tied decoder's input width (E < H under ALBERT's factorisation)
-        self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(),
+        self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(approximate=ACTIVATIONS[cfg.activation]),
                                        nn.LayerNorm(width, eps=cfg.layer_norm_eps))
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         nn.init.normal_(self.transform[0].weight, std=0.02)
