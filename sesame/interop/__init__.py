@@ -1,7 +1,8 @@
 """Hugging Face checkpoint import and export: ``from_hf`` (a transformers model directory → a
-``pretrained`` run, or a ``finetuned`` one for a sequence classifier), ``to_hf`` (a run → a directory
-transformers loads) and ``resolve`` (a run, a transformers directory or ``minilm`` → a run directory,
-converting on the fly). See docs/interop.md."""
+``pretrained`` run, or a ``finetuned`` one for a sequence classifier; an ELECTRA discriminator with its
+generator → one ``electra`` run), ``to_hf`` (a run → a directory transformers loads) and ``resolve``
+(a run, a transformers directory or ``minilm`` → a run directory, converting on the fly). See
+docs/interop.md."""
 from .hf import from_hf, to_hf
 from .sources import minilm_dir, resolve
 

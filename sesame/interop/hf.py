@@ -10,8 +10,10 @@ A language-model head that computes what sesame's does (``*ForMaskedLM``, ``*For
 reason where a pre-training head does not map). A
 ``*ForSequenceClassification`` whose head maps (BERT, ALBERT, RoBERTa) becomes a ``finetuned``
 classify (or regress) run instead, its pooler and classifier sesame's ``pooler.0`` and ``head``.
+``from_hf(DIR, RUN, generator=GEN)`` makes an ``ElectraForPreTraining`` discriminator and its
+``ElectraForMaskedLM`` generator one ``electra`` run.
 ``to_hf(RUN, DIR)`` is the reverse: a pretrained run as the class of its objective's head where one
-maps (else the base model, ``BertModel``, ...), or the
+maps (else the base model, ``BertModel``, ...; an ``electra`` run's generator in ``DIR/generator``), or the
 ``*ForSequenceClassification`` of a fine-tuned classify / pair / regress run where the head maps.
 
 One generic converter follows the architecture's row. Tensor by tensor:
@@ -45,8 +47,11 @@ from torch import nn
 from ..errors import SesameError
 from ..families import FAMILIES
 from ..models import Transformer, TransformerConfig
+from ..objectives import build_objective
+from ..objectives.electra import generator_config
 from ..rundir import load_tokenizer, new_run, read_config, write_config
 from ..tasks import make_task
+from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json
 from .architectures import (ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, HF_ACTIVATIONS, Architecture,
                             architecture)
@@ -59,6 +64,8 @@ CLASSIFY_TASKS = ("classify", "pair", "regress")
 PART_HEADS = {"mlm_nsp": "next-sentence (NSP)", "mlm_sop": "sentence-order (SOP)", "span": "span-boundary (SBO)"}
 POOLER_STD = 0.02  # transformers' initializer_range
 EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
+# an electra run's generator → the names of the mlm run it would be on its own (objectives/electra.py, mlm.py)
+GENERATOR_NAMES = {"generator.": "backbone.", "generator_head.": "transform.", "generator_bias": "bias"}
 
 
 @dataclass(frozen=True)
@@ -147,8 +154,13 @@ def _pair_entries(arch: Architecture, prefix: str = "") -> list[Entry]:
     return _dense_entries("pooler.0", prefix + arch.pooler) + _dense_entries(arch.pairs.module, arch.pairs.hf_module)
 
 
+def _discriminator_entries(arch: Architecture) -> list[Entry]:
+    """ELECTRA's replaced-token head, sesame's ``electra`` objective's ``discriminator_head``."""
+    return [e for module, hf in arch.discriminator.items() for e in _dense_entries(module, hf)]
+
+
 def _head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
-    """Meta tensors shaped as sesame's pre-training heads (objectives/mlm.py, pairs.py) for ``model``
+    """Meta tensors shaped as sesame's pre-training heads (objectives/mlm.py, pairs.py, electra.py) for ``model``
     with the checkpoint's ``vocab``: what a checkpoint's head must match (``decoder``: the tied output
     layer, the token embeddings and the bias)."""
     h, e = model["hidden"], model["embedding_size"] or model["hidden"]
@@ -156,6 +168,8 @@ def _head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
               "transform.2.bias": (e,), "bias": (vocab,), "pooler.0.weight": (h, h), "pooler.0.bias": (h,),
               "decoder.weight": (vocab, e), "decoder.bias": (vocab,)}
     shapes.update({f"{task}.{p}": s for task in ("nsp", "sop") for p, s in (("weight", (2, h)), ("bias", (2,)))})
+    shapes.update({"discriminator_head.0.weight": (h, h), "discriminator_head.0.bias": (h,),
+                   "discriminator_head.2.weight": (1, h), "discriminator_head.2.bias": (1,)})
     return {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
 
 
@@ -172,7 +186,7 @@ def _meta_backbone(model: dict) -> Transformer:
 
 # -- import ----------------------------------------------------------------------------------------
 
-def _read_weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
+def _read_weights(src: Path, flag: str = "--from-hf") -> tuple[dict[str, torch.Tensor], Path]:
     """The checkpoint's tensors (floating point ones as float32), and the file they came from."""
     index = src / "model.safetensors.index.json"
     try:
@@ -187,7 +201,7 @@ def _read_weights(src: Path) -> tuple[dict[str, torch.Tensor], Path]:
             path = src / "pytorch_model.bin"
             weights = torch.load(path, map_location="cpu", weights_only=True)
         else:
-            raise SesameError(f"--from-hf {src}: no weights; expected model.safetensors, "
+            raise SesameError(f"{flag} {src}: no weights; expected model.safetensors, "
                               "model.safetensors.index.json or pytorch_model.bin")
     except (SafetensorError, OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
         raise SesameError(f"{path}: unreadable as a weights file ({err}); only plain tensors load "
@@ -293,7 +307,8 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
     pooler = _dense_entries("pooler.0", arch.pooler) if arch.pooler and f"{arch.pooler}.weight" in weights else []
     if arch.discriminator and any(n.startswith("discriminator_predictions.") for n in weights):
         notes.append("ELECTRA's discriminator head is left behind: sesame's electra objective also needs the "
-                     "generator, which transformers keeps in a checkpoint of its own")
+                     "generator, which transformers keeps in a checkpoint of its own; give that directory with "
+                     "--generator to import both as one electra run")
     bias = next((n for n in (head.bias, f"{head.decoder}.bias") if n in weights), None) if head and head.bias else None
     if head is None or not (bias or not head.bias and head.hf_class in (given.get("architectures") or [])):
         return None, pooler, [], notes
@@ -319,6 +334,23 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
         notes.append(f"the [CLS] pooler is left behind: sesame's {head.objective} objective has none "
                      "(fine-tuning with pooling cls starts a fresh one)")
     return head.objective, entries, copies + pooler, notes
+
+
+def _discriminator_head(weights: dict[str, torch.Tensor], given: dict, arch: Architecture, where: Path
+                        ) -> list[Entry]:
+    """``ElectraForPreTraining``'s head as sesame's ``discriminator_head`` (dense → exact GELU → Linear(H, 1),
+    objectives/electra.py), which it computes only with ``hidden_act`` gelu; anything else is refused."""
+    entries = _discriminator_entries(arch)
+    if entries[0].hf[0] not in weights:
+        names = ", ".join(given.get("architectures") or [arch.base_class])
+        raise SesameError(f"{where}: {names} has no ELECTRA discriminator head ({entries[0].hf[0]}); --generator "
+                          "needs the ElectraForPreTraining discriminator of the pair")
+    activation = given[arch.config["activation"]]
+    if activation != "gelu":
+        raise SesameError(f"{where}: hidden_act {activation!r}: ElectraForPreTraining's head applies it where sesame's "
+                          "electra discriminator head applies exact GELU ('gelu'), so the pair cannot become an "
+                          "electra run; import the discriminator alone (without --generator)")
+    return entries
 
 
 def _labels(hf: dict, where: str) -> list[str]:
@@ -360,16 +392,28 @@ def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architectu
                           "stack has no projection then; this checkpoint cannot be converted")
 
 
-def from_hf(src: str | Path, out: str | Path) -> dict:
-    """Convert the Hugging Face model directory ``src`` into the run ``out``: ``pretrained``, or
-    ``finetuned`` for a sequence classifier whose head maps (:func:`sequence_task`); returns a summary."""
-    src, out = Path(src), Path(out)
-    _check_new(out)
+@dataclass
+class Imported:
+    """A converted checkpoint before it is written: the run's config.json, tensors, tokenizer, labels and summary."""
+
+    config: dict
+    state: dict[str, torch.Tensor]
+    tok: TextTokenizer
+    labels: list[str]
+    summary: dict
+
+
+def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> Imported:
+    """The run the model directory ``src`` converts to (:func:`from_hf`); with ``discriminator``, an
+    ``ElectraForPreTraining`` whose head becomes the ``electra`` objective's (its generator still to add)."""
     config_path = src / "config.json"
     if not config_path.is_file():
-        raise SesameError(f"--from-hf {src}: no config.json; give a transformers model directory (save_pretrained)")
+        raise SesameError(f"{flag} {src}: no config.json; give a transformers model directory (save_pretrained)")
     hf_config = read_json(config_path)
     arch = architecture(hf_config.get("model_type"), str(config_path))
+    if discriminator and not arch.discriminator:
+        raise SesameError(f"{config_path}: a {arch.model_type} checkpoint; --generator pairs an ELECTRA discriminator "
+                          "(ElectraForPreTraining) with its generator (ElectraForMaskedLM)")
     model = _model_config(hf_config, arch, str(config_path))
     tok, record, aliases = import_tokenizer(src, arch, model["vocab_size"])
     given = {**arch.defaults, **hf_config}
@@ -383,7 +427,7 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
         model = TransformerConfig(**model).to_dict()
     except ValueError as err:
         raise SesameError(f"{config_path}: {err}") from None
-    weights, path = _read_weights(src)
+    weights, path = _read_weights(src, flag)
     weights = _backbone_names(weights, arch)
     if arch.always_projects and model["embedding_size"] is None:
         _drop_identity_projection(weights, arch, path)
@@ -399,7 +443,8 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
         with torch.device("meta"):  # the shapes of sesame's own pooler and head
             shapes = make_task(task).build(meta, max(1, len(labels)), "cls", 0.0).state_dict()
     else:
-        objective, extra, checked, notes = _pretraining_heads(weights, given, arch)
+        objective, extra, checked, notes = (("electra", _discriminator_head(weights, given, arch, config_path), [], [])
+                                            if discriminator else _pretraining_heads(weights, given, arch))
         shapes = _head_shapes(model, rows.vocab)
         if _is_sequence_classifier(hf_config):
             notes.insert(0, f"{why_not}; its backbone alone is imported")
@@ -425,17 +470,78 @@ def from_hf(src: str | Path, out: str | Path) -> dict:
                   "objective_options": {}, "pooling": FAMILIES[arch.family].pooling, "model": model, "hf": origin}
         if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
             config["seq_len"] = min(EVAL_SEQ_LEN, model["max_positions"])
-    with new_run(out, config["kind"], resume=False) as run:
-        tok.save(run / "tokenizer.json")
-        save_weights(run / "model.safetensors", state)
-        if labels:
-            write_json(run / "labels.json", labels)
-        write_config(run, config)
-    return {"model_type": arch.model_type, "family": arch.family, "kind": config["kind"], "task": task,
-            "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
-            "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),
-            "dropped_heads": dropped, "renamed_tokens": record["renamed"],
-            "appended_tokens": list(record["aliases"]), "notes": notes}
+    summary = {"model_type": arch.model_type, "family": arch.family, "kind": config["kind"], "task": task,
+               "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
+               "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),
+               "dropped_heads": dropped, "renamed_tokens": record["renamed"],
+               "appended_tokens": list(record["aliases"]), "notes": notes}
+    return Imported(config, state, tok, labels, summary)
+
+
+def _add_generator(run: Imported, gen: Imported, where: str) -> None:
+    """Complete the discriminator ``run`` (``_import(..., discriminator=True)``) with the imported
+    ``ElectraForMaskedLM`` ``gen`` as its ``electra`` objective's generator.
+
+    sesame's generator (objectives/electra.py) reads the discriminator's embeddings and is the size
+    :func:`generator_config` gives for ``generator_fraction`` = its width / the discriminator's. The
+    released ELECTRA pairs were trained with tied embeddings, and their configs fit: discriminator /
+    generator width small 256/256 (fraction 1), base 768/256, large 1024/256, at 64 per head and 4·width
+    feed-forward."""
+    g = gen.summary
+    if (g["model_type"], g["objective"]) != ("electra", "mlm"):
+        found = ", ".join(gen.config["hf"]["config"].get("architectures") or [f"a {g['model_type']} model"])
+        why = "".join(f" ({n})" for n in g["notes"] if n.startswith("ElectraForMaskedLM's"))  # its head's reason
+        raise SesameError(f"{where}: the generator is {found}, not an ElectraForMaskedLM whose head imports{why}; "
+                          "give the generator checkpoint of this discriminator")
+    model, got = run.config["model"], dict(gen.config["model"])
+    fraction = got["hidden"] / model["hidden"]
+    needed = generator_config(TransformerConfig(**model), fraction).to_dict()
+    for m in (needed, got):
+        m["embedding_size"] = m["embedding_size"] or m["hidden"]
+    differ = [f"{k} {got[k]!r} (needs {v!r})" for k, v in needed.items() if got[k] != v]
+    if differ:
+        raise SesameError(f"{where}: the generator does not fit sesame's electra generator of this discriminator "
+                          f"(generator_fraction {fraction:g}, its hidden size / the discriminator's: as deep, heads = "
+                          "width // 64, feed-forward 4·width, the same embeddings and settings): " + "; ".join(differ)
+                          + "; import the two separately (without --generator) instead")
+    if gen.tok.backend.get_vocab() != run.tok.backend.get_vocab():
+        raise SesameError(f"{where}: the two checkpoints' vocabularies differ; give the generator trained with this "
+                          "discriminator")
+    modules = ARCHITECTURES["electra"].modules
+    differ = [modules[k.removeprefix("backbone.").rsplit(".", 1)[0]] + "." + k.rsplit(".", 1)[1]
+              for k in run.state if k.startswith("backbone.embed.") and not torch.equal(run.state[k], gen.state[k])]
+    if differ:
+        raise SesameError(f"{where}: the generator's embeddings differ from the discriminator's ({', '.join(differ)}); "
+                          "sesame's electra generator reads the discriminator's, as the released ELECTRA pairs "
+                          "(trained tied) do: give the generator trained with this discriminator")
+    for name, tensor in gen.state.items():
+        if not name.startswith("backbone.embed."):
+            ours, mlm = next((o, m) for o, m in GENERATOR_NAMES.items() if name.startswith(m))
+            run.state[ours + name.removeprefix(mlm)] = tensor
+    run.config["objective_options"] = {"generator_fraction": fraction}
+    run.config["hf"]["generator"] = {"source": gen.config["hf"]["source"], "config": gen.config["hf"]["config"]}
+    run.summary.update(generator_fraction=fraction,
+                       notes=run.summary["notes"] + [f"generator: {note}" for note in g["notes"]])
+
+
+def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = None) -> dict:
+    """Convert the Hugging Face model directory ``src`` into the run ``out``: ``pretrained``, or
+    ``finetuned`` for a sequence classifier whose head maps (:func:`sequence_task`). With ``generator``
+    (an ``ElectraForMaskedLM`` directory) ``src`` must be its ``ElectraForPreTraining`` discriminator,
+    and the run is one ``electra`` run holding both (:func:`_add_generator`). Returns a summary."""
+    src, out = Path(src), Path(out)
+    _check_new(out)
+    imported = _import(src, discriminator=generator is not None)
+    if generator is not None:
+        _add_generator(imported, _import(Path(generator), flag="--generator"),
+                       f"--from-hf {src} --generator {generator}")
+    with new_run(out, imported.config["kind"], resume=False) as run:
+        imported.tok.save(run / "tokenizer.json")
+        save_weights(run / "model.safetensors", imported.state)
+        if imported.labels:
+            write_json(run / "labels.json", imported.labels)
+        write_config(run, imported.config)
+    return imported.summary
 
 
 # -- export ----------------------------------------------------------------------------------------
@@ -499,10 +605,8 @@ def _export_heads(config: dict, model: dict, arch: Architecture) -> tuple[list[E
     other = f"the backbone's activation, {EXPORTED_ACTIVATIONS[model['activation']]} here, not exact GELU"
     why = f"{arch.model_type} has no such head in transformers"
     if objective == "electra" and arch.discriminator:
-        if exact:
-            return ([e for module, hf in arch.discriminator.items() for e in _dense_entries(module, hf)],
-                    "ElectraForPreTraining", ["the generator is left behind: transformers keeps an ELECTRA generator "
-                                              "as a checkpoint of its own (ElectraForMaskedLM)"])
+        if exact:  # the generator goes to a directory of its own (to_hf)
+            return _discriminator_entries(arch), "ElectraForPreTraining", []
         why = f"ElectraForPreTraining's head applies {other}"
     if head and head.objective == ("mlm" if objective in PART_HEADS or objective == "mlm" else objective):
         name = pairs.hf_class if pairs and objective == pairs.objective else head.hf_class
@@ -535,10 +639,30 @@ def _hf_config(model: dict, arch: Architecture, source: dict, rows: Rows) -> dic
     return hf
 
 
-def to_hf(run: str | Path, out: str | Path) -> dict:
-    """Export the run ``run`` as a transformers model directory ``out``; returns a summary with notes."""
-    run, out = Path(run), Path(out)
-    config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
+def _generator_run(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer
+                   ) -> tuple[dict, dict[str, torch.Tensor]]:
+    """An ``electra`` run's generator as the ``mlm`` run it would be on its own: the configuration the
+    objective builds it with, the discriminator's embeddings, its layers and head under an mlm run's
+    names, and the checkpoint config it was imported from (if it was)."""
+    with torch.device("meta"):
+        objective = build_objective("electra", Transformer(TransformerConfig(**config["model"])), tok,
+                                    config["objective_options"])
+    state = {k: v for k, v in weights.items() if k.startswith("backbone.embed.")}
+    for name, tensor in weights.items():
+        ours = next((o for o in GENERATOR_NAMES if name.startswith(o)), None)
+        if ours:
+            state[GENERATOR_NAMES[ours] + name.removeprefix(ours)] = tensor
+    record = config.get("hf")
+    if record:
+        record = {**record, "config": (record.get("generator") or {}).get("config", {})}
+    return {**config, "objective": "mlm", "model": objective.generator.config.to_dict(), "hf": record}, state
+
+
+def _write_hf(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer, run: Path, out: Path,
+              generator: bool = False) -> dict:
+    """Write the run (``config``, ``weights``) as a transformers model directory ``out``; ``generator``:
+    an electra run's generator (:func:`_generator_run`), whose head applies exact GELU whatever the
+    backbone's activation, as ``ElectraForMaskedLM``'s does."""
     where = f"--to-hf {run}"
     record = config.get("hf")
     model_type = record["model_type"] if record else FAMILY_MODEL_TYPES.get(config["family"])
@@ -548,9 +672,6 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     arch = ARCHITECTURES[model_type]
     model = TransformerConfig(**config["model"]).to_dict()  # older runs: today's defaults for new fields
     _check_exportable(model, arch, where)
-    _check_new(out)
-    tok = load_tokenizer(run, "--to-hf")
-    weights = load_weights(run / "model.safetensors")
     backbone = {k.removeprefix("backbone."): v for k, v in weights.items() if k.startswith("backbone.")}
     tokens = backbone["embed.tokens.weight"]
     source = record["config"] if record else {}
@@ -569,7 +690,8 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
         extra, head = _classifier(config, run, arch, where)
         prefix, name = arch.prefix + ".", arch.base_class.removesuffix("Model") + "ForSequenceClassification"
     else:
-        extra, name, notes = _export_heads(config, model, arch)
+        extra, name, notes = (_lm_entries(arch), arch.lm.hf_class, []) if generator else \
+            _export_heads(config, model, arch)
         prefix = "" if name == arch.base_class else arch.prefix + "."
         if name != arch.base_class:
             head = {"tie_word_embeddings": True}  # sesame's output layer is the token embeddings
@@ -604,3 +726,18 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
         "model_max_length": config["max_length"] if config["kind"] == "finetuned" else model["max_positions"],
         "model_input_names": list(arch.inputs)}, indent=2) + "\n")
     return {"model_type": arch.model_type, "architecture": name, "vocab_size": rows.vocab, "notes": notes}
+
+
+def to_hf(run: str | Path, out: str | Path) -> dict:
+    """Export the run ``run`` as a transformers model directory ``out``; returns a summary with notes.
+    An ``electra`` run's generator is written beside it, as ``ElectraForMaskedLM`` in ``out/generator``."""
+    run, out = Path(run), Path(out)
+    config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
+    _check_new(out)
+    tok = load_tokenizer(run, "--to-hf")
+    weights = load_weights(run / "model.safetensors")
+    summary = _write_hf(config, weights, tok, run, out)
+    if config.get("objective") == "electra":
+        _write_hf(*_generator_run(config, weights, tok), tok, run, out / "generator", generator=True)
+        summary["generator"] = str(out / "generator")
+    return summary
