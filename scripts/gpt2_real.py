@@ -100,8 +100,8 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
              f"| test (`sesame evaluate`) | {test['perplexity']:.1f} | {test['bits_per_byte']:.3f} | "
              f"{test['bits_per_char']:.3f} |", "",
              "Samples (`sesame generate`, 40 new tokens; the prompts in WikiText's tokenised style):", ""]
-    for name, texts in results["samples"].items():
-        for prompt, text in zip(PROMPTS, texts):
+    for name in SAMPLERS:
+        for prompt, text in zip(PROMPTS, results["samples"][name]):
             lines.append(f"- {name}: **{prompt}**{text.replace(chr(10), ' ')}")
     lines += ["", f"TL;DR: (top-k 2 sampling, 100 new tokens, the first three sentences kept) after the first long "
               f"WikiText-2 test paragraph, which begins \"{results['tldr']['article'][:80]}...\": "
