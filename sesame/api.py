@@ -252,8 +252,9 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
     ``static_masks=k`` gives each sequence k fixed corruptions (original BERT) instead of fresh ones;
     ``final_seq_len`` switches to longer sequences for the last 10% of the budget (BERT's two phases).
     ``attention_window`` w makes every second layer attend only to the w nearest positions (GPT-3's
-    locally banded layers, :mod:`sesame.models.transformer`). Training options are :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``,
-    ``batch_size``, ``accumulate``, ...) over the family's recipe. The time budget counts the whole
+    locally banded layers, :mod:`sesame.models.transformer`). Training options are
+    :class:`sesame.train.TrainConfig` fields (``max_steps``, ``max_minutes``, ``lr``, ``batch_size``,
+    ``accumulate``, ...) over the family's recipe. The time budget counts the whole
     command, tokenizer and preparation included, so runs compare at equal compute. Returns the last
     validation metrics.
     """

@@ -142,7 +142,8 @@ class Embeddings(nn.Module):
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None, positions: torch.Tensor | None = None
                 ) -> torch.Tensor:
-        x = self.tokens(ids) + (self.positions.weight[: ids.shape[1]] if positions is None else self.positions(positions))
+        where = self.positions.weight[: ids.shape[1]] if positions is None else self.positions(positions)
+        x = self.tokens(ids) + where
         if self.types is not None:
             x = x + (self.types(types) if types is not None else self.types.weight[0])
         return self.dropout(self.norm(x))
