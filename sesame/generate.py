@@ -267,7 +267,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
         best_live = max(rank(k[0], t) for k in keep) if keep else float("-inf")
         if not keep or (len(finished) == n and best_live <= finished[-1][0]):
             break
-        keep += [keep[-1]] * (n - len(keep))  # too few live candidates: repeat the last (scored once)
+        keep += [(float("-inf"), *keep[-1][1:])] * (n - len(keep))  # too few live candidates: fill with dead rows
         rows = torch.tensor([k[1] for k in keep])
         step = torch.tensor([[k[2] for k in keep]]).T
         ids = torch.cat([ids.index_select(0, rows), step], 1)
