@@ -21,21 +21,25 @@ from .data.corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
 from .data.shards import Shards, Window, is_shard_dir, prepare_corpus
 from .errors import SesameError
 from .metrics import language_model_report
-from .families import backbone_config, get_family, get_size
+from .families import DOWNSTREAM, FAMILIES, RECURRENT_SIZES, backbone_config, get_family, get_size
 from .interop import resolve
-from .objectives import OBJECTIVES, Objective, build_objective, objective_option_names
+from .objectives import OBJECTIVES, CausalLM, Objective, build_objective, objective_option_names
 from .rundir import build_backbone, load_tokenizer, new_run, read_config, write_config
+from .models import model_config as model_config_object
 from .tasks import (EVAL_BATCH, POOLINGS, TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens,
                     steps_per_epoch)
+from .tasks.base import check_auxiliary_lm
 from .tasks.inputs import add_input_tokens, grow_token_embedding
-from .tokenizer import TextTokenizer, train_tokenizer
+from .tokenizer import TextTokenizer, extend_words, train_tokenizer
 from .train import TrainConfig, Trainer, recipes
 from .train.checkpoint import load_weights, read_json, write_json
 from .train.trainer import all_sum, loss_counts, loss_parts, world
+from .wordvectors import embedding_matrix, load_vectors
 
 MAX_EVAL_WINDOWS = 256
 TWO_PHASE_SWITCH = 0.9  # BERT, Appendix A.2: short sequences for 90% of the steps, then long ones
 PARTNER_SALT = 7919
+FEATURE_EXTRACTORS = ("elmo", "cove")  # pretrained runs a task model reads, frozen, beside its own embeddings
 
 
 def _train_config(overrides: dict) -> TrainConfig:
@@ -230,7 +234,7 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
     flat = all_sum([*sums.values(), *counts.values()])
     sums, counts = dict(zip(names, flat[: len(names)])), dict(zip(names, map(int, flat[len(names):])))
     scored = None
-    if text and obj.name == "clm":  # the share of the text whose tokens were scored (windows drop a tail)
+    if text and isinstance(obj, CausalLM):  # the share of the text whose tokens were scored (windows drop a tail)
         scored = {unit: n * counts[names[0]] / max(1, shards.n_tokens) for unit, n in text.items()}
     report = language_model_report(sums[names[0]], counts[names[0]], scored)
     if obj.part_names:
@@ -242,10 +246,17 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
 
 def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = "mini", tokenizer: str | None = None,
              vocab_size: int = 16000, seq_len: int = 128, valid: Sequence[str] | None = None, text_field: str = "text",
-             dropout: float = 0.1, resume: bool = False, progress: bool = True, objective: str | None = None,
+             dropout: float | None = None, resume: bool = False, progress: bool = True, objective: str | None = None,
              objective_options: dict | None = None, static_masks: int = 0, final_seq_len: int | None = None,
-             attention_window: int | None = None, **train) -> dict:
+             attention_window: int | None = None, base: str | None = None, discriminative: float = 1.0,
+             **train) -> dict:
     """Pre-train a ``family``/``size`` model on ``corpus`` (text files, folders, JSONL, or a shard directory).
+
+    ``base`` (a pretrained run of the same family) continues that model on the new corpus with its
+    tokenizer, size and objective: ULMFiT's target-task LM fine-tuning (Howard & Ruder 2018, §3.2), where
+    the corpus's words missing from a recurrent model's vocabulary (seen twice or more; at most
+    ``vocab_size``) join it at the mean embedding, and ``discriminative`` = 2.6 divides the learning
+    rate by 2.6 per layer down from the top and ``schedule="stlr"`` gives slanted triangular rates.
 
     ``objective`` and ``objective_options`` override the family's (e.g. BERT without NSP:
     ``objective="mlm"``; whole-word masking: ``objective_options={"masking": "whole_word"}``).
@@ -262,6 +273,10 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
     fam = get_family(family)
     get_size(size)
     objective = objective or fam.objective
+    if objective is None:
+        how = "is trained on translation by `sesame cove`" if fam.arch == "cove" else \
+            f"is a baseline trained from scratch: `sesame finetune --from scratch:{family}:SIZE`"
+        raise SesameError(f"--family {family}: has no pre-training objective; it {how}")
     if objective not in OBJECTIVES:
         raise SesameError(f"--objective {objective!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
     options = {**(fam.objective_options if objective == fam.objective else {}), **(objective_options or {})}
@@ -271,12 +286,24 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
                           f"{objective} objective; it takes {', '.join(sorted(known)) or 'none'}")
     cfg = _train_config({**fam.recipe, **train})
     cfg.validate()
+    if discriminative < 1:
+        raise SesameError(f"--discriminative {discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
+    base_config = read_config(base, "--from", ("pretrained",)) if base and not resume else None
+    if base_config is not None:
+        if base_config["family"] != family:
+            raise SesameError(f"--from {base}: a {base_config['family']} run; continue it with --family "
+                              f"{base_config['family']}")
+        if tokenizer:
+            raise SesameError(f"--tokenizer: {base} brings its own tokenizer; drop --tokenizer")
+        tokenizer, size = str(Path(base) / "tokenizer.json"), base_config["size"]
     if not 8 <= seq_len <= 4096:
         raise SesameError(f"--seq-len {seq_len}: use a length between 8 and 4096")
     positions = max(fam.context, seq_len)
     if final_seq_len is not None and not seq_len < final_seq_len <= positions:
         raise SesameError(f"--final-seq-len {final_seq_len}: must exceed --seq-len {seq_len} and be at most "
                           f"{positions} (the model's positions)")
+    if attention_window is not None and fam.arch != "transformer":
+        raise SesameError(f"--attention-window: banded attention is for Transformers; {family} is {fam.arch}")
     if attention_window is not None and attention_window < 1:
         raise SesameError(f"--attention-window {attention_window}: give the band width in positions, e.g. 64")
     if static_masks < 0:
@@ -285,13 +312,23 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
 
     def setup(run: Path) -> None:
         tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
+        added = 0
+        if base_config is not None and fam.arch == "recurrent" and not _shard_dir(corpus):
+            tok, added = extend_words(tok, iter_texts(resolve_sources(corpus), text_field), vocab_size)
         shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
         valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
-        model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, positions)
-        model_cfg.attention_window = attention_window
+        if base_config is not None:
+            model = {**base_config["model"], "vocab_size": tok.vocab_size,
+                     **({"dropout": dropout} if dropout is not None else {})}
+        else:
+            model_cfg = backbone_config(family, size, tok.vocab_size, tok.specials.pad, dropout, positions)
+            if attention_window is not None:
+                model_cfg.attention_window = attention_window
+            model = model_cfg.to_dict()
         config = {"kind": "pretrained", "family": family, "size": size, "objective": objective,
                   "objective_options": options, "static_masks": static_masks, "final_seq_len": final_seq_len,
-                  "pooling": fam.pooling, "model": model_cfg.to_dict(), "seq_len": seq_len,
+                  "pooling": fam.pooling, "model": model, "seq_len": seq_len, "base": base, "added_words": added,
+                  "discriminative": discriminative,
                   "shards": str(shards.path.resolve()),
                   "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None,
                   "valid_size": text_size(valid, "--valid", text_field) if valid else None, "train": asdict(cfg)}
@@ -306,16 +343,31 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
         valid_shards = Shards(config["valid_shards"]) if config["valid_shards"] else None
         torch.manual_seed(cfg.seed)
         obj = build_objective(config["objective"], build_backbone(config), tok, config["objective_options"])
+        if base_config is not None:
+            obj.load_state_dict(_with_new_words(load_weights(Path(base) / "model.safetensors"), tok.vocab_size))
         windows, valid_shards, valid_windows = _pretraining_data(config, shards, valid_shards)
         seq_len = config["seq_len"]
         phases = [(seq_len, windows)]
         if config["final_seq_len"]:
             phases.append((config["final_seq_len"], shards.windows(obj.window_length(config["final_seq_len"]))))
+        factor = config.get("discriminative", 1.0)
+        rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
+                                                    factor) if factor != 1 else None
         trainer = Trainer(obj, run, cfg, _window_batches(obj, shards, phases, cfg, config["static_masks"]),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, seq_len, cfg.seed,
                                                         config.get("valid_size")),
-                          started=started, progress=progress)
+                          started=started, progress=progress, param_groups=rates)
         return trainer.fit(resume=resume)
+
+
+def _with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """``weights`` whose word embedding grew to ``vocab_size`` rows, each new word at the mean of the old rows
+    (ULMFiT's target vocabulary, :func:`sesame.tokenizer.extend_words`)."""
+    name = "backbone.embed.tokens.weight"
+    table = weights.get(name)
+    if table is None or table.shape[0] == vocab_size:
+        return weights
+    return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
 
 
 def _pretraining_data(config: dict, shards: Shards, valid: Shards | None
@@ -345,6 +397,10 @@ def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropo
             raise SesameError(f"--from {base}: write scratch:FAMILY:SIZE, e.g. scratch:bert:mini")
         fam = get_family(parts[1])
         get_size(parts[2])
+        if fam.arch in FEATURE_EXTRACTORS:
+            how = "sesame cove" if fam.arch == "cove" else "sesame pretrain --family elmo"
+            raise SesameError(f"--from {base}: {fam.name} gives a task model pretrained features; make a run first "
+                              f"(`{how}`) and fine-tune from it")
         tok = load_tokenizer(tokenizer) if tokenizer else train_tokenizer(train_texts, fam.tokenizer, 8000)
         if tok.kind != fam.tokenizer:
             raise SesameError(f"--tokenizer {tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses {fam.tokenizer}")
@@ -354,26 +410,70 @@ def _base_config(base: str, tokenizer: str | None, train_texts: list[str], dropo
     if tokenizer:
         raise SesameError(f"--tokenizer: {base} brings its own tokenizer; drop --tokenizer")
     config["model"]["dropout"] = dropout
+    if config["model"].get("arch") in FEATURE_EXTRACTORS:
+        config = {**config, "pooling": get_family(config["family"]).pooling,
+                  "model": _reading_features(config["model"], config["size"], dropout)}
     return config, load_tokenizer(base, "--from")
 
 
+def _family_finetune(base: str) -> dict:
+    """The fine-tuning defaults of ``base``'s family (recurrent ones train at Adam's usual 2e-3): from the
+    scratch spec or the run's config.json; none for a transformers directory or a model name."""
+    if base.startswith("scratch:"):
+        name = base.split(":")[1] if base.count(":") == 2 else None
+    else:
+        config = Path(base) / "config.json"
+        name = read_json(config).get("family") if config.is_file() and "kind" in read_json(config) else None
+    return FAMILIES[name].finetune if name in FAMILIES else {}
+
+
+def _reading_features(features: dict, size: str, dropout: float) -> dict:
+    """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
+    family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen
+    extractor's output (Peters et al. 2018, §3.3; McCann et al. 2017, §4). ELMo's layers enter through a scalar
+    mix the task learns; the extractor runs without dropout, as at inference."""
+    features = {**features, "dropout": 0.0, **({"scalar_mix": True} if "scalar_mix" in features else {})}
+    size = size if size in RECURRENT_SIZES else "mini"
+    task = backbone_config(DOWNSTREAM, size, features["vocab_size"], features["pad_id"], dropout).to_dict()
+    # CoVe's task model starts from the MT-LSTM's own word vectors, [GloVe(x); CoVe(x)]
+    return {**task, "embedding_size": features.get("embedding_size", RECURRENT_SIZES[size][0]), "features": features}
+
+
 def _load_pretrained(model: TaskModel, run: Path) -> None:
-    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind), and the
-    [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
+    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind; an ELMo or
+    CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
+    and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
     Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
     new embedding rows (:mod:`sesame.tasks.inputs`)."""
     weights = load_weights(run / "model.safetensors")
+    # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
+    extractor = getattr(model.backbone, "features", None) is not None and \
+        not any(k.startswith("backbone.features.") for k in weights)
     for part in ("backbone", "pooler"):
         prefix = part + "."
         found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
-        if part == "backbone":
+        if part == "backbone" and not extractor:
             found = grow_token_embedding(found, model.backbone.config.vocab_size)
         if found and (part == "backbone" or getattr(model, "pooling", None) == "cls"):
-            loaded = getattr(model, part).load_state_dict(found, strict=False)
+            target = model.backbone.features if extractor and part == "backbone" else getattr(model, part)
+            loaded = target.load_state_dict(found, strict=False)
+            words = getattr(target.embed, "tokens", None) if extractor and part == "backbone" else None
+            if words is not None:  # CoVe: the task model's own embedding starts as the MT-LSTM's word vectors
+                model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
             missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
             if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
                 raise SesameError(f"--from {run}: its {part} does not fit this model (missing {missing[:3]}, "
                                   f"unexpected {loaded.unexpected_keys[:3]})")
+
+
+def _embed_vectors(backbone: torch.nn.Module, path: str, tok: TextTokenizer) -> float:
+    """Copy word vectors (GloVe/word2vec text) into the backbone's word embedding; returns the share of the
+    vocabulary found (the rest start at random, :func:`sesame.wordvectors.embedding_matrix`)."""
+    vocabulary = [tok.backend.id_to_token(i) for i in range(tok.vocab_size)]
+    matrix, found = embedding_matrix(load_vectors(path), vocabulary)
+    with torch.no_grad():
+        backbone.embed.tokens.weight.copy_(matrix)
+    return round(float(found.float().mean()), 4)
 
 
 def _scalar_metrics(report: dict) -> dict:
@@ -395,7 +495,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
              dropout: float = 0.1, resume: bool = False, progress: bool = True, pooling: str | None = None,
              discriminative: float = 1.0, gradual_unfreezing: bool = False, task_options: dict | None = None,
              select: str | None = None, adapters: int | None = None, features: bool = False, lm_weight: float = 0.0,
-             **train_options) -> dict:
+             vectors: str | None = None, **train_options) -> dict:
     """Fine-tune ``base`` (a run directory, a transformers model directory, ``minilm``, or
     ``scratch:FAMILY:SIZE``; see :func:`sesame.interop.resolve`) on ``task`` (a name in
     :data:`sesame.tasks.TASKS`; ``text_column``, ``label_column`` and ``task_options`` are its options).
@@ -407,14 +507,16 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
     rates are ``schedule="stlr"``. ``adapters`` = m trains only bottleneck adapters of width m, the
     LayerNorms and the head (Houlsby et al. 2019); ``features`` freezes the backbone and trains a
     scalar mix of its layers and the head (ELMo); ``lm_weight`` = λ adds GPT's auxiliary LM loss
-    (causal backbones; 0.5 in the paper). Evaluates on ``dev`` after every epoch and keeps the weights with the
-    best dev ``select`` metric (default: the task's, e.g. accuracy). The result also reports the
-    trainable and total parameter counts. Training options are
-    :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT (lr 5e-5, batch 32,
-    warmup 10%). Returns the kept weights' dev metrics.
+    (causal backbones; 0.5 in the paper). ``vectors`` (a GloVe or word2vec text file) initialises the
+    word embedding of a scratch recurrent model, whose width becomes the vectors'. Evaluates on ``dev``
+    after every epoch and keeps the weights with the best dev ``select`` metric (default: the task's,
+    e.g. accuracy). The result also reports the trainable and total parameter counts. Training options
+    are :class:`sesame.train.TrainConfig` fields; fine-tuning defaults follow BERT (lr 5e-5, batch 32,
+    warmup 10%) unless the family sets its own (the recurrent ones: lr 2e-3). Returns the kept weights'
+    dev metrics.
     """
     started = time.time()
-    cfg = _train_config({"lr": 5e-5, "warmup": 0.1, "batch_size": 32, **train_options})
+    cfg = _train_config({"lr": 5e-5, "warmup": 0.1, "batch_size": 32, **_family_finetune(base), **train_options})
     cfg.validate()
     job = make_task(task, {"text_column": text_column, "label_column": label_column, **(task_options or {})})
     if epochs <= 0:
@@ -451,11 +553,27 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
     def setup(run: Path) -> None:
         base_config, tok = _base_config(str(base_dir), tokenizer, _texts(train_rows), dropout)
         add_input_tokens(base_config, tok)  # gpt: start, delimiter and extract tokens
-        base_config["model"].update(adapter_size=adapters, scalar_mix=features)
+        job.check_model(base_config["model"])
+        model_config = base_config["model"]
+        if model_config.get("arch", "transformer") == "transformer":
+            model_config.update(adapter_size=adapters, scalar_mix=features)
+        elif adapters or features:
+            raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and --from {base} is a "
+                              f"{base_config['family']} model (ELMo and CoVe runs are read as frozen features already)")
         if features:
-            base_config["model"]["dropout"] = 0.0  # frozen features are computed as at inference
-        if max_length > base_config["model"]["max_positions"]:
-            raise SesameError(f"--max-length {max_length} exceeds the model's {base_config['model']['max_positions']} "
+            model_config["dropout"] = 0.0  # frozen features are computed as at inference
+        if lm_weight:
+            check_auxiliary_lm(model_config_object(model_config))
+        if vectors:
+            if model_config.get("arch") != "recurrent" or not (scratch or model_config.get("features")):
+                raise SesameError(f"--vectors {vectors}: initialises the word embedding of a new recurrent task model; "
+                                  "use it with --from scratch:lstm|gru|bilstm:SIZE or an elmo run")
+            if (model_config.get("features") or {}).get("arch") == "cove":
+                raise SesameError(f"--vectors {vectors}: a CoVe task model reads the MT-LSTM's own word vectors "
+                                  "([GloVe(x); CoVe(x)]); give the vectors to `sesame cove --vectors` instead")
+            model_config["embedding_size"] = load_vectors(vectors).dim
+        if max_length > model_config.get("max_positions", max_length):
+            raise SesameError(f"--max-length {max_length} exceeds the model's {model_config['max_positions']} "
                               "positions")
         tok.save(run / "tokenizer.json")
         if job.has_labels:
@@ -466,7 +584,7 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
             "base": base, "max_length": max_length, "select": select,
             **({"hf": base_config["hf"]} if base_config.get("hf") else {}),  # a converted checkpoint exports back
             "recipe": {"discriminative": discriminative, "gradual_unfreezing": gradual_unfreezing, "adapters": adapters,
-                       "features": features, "lm_weight": lm_weight},
+                       "features": features, "lm_weight": lm_weight, "vectors": vectors},
             "train_file": str(train), "dev_file": str(dev), "epochs": epochs, "train": asdict(cfg)})
 
     with base_run as base_dir, _claimed_run(out, "finetuned", resume, setup) as run:
@@ -477,22 +595,24 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         if not resume and not scratch:
             _load_pretrained(model, base_dir)
         recipe = config["recipe"]
+        coverage = {}
+        if not resume and vectors:
+            coverage["vectors_coverage"] = _embed_vectors(model.backbone, vectors, tok)
+        recipes.freeze_features(model.backbone)
         frozen = "adapters" if recipe["adapters"] else "features" if recipe["features"] else None
         trainable = recipes.train_only(model, model.backbone, frozen) if frozen else \
-            sum(p.numel() for p in model.parameters())
+            sum(p.numel() for p in model.parameters() if p.requires_grad)
         if recipe["lm_weight"]:
             add_auxiliary_lm(model, recipe["lm_weight"])
         causal = config["model"]["causal"]
         train_features = job.features(train_rows, tok, max_length, labels, causal)
         dev_features = job.features(dev_rows, tok, max_length, labels, causal)
-        per_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
-        cfg.max_steps = cfg.max_steps if "max_steps" in train_options else epochs * per_epoch
-        cfg.eval_every = cfg.save_every = per_epoch
+        per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
         rank, size_world = world()
         lengths = [job.length(f) for f in train_features]
 
-        def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
-            epoch, k = divmod(step, per_epoch)
+        def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+            epoch, k = divmod(step, per_labeled_epoch)
             order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
             mine = order[rank::size_world]
             per_micro = math.ceil(len(mine) / cfg.accumulate)
@@ -502,6 +622,11 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
                 for batch in micro:
                     batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
             return micro
+
+        batches, stride = job.training_batches(labeled_batches, tok, max_length, cfg.batch_size, cfg.seed)
+        per_epoch = per_labeled_epoch * stride
+        cfg.max_steps = cfg.max_steps if "max_steps" in train_options else epochs * per_epoch
+        cfg.eval_every = cfg.save_every = per_epoch
 
         def evaluate_dev(m: TaskModel) -> dict:
             outputs = infer(m, job, dev_features, tok.specials.pad)
@@ -517,7 +642,8 @@ def finetune(base: str, train: str, dev: str, out: str, task: str = "classify", 
         if "null_threshold" in metrics and rank == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config["task_options"]["null_threshold"] = metrics["null_threshold"]
             write_config(run, config)
-        return {**metrics, "trainable_parameters": trainable, "parameters": sum(p.numel() for p in model.parameters())}
+        return {**metrics, **coverage, "trainable_parameters": trainable,
+                "parameters": sum(p.numel() for p in model.parameters())}
 
 
 # -- using a run -----------------------------------------------------------------------------------
@@ -593,6 +719,9 @@ def _evaluate_run(run: Path, model: str, data: Sequence[str] | str, text_column:
                 raise SesameError("--data: give one labeled file for a fine-tuned model")
             data = data[0]
         return load(run, text_column=text_column, label_column=label_column).evaluate(data)
+    if config["objective"] == "translation":
+        raise SesameError(f"--model {model}: a CoVe MT-LSTM; score its translations with `sesame translate --model "
+                          f"{model} --input SRC --reference TGT`")
     if config["objective"] is None:
         raise SesameError(f"--model {model}: converted from {config['hf']['model_type']} without its pre-training "
                           "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")

@@ -25,6 +25,7 @@ TRAIN_HELP = {
     "schedule": "learning-rate schedule: linear (warmup, then down to 0; BERT) or stlr (slanted triangular, "
                 "ULMFiT: --warmup is its cut_frac)",
     "stlr_ratio": "stlr: peak / lowest learning rate (32 in ULMFiT)",
+    "cycles": "run the schedule N times over equal parts of the run (e.g. one per epoch of gradual unfreezing)",
     "precision": "fp32, or bf16: forward passes in bfloat16 autocast (fast on CPUs with AMX or AVX512-BF16); "
                  "weights and optimizer stay fp32",
 }
@@ -125,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer.json to use (default: train one on the corpus)")
     p.add_argument("--vocab-size", type=int, default=16000, help="size of the tokenizer trained on the way")
     p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, help="dropout rate (default: the family's, 0.1 for most)")
     p.add_argument("--attention-window", type=int, metavar="W",
                    help="GPT-3's locally banded attention: every second layer sees only the W nearest positions")
     p.add_argument("--text-field", default="text")
@@ -292,6 +293,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, help="prompt length in tokens (default: the model's pre-training length)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
+    p = sub.add_parser("cove", help="train CoVe's MT-LSTM (McCann et al. 2017) on a parallel corpus (docs/cove.md)")
+    p.add_argument("--train-src", required=True, help="source sentences, one per line (e.g. train.en)")
+    p.add_argument("--train-tgt", required=True, help="their translations, line-aligned (e.g. train.de)")
+    p.add_argument("--valid-src", required=True, help="dev source sentences")
+    p.add_argument("--valid-tgt", required=True, help="dev translations, line-aligned")
+    p.add_argument("--out", required=True, help="the run directory to create")
+    p.add_argument("--size", default="small", help="tiny, mini, small or base (the paper's 300-d, 300 per direction)")
+    p.add_argument("--vectors", help="GloVe/word2vec text file: initialises the source embedding, kept fixed")
+    p.add_argument("--vocab-size", type=int, default=10000, help="words per language (lower-cased, seen twice or more)")
+    p.add_argument("--max-length", type=int, default=64, help="tokens per sentence, <s> and </s> included")
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--bleu-sentences", type=int, help="dev BLEU at evaluations on the first N dev lines (default all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_train_flags(p)
+
+    p = sub.add_parser("translate", help="translate with a trained MT-LSTM; BLEU against a reference (docs/cove.md)")
+    p.add_argument("--model", required=True, help="a run of `sesame cove`")
+    p.add_argument("--input", required=True, help="source sentences, one per line")
+    p.add_argument("--reference", help="reference translations, line-aligned: print sacrebleu BLEU")
+    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
+    p.add_argument("--output", help="write the translations here instead of printing them")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+    from . import ulmfit  # sesame ulmfit: ULMFiT's three stages (docs/ulmfit.md)
+    ulmfit.add_parser(sub)
+
     compare.add_parser(sub)
 
     p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
@@ -364,6 +391,10 @@ def run(args: argparse.Namespace) -> None:
         _print_metrics(metrics, args.json)
     elif args.command == "compare":
         compare.run(args)
+    elif args.command == "ulmfit":
+        from . import ulmfit
+
+        ulmfit.run(args)
     elif args.command == "convert":
         from .interop import from_hf, to_hf
 
@@ -431,6 +462,8 @@ def run(args: argparse.Namespace) -> None:
                 except SesameError:
                     pass  # an unlabeled file
             predictor.task.write(examples, predictions, args.output)
+    elif args.command in ("cove", "translate"):
+        _translation(args, progress)
     elif args.command == "demo":
         from .demo import run_demo
 
@@ -478,6 +511,22 @@ def _generate(args: argparse.Namespace, progress: bool) -> None:
             print(json.dumps(record, ensure_ascii=False), flush=True)
 
 
+
+def _translation(args: argparse.Namespace, progress: bool) -> None:
+    from .translate import train_cove, translate_file
+
+    if args.command == "cove":
+        _print_metrics(train_cove(args.train_src, args.train_tgt, args.valid_src, args.valid_tgt, args.out, args.size,
+                                  args.vectors, args.vocab_size, args.max_length, args.dropout, args.bleu_sentences,
+                                  args.resume, progress, **_train_options(args)), args.json)
+        return
+    result = translate_file(args.model, args.input, args.reference, args.beam, args.output, progress)
+    if not args.output:
+        for line in result["translations"]:
+            print(line)
+    summary = {k: v for k, v in result.items() if k != "translations"}
+    print(json.dumps(summary) if args.json else "  ".join(f"{k} {v}" for k, v in summary.items()),
+          file=sys.stderr if not args.output else sys.stdout)
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # Under torchrun (WORLD_SIZE > 1) training commands run on every process as one process group;

@@ -3,12 +3,16 @@
 Every approach (``FAMILY:SIZE[:KEY=VALUE...]``) pre-trains on the same corpus for the same wall time,
 then fine-tunes with the same settings on each task (text or text-pair classification). Two baselines
 join every table: the same architecture fine-tuned from random weights with the approach's tokenizer
-(one row for all approaches that share architecture and tokenizer), and TF-IDF word and character
-n-grams with logistic regression. Each cell is a directory under ``out``::
+(one row for all approaches that share architecture, tokenizer and fine-tuning options), and TF-IDF word
+and character n-grams with logistic regression. An approach may instead start from an existing run
+(``from=RUN``: nothing is pre-trained here, its time is read from the run), and a family without a
+pre-training objective (``lstm``, ``gru``, ``bilstm``) is a baseline row of its own, trained from scratch.
+Each cell is a directory under ``out``::
 
     pretrain/bert-mini/          the pretrained run
     airline/bert-mini/           fine-tuned from it
     airline/scratch-bert-mini/   the same architecture from random weights
+    airline/lstm-mini/           a baseline family, from random weights
     airline/tfidf/               the TF-IDF baseline (its record only)
 
 A cell is finished once its ``compare.json`` record (settings and measurements) is written; a finished
@@ -33,9 +37,10 @@ from typing import Callable, Sequence
 from . import api
 from .data.corpus import resolve_sources
 from .errors import SesameError
-from .families import backbone_config, get_family, get_size
+from .families import Family, backbone_config, get_family, get_size
+from .interop.sources import MINILM, minilm_dir, transformers_config
 from .metrics import classification_report
-from .tasks import make_task
+from .tasks import POOLINGS, make_task
 from .train import Interrupted, TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json, write_json
 
@@ -59,23 +64,60 @@ COLUMNS = {  # CSV/JSON field: Markdown header
     "finetune_seconds": "fine-tuning time", "train_accuracy": "train accuracy", "dev_accuracy": "dev accuracy",
     "dev_macro_f1": "dev macro-F1",
 }
-KINDS = {"pretrained": ("#4c72b0", ""), "scratch": ("#b0b0b0", "//"), "tf-idf": ("#dd8452", "xx")}  # colour, hatch
+KINDS = {"pretrained": ("#4c72b0", ""), "baseline": ("#55a868", ".."), "scratch": ("#b0b0b0", "//"),
+         "tf-idf": ("#dd8452", "xx")}  # colour, hatch
 # set by compare itself, the same for every approach
 RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "max_minutes",
             "max_steps", "seed"}
+FINETUNE = "finetune."  # an approach's item finetune.KEY=VALUE sets api.finetune's KEY for its rows
+# api.finetune keywords compare sets itself: the task's files and columns, the run, the seed (the same for every
+# row) and the budget (whole epochs, evaluated and saved after each)
+FINETUNE_RESERVED = {"base", "train", "dev", "out", "task", "text_column", "label_column", "task_options", "tokenizer",
+                     "resume", "progress", "select", "seed", "max_steps", "max_minutes", "eval_every", "save_every"}
 
 
 @dataclass
 class Approach:
-    """One pre-training approach: a family, a size and a recipe of pre-training options."""
+    """One approach: a family, a size, a recipe of pre-training options (or an existing run to start from)
+    and fine-tuning options of its own."""
     spec: str  # as written: FAMILY:SIZE[:KEY=VALUE...]
     family: str
     size: str
     options: dict  # keyword arguments for sesame.pretrain
+    finetune: dict = field(default_factory=dict)  # keyword arguments for sesame.finetune (finetune.KEY=VALUE)
+    base: str | None = None  # from=RUN: fine-tune this run instead of pre-training
 
     @property
     def slug(self) -> str:
         return _slug(self.spec)
+
+    @property
+    def kind(self) -> str:
+        """``pretrained``, or ``baseline`` for a family without pre-training (trained from scratch)."""
+        return "pretrained" if self.base or get_family(self.family).objective else "baseline"
+
+    @property
+    def pretrains(self) -> bool:
+        """Whether compare pre-trains it (not a baseline, not ``from=`` a run)."""
+        return self.kind == "pretrained" and not self.base
+
+    @property
+    def has_twin(self) -> bool:
+        """Whether a from-scratch twin measures its pre-training: not for baselines (scratch already), feature
+        extractors (their task model is a BiLSTM, not their own network) or a run sesame did not make (whose
+        architecture ``scratch:FAMILY:SIZE`` may not be)."""
+        fam = get_family(self.family)
+        return fam.objective is not None and fam.arch not in api.FEATURE_EXTRACTORS and \
+            (self.base is None or _run_config(self.base) is not None)
+
+    def run(self, pretrained: Path) -> Path:
+        """The run it fine-tunes: its ``from=`` run, or its directory under ``pretrained``."""
+        return Path(self.base) if self.base else pretrained / self.slug
+
+    def fine_tuning(self, common: dict, task: "Task") -> dict:
+        """Its fine-tuning options on ``task``: the command's ``common`` ones < the family's defaults
+        (``Family.finetune``) < the task's own < the approach's ``finetune.KEY=VALUE`` items."""
+        return {**common, **get_family(self.family).finetune, **task.options, **self.finetune}
 
 
 def _slug(name: str) -> str:
@@ -117,28 +159,104 @@ def _recipe_defaults() -> dict:
     return {k: v for k, v in defaults.items() if k not in RESERVED}
 
 
-def _typed(where: str, key: str, text: str, default: object) -> object:
-    """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``."""
+def _typed(where: str, key: str, text: str, default: object, shown: bool = True) -> object:
+    """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``
+    (named in the error when ``shown``)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = text
-    return _checked(where, key, value, default)
+    return _checked(where, key, value, default, shown)
 
 
-def _checked(where: str, key: str, value: object, default: object) -> object:
+def _checked(where: str, key: str, value: object, default: object, shown: bool = True) -> object:
     """``value``, if it has the type of ``default`` (an int passes for a float); else an error naming ``where``."""
     if isinstance(default, float) and type(value) is int:
         value = float(value)
     if default is not None and type(value) is not type(default):
-        raise SesameError(f"{where}: {key}={json.dumps(value)} should be a {type(default).__name__}, "
-                          f"like the default {key}={json.dumps(default)}")
+        raise SesameError(f"{where}: {key}={json.dumps(value)} should be a {type(default).__name__}"
+                          + (f", like the default {key}={json.dumps(default)}" if shown else ""))
     return value
+
+
+def _finetune_defaults() -> dict:
+    """Every option a ``finetune.KEY`` item may name, with its default: sesame.finetune's keywords and
+    TrainConfig's fields, but those compare sets itself (``FINETUNE_RESERVED``)."""
+    defaults = {name: p.default for name, p in inspect.signature(api.finetune).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    defaults.update({f.name: f.default for f in fields(TrainConfig)})
+    return {k: v for k, v in defaults.items() if k not in FINETUNE_RESERVED}
+
+
+def _run_config(base: str) -> dict | None:
+    """The config.json of ``base`` if it is a run sesame made (pretrained or fine-tuned), else None."""
+    config = Path(base) / "config.json"
+    if not config.is_file() or transformers_config(Path(base)) is not None:
+        return None
+    found = read_json(config)
+    return found if isinstance(found, dict) and "kind" in found else None
+
+
+def _check_base(spec: str, fam: Family, size: str, base: str) -> None:
+    """``from=base``: a run of this family and size, a transformers directory or ``minilm``."""
+    where = f"--approaches {spec}: from={base}"
+    if base == MINILM:
+        try:
+            minilm_dir()  # installed?
+        except SesameError as err:
+            raise SesameError(f"{where}: {err}") from None
+        return
+    if not Path(base).is_dir():
+        raise SesameError(f"{where}: no such directory; give a run (of sesame pretrain, sesame cove, sesame "
+                          "ulmfit's target-lm), a transformers model directory or minilm")
+    config = _run_config(base)
+    if config is None:
+        if transformers_config(Path(base)) is None:
+            raise SesameError(f"{where}: neither a sesame run nor a transformers model directory (no config.json "
+                              "with kind or model_type)")
+        return
+    if (config.get("family"), config.get("size")) != (fam.name, size):
+        raise SesameError(f"{where}: a {config.get('family')} {config.get('size')} run; write "
+                          f"{config.get('family')}:{config.get('size')}:from={base}")
+
+
+def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
+    """The ``finetune.KEY=VALUE`` items of ``spec``, typed like sesame.finetune's defaults and checked now,
+    so a bad one fails before any training."""
+    where, known, options = f"--approaches {spec}", _finetune_defaults(), {}
+    text_options = {name for name, p in inspect.signature(api.finetune).parameters.items()
+                    if str(p.annotation).startswith("str")}  # paths and names, never read as JSON
+    for key, text in items.items():
+        if key in FINETUNE_RESERVED:
+            raise SesameError(f"{where}: finetune.{key} is set by compare for every row alike (the task, --seed, "
+                              "epochs as the budget)")
+        if key not in known:
+            raise SesameError(f"{where}: finetune.{key} is not a fine-tuning option; use one of "
+                              f"{', '.join(sorted(known))}")
+        # compare's and the family's defaults differ from api.finetune's, so none is shown as "the default"
+        options[key] = text if key in text_options else _typed(where, f"finetune.{key}", text, known[key], False)
+    if "vectors" in options:
+        if not (fam.arch == "elmo" or (fam.arch == "recurrent" and kind == "baseline")):
+            raise SesameError(f"{where}: finetune.vectors initialises the word embedding of a new recurrent task "
+                              "model: for lstm, gru, bilstm or elmo approaches (a cove run brings its own)")
+        if not Path(options["vectors"]).is_file():
+            raise SesameError(f"{where}: finetune.vectors={options['vectors']}: no such file (GloVe or word2vec text)")
+    if options.get("pooling") is not None and options["pooling"] not in POOLINGS:
+        raise SesameError(f"{where}: finetune.pooling={options['pooling']}: choose one of {', '.join(POOLINGS)}")
+    train = {f.name for f in fields(TrainConfig)}
+    try:
+        TrainConfig(**{"lr": 5e-5, "warmup": 0.1, **fam.finetune,
+                       **{k: v for k, v in options.items() if k in train}}).validate()
+    except SesameError as err:
+        raise SesameError(f"{where}: fine-tuning {err} (set it with finetune.KEY=VALUE)") from None
+    return options
 
 
 def parse_approach(spec: str) -> Approach:
     """``FAMILY:SIZE[:KEY=VALUE...]``: KEY is a ``sesame.pretrain`` option or a TrainConfig field (e.g.
-    ``seq_len``, ``lr``, ``accumulate``), or else an option of the family's objective (e.g. ``masking``)."""
+    ``seq_len``, ``lr``, ``accumulate``), or else an option of the family's objective (e.g. ``masking``);
+    ``from=RUN`` fine-tunes RUN (anything ``sesame finetune --from`` takes) instead of pre-training;
+    ``finetune.KEY=VALUE`` sets a ``sesame.finetune`` option (or TrainConfig field) for this approach's rows."""
     parts = spec.split(":")
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise SesameError(f"--approaches {spec!r}: write FAMILY:SIZE[:KEY=VALUE...], e.g. bert:mini or "
@@ -149,11 +267,26 @@ def parse_approach(spec: str) -> Approach:
         get_size(size)
     except SesameError as err:
         raise SesameError(f"--approaches {spec}: {err}") from None
-    known, options, objective = _recipe_defaults(), {}, {}
+    given: dict[str, str] = {}
     for item in items:
         key, sep, text = item.partition("=")
-        if not sep or not key or key in options or key in objective:
+        if not sep or not key or key in given:
             raise SesameError(f"--approaches {spec}: {item!r} should be KEY=VALUE, each KEY once, e.g. lr=1e-3")
+        given[key] = text
+    base = given.pop("from", None)
+    tuning = {k[len(FINETUNE):]: v for k, v in given.items() if k.startswith(FINETUNE)}
+    recipe = {k: v for k, v in given.items() if not k.startswith(FINETUNE)}
+    if base is None and fam.objective is None and fam.arch in api.FEATURE_EXTRACTORS:
+        raise SesameError(f"--approaches {spec}: {family} is not pre-trained by compare; train it with "
+                          f"`sesame {family}` and give the run: {family}:{size}:from=RUN")
+    if recipe and (base is not None or fam.objective is None):
+        why = f"starts from {base}" if base is not None else f"({family}) is a baseline without pre-training"
+        raise SesameError(f"--approaches {spec}: {', '.join(recipe)}: pre-training options, but this approach "
+                          f"{why}; give fine-tuning options as finetune.KEY=VALUE, e.g. finetune.lr=1e-3")
+    if base is not None:
+        _check_base(spec, fam, size, base)
+    known, options, objective = _recipe_defaults(), {}, {}
+    for key, text in recipe.items():
         if key in RESERVED:
             raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
                               "(--minutes, --max-steps, --seed, --corpus, --valid)")
@@ -166,7 +299,10 @@ def parse_approach(spec: str) -> Approach:
         TrainConfig(**{**fam.recipe, **{k: v for k, v in options.items() if k in train}}).validate()
     except SesameError as err:
         raise SesameError(f"--approaches {spec}: {err}") from None
-    return Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})})
+    approach = Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})},
+                        base=base)
+    approach.finetune = _parse_finetune(spec, fam, approach.kind, tuning)
+    return approach
 
 
 def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None) -> list[Task]:
@@ -189,7 +325,7 @@ def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None)
     for task in tasks:
         task.options = {k: _checked(f"--tasks (task {task.name})", k, v, defaults.get(k))
                         for k, v in task.options.items()}
-        _check_task(task)
+        check_task(task)
     names = [t.name for t in tasks]
     for name in names:
         if names.count(name) > 1 or name == "pretrain" or not re.fullmatch(r"[A-Za-z0-9][\w-]*", name):
@@ -225,7 +361,7 @@ def _named_tasks(spec: str, data: str) -> list[Task]:
     return tasks
 
 
-def _check_task(task: Task) -> None:
+def check_task(task: Task) -> None:
     """Read both files now, so a bad column or label fails before any training."""
     hint = f" (task {task.name}; check --data)" if task.name in SHORTCUTS else f" (task {task.name})"
     for path in (task.train, task.dev):
@@ -244,11 +380,11 @@ def _check_task(task: Task) -> None:
 def _say(where: str, name: str, record: dict, reused: bool) -> None:
     what = (f"dev accuracy {record['dev']['accuracy']:.4f}" if "dev" in record
             else f"{record['steps']:,} steps, {record['tokens']:,} tokens")
-    print(f"{where:<10} {name:<36} {what} in {_duration(record['seconds'])}{'  (reused)' if reused else ''}",
+    print(f"{where:<10} {name:<36} {what} in {duration(record['seconds'])}{'  (reused)' if reused else ''}",
           file=sys.stderr, flush=True)
 
 
-def _cell(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict, bool]:
+def run_cell(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict, bool]:
     """(record, reused): the record of a finished cell made with ``settings``, or of ``work(resume)`` run now.
 
     An unfinished cell resumes when it holds a run with a checkpoint; otherwise it starts afresh.
@@ -274,7 +410,8 @@ def _cell(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict
     return record, False
 
 
-def _state(run: Path) -> dict:
+def trainer_state(run: Path) -> dict:
+    """The trainer_state.json of ``run``'s last checkpoint (step, elapsed seconds, training config)."""
     return read_json(checkpoint_dir(run) / "trainer_state.json")
 
 
@@ -287,40 +424,79 @@ def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str]
                          **approach.options)
         except SesameError as err:
             raise SesameError(f"--approaches {approach.spec}: {err}") from None
-        state, config = _state(run), read_json(run / "config.json")
+        state, config = trainer_state(run), read_json(run / "config.json")
         return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config["seq_len"],
                 "seconds": round(state["elapsed"], 3)}
 
     settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": minutes,
                 "max_steps": max_steps, "seed": seed}
-    return _cell(run, settings, work)
+    return run_cell(run, settings, work)
+
+
+def _prior_training(base: str) -> dict:
+    """``{"seconds", "tokens"}`` spent pre-training the run ``base``, read from its checkpoint and summed over
+    the runs it continued (``config["base"]``: ULMFiT's target LM continues the general one); tokens are
+    steps × batch × sequence length. None for what the runs do not record (a transformers directory, MiniLM,
+    a run without checkpoint; tokens of a ``sesame cove`` run, whose examples are sentence pairs)."""
+    seconds, tokens, path, seen = 0.0, 0, Path(base), set()
+    while path is not None:
+        config = _run_config(str(path))
+        if config is None or config["kind"] != "pretrained" or checkpoint_dir(path) is None or path.resolve() in seen:
+            return {"seconds": None, "tokens": None}
+        seen.add(path.resolve())
+        state = trainer_state(path)
+        seconds += state["elapsed"]
+        tokens = tokens + state["step"] * state["config"]["batch_size"] * config["seq_len"] \
+            if tokens is not None and "seq_len" in config else None
+        path = Path(config["base"]) if config.get("base") else None
+    return {"seconds": round(seconds, 3), "tokens": tokens}
+
+
+def _origin(base: str) -> dict:
+    """What a cell fine-tuned from the run ``base`` depends on: its path and a fingerprint of its weights and
+    config (size and modification time), so that a changed run is noticed."""
+    path = minilm_dir() if base == MINILM else Path(base)
+    files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin")
+                                                                 or p.name == "config.json"))
+    return {"from": base if base == MINILM else str(path.resolve()),
+            "fingerprint": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files}}
 
 
 def _finetune(base: str, run: Path, task: Task, origin: dict, options: dict, tokenizer: str | None,
-              progress: bool) -> tuple[dict, bool]:
-    """Fine-tune ``base``; ``origin`` (the records it depends on) is part of the cell's settings."""
+              progress: bool, spec: str | None = None) -> tuple[dict, bool]:
+    """Fine-tune ``base``; ``origin`` (the records it depends on) is part of the cell's settings. An error
+    names the approach ``spec``, when given."""
     def work(resume: bool) -> dict:
-        dev = api.finetune(base, task.train, task.dev, str(run), task=task.kind, task_options=task.columns,
-                           tokenizer=tokenizer, resume=resume, progress=progress, **options)
+        try:
+            dev = api.finetune(base, task.train, task.dev, str(run), task=task.kind, task_options=task.columns,
+                               tokenizer=tokenizer, resume=resume, progress=progress, **options)
+        except SesameError as err:
+            raise SesameError(f"--approaches {spec} (task {task.name}): {err}" if spec else str(err)) from None
         model = api.load(run)
         return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
-                "seconds": round(_state(run)["elapsed"], 3), "train": _scores(model.evaluate(task.train)),
+                "seconds": round(trainer_state(run)["elapsed"], 3), "train": _scores(model.evaluate(task.train)),
                 "dev": _scores(dev)}
 
-    return _cell(run, {"from": origin, "task": asdict(task), **options}, work)
+    return run_cell(run, {"from": origin, "task": asdict(task), **options}, work)
 
 
 def _scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
-    """``{name: approaches}``: one from-scratch twin per distinct architecture and tokenizer, named
-    ``scratch:FAMILY:SIZE`` after the first approach that has them, whose tokenizer it uses. bert,
-    spanbert and electra at one size with one tokenizer file share a twin: their runs would be identical."""
+    """``{name: approaches}``: one from-scratch twin per distinct architecture, tokenizer and fine-tuning
+    options, named ``scratch:FAMILY:SIZE`` (and the approach's ``finetune.`` items) after the first approach
+    that has them, whose tokenizer it uses. bert, spanbert and electra at one size with one tokenizer file
+    share a twin: their runs would be identical. ``runs`` holds the runs compare pre-trained; approaches
+    without a twin (:attr:`Approach.has_twin`) are left out."""
     twins: dict[tuple, str] = {}
     named: dict[str, list[Approach]] = {}
     for a in plan:
-        tokenizer = hashlib.sha256((runs / a.slug / "tokenizer.json").read_bytes()).hexdigest()
-        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0))), tokenizer)
+        if not a.has_twin:
+            continue
+        tokenizer = hashlib.sha256((a.run(runs) / "tokenizer.json").read_bytes()).hexdigest()
+        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0))), tokenizer,
+               json.dumps(a.finetune, sort_keys=True))
         if key not in twins:
-            name = f"scratch:{a.family}:{a.size}"
+            name = ":".join([f"scratch:{a.family}:{a.size}", *(item for item in a.spec.split(":")[2:]
+                                                               if item.startswith(FINETUNE))])
             twins[key] = name if name not in named else f"{name}:tokenizer-of-{a.slug}"
         named.setdefault(twins[key], []).append(a)
     return named
@@ -380,12 +556,16 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
     too, for quick checks), fine-tune each and its from-scratch twin on every task with the same settings,
     add the TF-IDF baseline, and write ``results.{md,csv,json,png}`` in ``out``. Returns the table's rows.
 
-    ``approaches``: ``FAMILY:SIZE[:KEY=VALUE...]`` (see :func:`parse_approach`); ``tasks``: built-in names
-    (``airline``, ``sst2``, ``rte``, ``mrpc``, found under ``data``) or JSON task files, each optionally
-    followed by its own fine-tuning settings (see :func:`resolve_tasks`). The fine-tuning defaults (lr 2e-4,
-    3 epochs) suit the small sizes; every row of a task uses the same ones.
+    ``approaches``: ``FAMILY:SIZE[:KEY=VALUE...]`` (see :func:`parse_approach`); one ``from=RUN`` is not
+    pre-trained but fine-tuned from RUN, one of a family without a pre-training objective (lstm, gru, bilstm)
+    is a ``baseline`` row trained from scratch. ``tasks``: built-in names (``airline``, ``sst2``, ``rte``,
+    ``mrpc``, found under ``data``) or JSON task files, each optionally followed by its own fine-tuning
+    settings (see :func:`resolve_tasks`). The fine-tuning options of a row, later ones winning: these
+    arguments (defaults lr 2e-4, 3 epochs: they suit the small Transformers), the family's defaults
+    (``Family.finetune``: lr 2e-3 for the recurrent ones), the task's, the approach's
+    ``finetune.KEY=VALUE`` items (:meth:`Approach.fine_tuning`).
     """
-    plan = [parse_approach(spec) for spec in approaches]
+    plan = [parse_approach(spec) for spec in approaches]  # checks every approach before any training
     slugs = [a.slug for a in plan]
     if not plan or len(set(slugs)) < len(slugs):
         raise SesameError("--approaches: give at least one approach, each once")
@@ -405,13 +585,19 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
     out = Path(out)
     corpus_paths = [str(Path(p).resolve()) for p in corpus]
     valid_paths = [str(Path(p).resolve()) for p in valid] if valid else None
-    pretrained = {}
-    for a in plan:
-        pretrained[a.spec], reused = _pretrain(a, out / "pretrain" / a.slug, corpus_paths, valid_paths, minutes,
-                                               max_steps, seed, progress)
-        _say("pretrain", a.spec, pretrained[a.spec], reused)
-    scratch = _scratch_twins(plan, out / "pretrain")
     no_pretraining = {"seconds": 0, "tokens": 0}
+    origins, pre = {}, {}  # per approach: what its cells depend on, its pre-training columns
+    for a in plan:
+        if a.pretrains:
+            origins[a.spec], reused = _pretrain(a, out / "pretrain" / a.slug, corpus_paths, valid_paths, minutes,
+                                                max_steps, seed, progress)
+            _say("pretrain", a.spec, origins[a.spec], reused)
+            pre[a.spec] = origins[a.spec]
+        elif a.base:
+            origins[a.spec], pre[a.spec] = _origin(a.base), _prior_training(a.base)
+        else:
+            origins[a.spec], pre[a.spec] = {"scratch": f"scratch:{a.family}:{a.size}"}, no_pretraining
+    scratch = _scratch_twins(plan, out / "pretrain")
     rows = []
 
     def add(task: Task, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict,
@@ -425,17 +611,19 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
         _say(task.name, name, record, reused)
 
     for task in task_list:
-        tuned = {**options, **task.options}
         for a in plan:
-            add(task, a.spec, "pretrained", a.slug, *_finetune(
-                str(out / "pretrain" / a.slug), out / task.name / a.slug, task, pretrained[a.spec], tuned, None,
-                progress), pretrained[a.spec])
+            tuned = a.fine_tuning(options, task)
+            base = str(a.run(out / "pretrain")) if a.kind == "pretrained" else origins[a.spec]["scratch"]
+            add(task, a.spec, a.kind, a.slug, *_finetune(base, out / task.name / a.slug, task, origins[a.spec], tuned,
+                                                         None, progress, a.spec), pre[a.spec], finetune=tuned,
+                **({"from": a.base} if a.base else {}))
         for name, (a, *others) in scratch.items():
+            tuned = a.fine_tuning(options, task)
             add(task, name, "scratch", _slug(name), *_finetune(
                 f"scratch:{a.family}:{a.size}", out / task.name / _slug(name), task,
-                {"scratch": name, "tokenizer": pretrained[a.spec]}, tuned, str(out / "pretrain" / a.slug), progress),
-                no_pretraining, twin_of=[a.spec, *(o.spec for o in others)])
-        add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *_cell(
+                {"scratch": name, "tokenizer": origins[a.spec]}, tuned, str(a.run(out / "pretrain")), progress, name),
+                no_pretraining, twin_of=[a.spec, *(o.spec for o in others)], finetune=tuned)
+        add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *run_cell(
             out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": seed},
             lambda resume: tfidf_baseline(task, seed)), no_pretraining)
     _write_results(out, rows, task_list, command, minutes, options)
@@ -444,7 +632,7 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
 
 # -- outputs ---------------------------------------------------------------------------------------
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
 
 
@@ -456,8 +644,8 @@ def _count(n: int) -> str:
 
 
 def _shared_recipe(rows: list[dict]) -> list[str]:
-    """The recipe items (``KEY=VALUE``) that every pretrained approach names, when there are several."""
-    recipes = [row["approach"].split(":")[2:] for row in rows if row["kind"] == "pretrained"]
+    """The recipe items (``KEY=VALUE``) that every approach names, when there are several."""
+    recipes = [row["approach"].split(":")[2:] for row in rows if row["kind"] in ("pretrained", "baseline")]
     return [item for item in recipes[0] if all(item in r for r in recipes)] if len(recipes) > 1 else []
 
 
@@ -467,11 +655,24 @@ def _short(approach: str, shared: list[str]) -> str:
 
 
 def _cells(row: dict, shared: list[str]) -> list[str]:
-    pre = row["pretrain_seconds"]
-    return [_short(row["approach"], shared), row["kind"], _count(row["parameters"]), _duration(pre) if pre else "—",
-            _count(row["pretrain_tokens"]) if pre else "—", str(row["finetune_epochs"] or "—"),
-            _duration(row["finetune_seconds"]), *(f"{row[k]:.4f}" for k in ("train_accuracy", "dev_accuracy",
+    """The Markdown cells of ``row``; pre-training that did not happen or is unknown shows as ``—``."""
+    pre, tokens = row["pretrain_seconds"], row["pretrain_tokens"]
+    return [_short(row["approach"], shared), row["kind"], _count(row["parameters"]), duration(pre) if pre else "—",
+            _count(tokens) if tokens else "—", str(row["finetune_epochs"] or "—"),
+            duration(row["finetune_seconds"]), *(f"{row[k]:.4f}" for k in ("train_accuracy", "dev_accuracy",
                                                                             "dev_macro_f1"))]
+
+
+def _own_settings(rows: list[dict], common: dict, shared: list[str]) -> str:
+    """The rows of one task fine-tuned with other settings than ``common`` (the command's and the task's),
+    by the family's defaults or their ``finetune.`` items: ``lstm:mini`` (lr 0.002); ..."""
+    def item(key: str, value: object) -> str:
+        shown = f"{value:g}" if isinstance(value, float) else json.dumps(value) if isinstance(value, bool) else value
+        return f"{key.replace('_', ' ')} {shown}"
+
+    own = [(r["approach"], [item(k, v) for k, v in r["finetune"].items() if common.get(k) != v])
+           for r in rows if "finetune" in r]
+    return "; ".join(f"`{_short(name, shared)}` ({', '.join(diff)})" for name, diff in own if diff)
 
 
 def _write_results(out: Path, rows: list[dict], tasks: list[Task], command: str, minutes: float,
@@ -485,27 +686,39 @@ def _write_results(out: Path, rows: list[dict], tasks: list[Task], command: str,
         writer.writerows(rows)
     shared = _shared_recipe(rows)
     twins = {r["approach"]: r["twin_of"] for r in rows if r["kind"] == "scratch"}
+    here = any(r["kind"] == "pretrained" and "from" not in r for r in rows)
     lines = ["# sesame compare", "", "Made by:", "", "```bash", command, "```", "",
-             f"- Pre-training: {minutes:g} min of wall time per approach on the same corpus (tokenizer, data "
-             "preparation and training); pre-training tokens = steps × batch × sequence length.",
+             *([f"- Pre-training: {minutes:g} min of wall time per approach pre-trained here, on the same corpus "
+                "(tokenizer, data preparation and training); pre-training tokens = steps × batch × sequence "
+                "length."] if here else []),
              *([f"- Every approach's recipe includes `{':'.join(shared)}`, left out of the tables."] if shared else []),
-             f"- Fine-tuning, the same for every row of a task: epochs {options['epochs']}, lr {options['lr']:g}, "
-             f"batch {options['batch_size']}, max length {options['max_length']}, seed {options['seed']} (unless the "
-             "task says otherwise); the epoch with the best dev accuracy is kept.",
-             "- `scratch:` rows: the same architecture from random weights, with the approach's tokenizer; one row "
-             "serves every approach with the same architecture and tokenizer: " + "; ".join(
-                 f"`{name}` for {', '.join(_short(a, shared) for a in of)}" for name, of in twins.items()) + ".",
+             *(["- `from=` rows fine-tune an existing run, pre-trained elsewhere: its time and tokens are read from its "
+                "checkpoints (summed over the runs it continued, as ULMFiT's target LM continues the general one); "
+                "`—` where the run does not record them."] if any("from" in r for r in rows) else []),
+             f"- Fine-tuning: epochs {options['epochs']}, lr {options['lr']:g}, batch {options['batch_size']}, max "
+             f"length {options['max_length']}, seed {options['seed']}, unless the family (its defaults), the task or "
+             "the approach (`finetune.KEY=VALUE`) says otherwise, in that order of precedence; each task lists the "
+             "rows that differ. The epoch with the best dev accuracy is kept.",
+             *(["- `baseline` rows: a family without pre-training (an LSTM, GRU or BiLSTM classifier), trained from "
+                "random weights (or `finetune.vectors`) on the task alone, with a word tokenizer of its training "
+                "texts."] if any(r["kind"] == "baseline" for r in rows) else []),
+             *(["- `scratch:` rows: the same architecture from random weights, with the approach's tokenizer and "
+                "fine-tuning options; one row serves every approach with the same architecture, tokenizer and "
+                "options: " + "; ".join(f"`{name}` for {', '.join(_short(a, shared) for a in of)}"
+                                        for name, of in twins.items()) + "."] if twins else []),
              "- The TF-IDF row: logistic regression on word 1–2-gram and character 2–5-gram TF-IDF features (for a "
              "pair (u, v): u, v, |u − v| and u ∗ v), its C picked on dev. Like the best epoch above, that makes its "
              "dev score slightly optimistic."]
     for task in tasks:
         mine = [r for r in rows if r["task"] == task.name]
         own = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in task.options.items())
+        differ = _own_settings(mine, {**options, **task.options}, shared)
         lines += ["", f"## {task.name}", "",
                   f"`{task.train}` → `{task.dev}`, {task.text_column}"
                   f"{f' + {task.pair_column}' if task.pair_column else ''} → {task.label_column}"
                   f"{f'; fine-tuning for this task{own}' if own else ''}; TF-IDF C = "
-                  f"{next(r['C'] for r in mine if r['kind'] == 'tf-idf'):g}.", "",
+                  f"{next(r['C'] for r in mine if r['kind'] == 'tf-idf'):g}."
+                  f"{f' Fine-tuned otherwise: {differ}.' if differ else ''}", "",
                   "| " + " | ".join(COLUMNS.values()) + " |", "|" + "---|" * len(COLUMNS)]
         lines += ["| " + " | ".join(_cells(r, shared)) + " |" for r in mine]
     (out / "results.md").write_text("\n".join(lines) + "\n")
@@ -533,8 +746,9 @@ def _chart(rows: list[dict], tasks: list[str], names: list[str], path: Path) -> 
         ax.set_title(task, fontsize=10)
         ax.set_xlabel("dev accuracy", fontsize=8)
         ax.tick_params(labelsize=8)
-    fig.legend(handles=[Patch(facecolor=c, hatch=h, edgecolor="#333333", label=k) for k, (c, h) in KINDS.items()],
-               loc="outside lower center", ncols=len(KINDS), fontsize=8)
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    fig.legend(handles=[Patch(facecolor=KINDS[k][0], hatch=KINDS[k][1], edgecolor="#333333", label=k) for k in kinds],
+               loc="outside lower center", ncols=len(kinds), fontsize=8)
     fig.savefig(path, dpi=120)
 
 
@@ -545,7 +759,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     default = {name: param.default for name, param in inspect.signature(compare).parameters.items()}
     p = subparsers.add_parser("compare", help="pre-training approaches at equal compute, against baselines")
     p.add_argument("--approaches", nargs="+", required=True, metavar="FAMILY:SIZE[:KEY=VALUE...]",
-                   help="e.g. bert:mini roberta:mini:accumulate=4; KEY: a pretrain option or objective option")
+                   help="e.g. bert:mini roberta:mini:accumulate=4 lstm:mini cove:mini:from=runs/cove "
+                        "bert:mini:from=minilm:finetune.lr=5e-5; KEY: a pretrain option or objective option, "
+                        "from (a run to fine-tune instead of pre-training) or finetune.KEY (a finetune option)")
     p.add_argument("--corpus", nargs="+", required=True, help="pre-training text files or folders, shared by all")
     p.add_argument("--valid", nargs="+", help="validation text (default: the corpus's last 1%%)")
     p.add_argument("--tasks", nargs="+", required=True, metavar="TASK[:KEY=VALUE...]",
@@ -559,7 +775,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     for flag, kind, what in (("epochs", int, "epochs"), ("lr", float, "learning rate"),
                              ("batch_size", int, "batch size"), ("max_length", int, "tokens per text")):
         p.add_argument("--" + flag.replace("_", "-"), type=kind, default=default[flag],
-                       help=f"fine-tuning {what}, the same for every row (default %(default)s)")
+                       help=f"fine-tuning {what} of every row whose family, task or approach sets none "
+                            "(default %(default)s)")
     p.add_argument("--seed", type=int, default=default["seed"])
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     return p

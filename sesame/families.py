@@ -1,39 +1,51 @@
 """The registry of model families and sizes.
 
-A family is one row: which tokenizer it trains, how its Transformer is configured, which
+A family is one row: which tokenizer it trains, its architecture and how it is configured, which
 pre-training objective (with which options) it uses, its default training recipe, how a
-fine-tuned classifier pools the sequence, and whether fine-tuning adds GPT's input tokens. Sizes
-follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64 and a feed-forward
-width of 4 x hidden.
+fine-tuned classifier pools the sequence, and whether fine-tuning adds GPT's input tokens.
+Transformer sizes follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64
+and a feed-forward width of 4 x hidden. Recurrent sizes scale AWD-LSTM's (embedding 400, hidden 1150
+at ``base``; Merity et al. 2018) down for a CPU.
+
+The recurrent families: ``lstm``, ``gru`` and ``bilstm`` are baselines trained from scratch (optionally
+from word vectors, ``sesame finetune --vectors``); ``ulmfit`` is AWD-LSTM with its dropouts
+(Howard & Ruder 2018, §4: 0.4 on the output, 0.3 between layers, 0.4 on the input, 0.05 on embeddings,
+0.5 on the hidden-to-hidden weights); ``elmo`` is a character-aware biLM whose layers a task model
+reads, frozen, beside its own embeddings; ``cove`` is the MT-LSTM encoder (trained by ``sesame cove``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .errors import SesameError
-from .models import TransformerConfig
+from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     tokenizer: str  # wordpiece | bpe | unigram
-    objective: str  # a key of sesame.objectives.OBJECTIVES
+    objective: str | None  # a key of sesame.objectives.OBJECTIVES (None: not pre-trained by `sesame pretrain`)
     causal: bool
     norm: str  # "post" (BERT, GPT) or "pre" (GPT-2: LayerNorm before each sublayer, one after the stack)
     embedding_norm: bool  # LayerNorm on the summed embeddings (BERT)
-    pooling: str  # "cls": first token (encoders); "last": last real token (decoders)
+    pooling: str  # "cls": first token (encoders); "last": last real token (decoders); "max"; "concat" (ULMFiT)
     paper: str
+    arch: str = "transformer"  # transformer | recurrent | elmo | cove (sesame.models.ARCHITECTURES)
+    model_options: dict = field(default_factory=dict)  # further backbone config fields (recurrent: cell, dropouts)
     embedding_size: int | None = None  # ALBERT's factorised embedding E (None: E = hidden)
     sharing: str = "none"  # ALBERT's cross-layer sharing: none | all | attention | ffn
     objective_options: dict = field(default_factory=dict)
-    recipe: dict = field(default_factory=dict)  # defaults for TrainConfig fields
+    recipe: dict = field(default_factory=dict)  # pre-training defaults for TrainConfig fields
+    finetune: dict = field(default_factory=dict)  # fine-tuning defaults for TrainConfig fields (over BERT's)
     # fine-tuning adds GPT's start, delimiter and extract tokens (sesame.tasks.inputs; Radford et al. 2018,
     # §3.3). GPT-2's paper (2019) defines no fine-tuning inputs (it is evaluated zero-shot), so gpt2 keeps the
     # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
     input_tokens: bool = False
     context: int = 512  # learned positions (GPT and BERT: 512; GPT-2's longer context: 1024)
 
+
+RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -48,8 +60,37 @@ FAMILIES: dict[str, Family] = {
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True),
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024),
+        #      name       tokenizer objective causal norm emb-LN pooling   paper
+        Family("lstm", "word", None, True, "-", False, "last", "Hochreiter & Schmidhuber 1997", arch="recurrent",
+               finetune=RECURRENT_FINETUNE),
+        Family("gru", "word", None, True, "-", False, "last", "Cho et al. 2014", arch="recurrent",
+               model_options={"cell": "gru"}, finetune=RECURRENT_FINETUNE),
+        Family("bilstm", "word", None, False, "-", False, "max", "Graves & Schmidhuber 2005", arch="recurrent",
+               finetune=RECURRENT_FINETUNE),  # max pooling over a BiLSTM: Conneau et al. 2017
+        Family("ulmfit", "word", "awd_lm", True, "-", False, "concat", "Howard & Ruder 2018", arch="recurrent",
+               model_options={"layers": 3, "tied": True, "dropout": 0.4, "hidden_dropout": 0.3, "input_dropout": 0.4,
+                              "embedding_dropout": 0.05, "weight_dropout": 0.5},
+               recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
+               finetune=RECURRENT_FINETUNE),
+        Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
+               objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
+               recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE),
+        Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
+               finetune=RECURRENT_FINETUNE),
     ]
 }
+DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
+
+# (embedding, hidden per direction) per size; base = AWD-LSTM's (Merity et al. 2018, §5).
+RECURRENT_SIZES: dict[str, tuple[int, int]] = {
+    "tiny": (64, 128),
+    "mini": (200, 400),
+    "small": (300, 600),
+    "medium": (400, 800),
+    "base": (400, 1150),
+}
+DROPOUT = 0.1
+RECURRENT_LAYERS = 2  # the baselines'; ulmfit sets 3 (AWD-LSTM)
 
 # (layers, hidden) per size; Turc et al. 2019, Table 6 / BERT-base.
 SIZES: dict[str, tuple[int, int]] = {
@@ -73,10 +114,20 @@ def get_size(name: str) -> tuple[int, int]:
     return SIZES[name]
 
 
-def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropout: float = 0.1,
-                    max_positions: int | None = None) -> TransformerConfig:
-    """The Transformer configuration of ``family`` at ``size``, with the family's context unless ``max_positions``."""
+def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropout: float | None = None,
+                    max_positions: int | None = None):
+    """The backbone configuration of ``family`` at ``size``; a Transformer's has the family's context unless
+    ``max_positions``. ``dropout`` overrides the family's (0.1 unless its row says otherwise; for a recurrent
+    family the output's, AWD-LSTM's others coming from the row)."""
     fam, (layers, hidden) = get_family(family), get_size(size)
+    dropout = dropout if dropout is not None else fam.model_options.get("dropout", DROPOUT)
+    if fam.arch == "recurrent":
+        embedding, width = RECURRENT_SIZES[size]
+        return RecurrentConfig(**{"vocab_size": vocab_size, "causal": fam.causal, "embedding_size": embedding,
+                                  "hidden_size": width, "layers": RECURRENT_LAYERS, "pad_id": pad_id,
+                                  **fam.model_options, "dropout": dropout})
+    if fam.arch != "transformer":  # ELMo's sizes live with its model
+        return ARCHITECTURES[fam.arch][0].sized(size, vocab_size, pad_id, dropout)
     embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
     return TransformerConfig(
         vocab_size=vocab_size, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,

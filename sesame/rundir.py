@@ -10,9 +10,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from torch import nn
+
 from . import __version__
 from .errors import SesameError
-from .models import Transformer, TransformerConfig
+from .models import build_model
 from .tokenizer import TextTokenizer
 from .train.checkpoint import load_weights, read_json, write_json
 
@@ -55,11 +57,12 @@ def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
         raise
 
 
-def build_backbone(config: dict) -> Transformer:
-    return Transformer(TransformerConfig(**config["model"]))
+def build_backbone(config: dict) -> nn.Module:
+    """The backbone a run's config.json describes (:func:`sesame.models.build_model`), without weights."""
+    return build_model(config["model"])
 
 
-def load_backbone(run: str | Path, flag: str = "--model") -> Transformer:
+def load_backbone(run: str | Path, flag: str = "--model") -> nn.Module:
     """The backbone of a pretrained or fine-tuned run, with its weights (heads left behind), in eval mode."""
     run = Path(run)
     backbone = build_backbone(read_config(run, flag, ("pretrained", "finetuned")))

@@ -9,6 +9,9 @@ Three kinds, one wrapper:
   of letters, digits, punctuation and spaces before merges are learned, so no merge crosses those
   classes ("dog." "dog!" "dog?" all share "dog"), and every byte is representable (no unknowns).
 * ``unigram``: SentencePiece's unigram LM (Kudo 2018) with metaspace pre-tokenisation.
+* ``word``: a word vocabulary (the recurrent families: ULMFiT, ELMo, CoVe, the LSTM baselines), the
+  ``vocab_size`` most frequent words split as :data:`sesame.wordvectors.WORD` splits them (so GloVe
+  vectors line up); other words are ``<unk>`` (WikiText's literal ``<unk>`` included).
 
 Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
 are the special ones, in that order of roles. A single text encodes as ``cls text sep`` and a pair
@@ -17,20 +20,25 @@ and encodes with them instead (:mod:`sesame.tasks.inputs`).
 """
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
-from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Encoding, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import SesameError
+from .wordvectors import WORD
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "bpe": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
     "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
+    "word": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
 }
 KINDS = tuple(SPECIAL_TOKENS)
 
@@ -126,9 +134,9 @@ class TextTokenizer:
         except Exception as err:  # the Rust side raises plain Exception
             raise SesameError(f"{path}: not a tokenizers JSON file ({err})") from None
         model = type(backend.model).__name__.lower()
-        kind = {"wordpiece": "wordpiece", "bpe": "bpe", "unigram": "unigram"}.get(model)
+        kind = {"wordpiece": "wordpiece", "bpe": "bpe", "unigram": "unigram", "wordlevel": "word"}.get(model)
         if kind is None:
-            raise SesameError(f"{path}: a {model} tokenizer is not supported; use wordpiece, bpe or unigram")
+            raise SesameError(f"{path}: a {model} tokenizer is not supported; use wordpiece, bpe, unigram or word")
         return cls(backend, kind)
 
 
@@ -151,6 +159,17 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
         tok.decoder = decoders.WordPiece()
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=specials, show_progress=show_progress)
+    elif kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Split(Regex(WORD.pattern), "isolated")])
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                            show_progress=show_progress)
+        # the trainer would count a special token's literal (WikiText's "<unk>") as a new word with a second id
+        literals = re.compile("|".join(map(re.escape, specials)))
+        texts = (literals.sub(" ", text) for text in texts)
     elif kind == "bpe":
         tok = Tokenizer(models.BPE())
         if lowercase:
@@ -178,3 +197,24 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
         special_tokens=[(names[r], tok.token_to_id(names[r])) for r in ("cls", "sep")],
     )
     return TextTokenizer(tok, kind)
+
+
+def extend_words(tok: TextTokenizer, texts: Iterable[str], max_new: int, min_frequency: int = 2
+                 ) -> tuple[TextTokenizer, int]:
+    """A word tokenizer with the words of ``texts`` it lacks appended after its own, whose ids stay the same:
+    the ``max_new`` most frequent of those seen at least ``min_frequency`` times. ULMFiT fine-tunes its LM on
+    the target task's vocabulary (Howard & Ruder 2018, §3.2; their code starts a new word at the mean
+    embedding). Returns the tokenizer and the number of words added."""
+    if tok.kind != "word":
+        raise ValueError(f"extend_words: a word tokenizer is needed, not {tok.kind}")
+    normalizer, pre_tokenizer = tok.backend.normalizer, tok.backend.pre_tokenizer
+    counts: Counter[str] = Counter()
+    for text in texts:
+        text = normalizer.normalize_str(text) if normalizer is not None else text
+        counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(text))
+    vocab = tok.backend.get_vocab()
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    new = [w for w, n in ranked if n >= min_frequency and w not in vocab][:max_new]
+    data = json.loads(tok.backend.to_str())
+    data["model"]["vocab"].update({w: len(vocab) + i for i, w in enumerate(new)})
+    return TextTokenizer(Tokenizer.from_str(json.dumps(data)), "word"), len(new)

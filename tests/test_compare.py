@@ -1,18 +1,23 @@
-"""sesame compare on tiny generated data: the table and its files, reuse, resumption, the baselines, bad input."""
+"""sesame compare on tiny generated data: the table and its files, reuse, resumption, the baselines, runs
+made elsewhere, per-approach fine-tuning options, bad input."""
 import argparse
 import csv
 import functools
 import hashlib
 import json
+import os
 import random
+import shutil
 import signal
 
 import pytest
 
 import sesame.compare as compare_module
 from sesame import api
-from sesame.compare import COLUMNS, Task, _scratch_twins, add_parser, compare, parse_approach, run, tfidf_baseline
+from sesame.compare import (COLUMNS, Task, _prior_training, _scratch_twins, add_parser, compare, parse_approach, run,
+                            tfidf_baseline)
 from sesame.errors import SesameError
+from sesame.families import FAMILIES
 from sesame.train import Interrupted, Trainer
 from sesame.train.checkpoint import checkpoint_dir
 
@@ -237,6 +242,24 @@ def test_recipes_parse_into_pretrain_and_objective_options():
      "airline/train.csv: no such file (task airline; check --data)"),
     ({"--corpus": ["{root}/missing.txt"]}, "--corpus"),
     ({"--minutes": ["0"]}, "--minutes: must be positive"),
+    ({"--approaches": ["cove:tiny"]}, "--approaches cove:tiny: cove is not pre-trained by compare; train it with "
+                                      "`sesame cove`"),
+    ({"--approaches": ["lstm:tiny:lr=1e-3"]}, "--approaches lstm:tiny:lr=1e-3: lr: pre-training options, but this "
+                                              "approach (lstm) is a baseline"),
+    ({"--approaches": ["gpt:tiny:from={root}/nowhere:seq_len=64"]}, "seq_len: pre-training options, but this approach "
+                                                                     "starts from"),
+    ({"--approaches": ["gpt:tiny:from={root}/nowhere"]}, "/nowhere: no such directory; give a run"),
+    ({"--approaches": ["gpt:tiny:from={root}"]}, "neither a sesame run nor a transformers model directory"),
+    ({"--approaches": ["gpt:tiny:finetune.nope=1"]}, "--approaches gpt:tiny:finetune.nope=1: finetune.nope is not a "
+                                                     "fine-tuning option"),
+    ({"--approaches": ["gpt:tiny:finetune.lr=fast"]}, 'finetune.lr=fast: finetune.lr="fast" should be a float'),
+    ({"--approaches": ["gpt:tiny:finetune.gradual_unfreezing=1"]}, "finetune.gradual_unfreezing=1 should be a bool"),
+    ({"--approaches": ["gpt:tiny:finetune.seed=1"]}, "finetune.seed is set by compare for every row"),
+    ({"--approaches": ["gpt:tiny:finetune.vectors={root}/corpus.txt"]}, "finetune.vectors initialises the word"),
+    ({"--approaches": ["lstm:tiny:finetune.vectors={root}/none.txt"]}, "none.txt: no such file"),
+    ({"--approaches": ["lstm:tiny:finetune.pooling=best"]}, "finetune.pooling=best: choose one of"),
+    ({"--approaches": ["ulmfit:tiny:finetune.schedule=cosine"]},
+     "--approaches ulmfit:tiny:finetune.schedule=cosine: fine-tuning --schedule: choose one of"),
 ])
 def test_bad_input_is_a_sesame_error_naming_the_flag(flags, message, data, tmp_path):
     parser = argparse.ArgumentParser(prog="sesame")
@@ -249,3 +272,120 @@ def test_bad_input_is_a_sesame_error_naming_the_flag(flags, message, data, tmp_p
         run(args)
     assert message in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_fine_tuning_options_precedence():
+    """command < family defaults < task < approach: recurrent families fine-tune at their own rate (2e-3)."""
+    common = {"epochs": 2, "lr": 1e-3, "batch_size": 16, "max_length": 32, "seed": 0}
+    family = FAMILIES["lstm"].finetune
+    assert family["lr"] != common["lr"]
+    plain, mine = Task("plain", "train.csv", "dev.csv"), Task("mine", "train.csv", "dev.csv", options={"lr": 0.05})
+    assert parse_approach("gpt:tiny").fine_tuning(common, plain) == common
+    lstm = parse_approach("lstm:tiny:finetune.warmup=0.2:finetune.gradual_unfreezing=true")
+    assert lstm.kind == "baseline" and not lstm.pretrains and not lstm.has_twin
+    assert lstm.fine_tuning(common, plain) == {**common, **family, "warmup": 0.2, "gradual_unfreezing": True}
+    assert lstm.fine_tuning(common, mine)["lr"] == 0.05
+    assert parse_approach("gru:tiny:finetune.lr=0.1").fine_tuning(common, mine)["lr"] == 0.1
+    assert parse_approach("bert:tiny:finetune.pooling=mean:finetune.adapters=8").finetune == {"pooling": "mean",
+                                                                                               "adapters": 8}
+
+
+def test_feature_extractors_baselines_and_outside_runs_get_no_twin(tmp_path):
+    hf = tmp_path / "hf-bert"  # a transformers directory: its architecture need not be scratch:bert:tiny's
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    plan = [parse_approach(spec) for spec in ("elmo:tiny", "lstm:tiny", "bilstm:tiny", f"bert:tiny:from={hf}")]
+    assert [a.kind for a in plan] == ["pretrained", "baseline", "baseline", "pretrained"]
+    assert [a.pretrains for a in plan] == [True, False, False, False]
+    assert _scratch_twins(plan, tmp_path) == {}
+    assert _prior_training(str(hf)) == {"seconds": None, "tokens": None}
+
+
+def test_prior_training_sums_the_runs_a_run_continued(tmp_path):
+    """ULMFiT's target LM continues the general LM: its pre-training is both runs'."""
+    def fake_run(name, config, step, batch, elapsed):
+        run = tmp_path / name
+        (run / "checkpoint").mkdir(parents=True)
+        (run / "config.json").write_text(json.dumps({"kind": "pretrained", **config}))
+        (run / "checkpoint" / "trainer_state.json").write_text(json.dumps(
+            {"step": step, "elapsed": elapsed, "config": {"batch_size": batch}}))
+        return str(run)
+
+    general = fake_run("general-lm", {"seq_len": 70, "base": None}, 100, 64, 600.0)
+    target = fake_run("target-lm", {"seq_len": 70, "base": general}, 10, 64, 30.5)
+    assert _prior_training(target) == {"seconds": 630.5, "tokens": 110 * 64 * 70}
+    cove = fake_run("cove", {}, 5, 32, 12.0)  # translation pairs: no seq_len, so no token count
+    assert _prior_training(cove) == {"seconds": 12.0, "tokens": None}
+    (tmp_path / "general-lm" / "checkpoint" / "trainer_state.json").unlink()
+    assert _prior_training(target) == {"seconds": None, "tokens": None}  # half the story is no story
+
+
+@pytest.fixture(scope="module")
+def elsewhere(done, data, tmp_path_factory):
+    """Baselines, a run pre-trained elsewhere (a copy of one of `done`'s) and per-approach fine-tuning options."""
+    root = tmp_path_factory.mktemp("elsewhere")
+    gpt = root / "gpt-run"
+    shutil.copytree(done[0] / "pretrain" / parse_approach(APPROACHES[0]).slug, gpt)
+    approaches = ["lstm:tiny", "gru:tiny:finetune.lr=0.01:finetune.epochs=1", f"gpt:tiny:from={gpt}:finetune.lr=0.003"]
+    out = root / "out"
+    rows = compare(approaches, [str(data / "corpus.txt")], [str(data / "animals.json")], str(out), **SETTINGS)
+    return out, gpt, approaches, rows
+
+
+def train_settings(out, row):
+    return json.loads((out / row["run"] / "config.json").read_text())["train"]
+
+
+def test_baselines_are_one_row_each_without_pretraining_or_twin(elsewhere):
+    out, _, approaches, rows = elsewhere
+    names = [r["approach"] for r in rows]
+    assert names == [*approaches, "scratch:gpt:tiny:finetune.lr=0.003", "tf-idf + logistic regression"]
+    lstm, gru = rows[0], rows[1]
+    assert lstm["kind"] == gru["kind"] == "baseline" and lstm["run"] == "animals/lstm-tiny"
+    assert lstm["pretrain_seconds"] == lstm["pretrain_tokens"] == 0 and 0 <= lstm["dev_accuracy"] <= 1
+    assert not (out / "pretrain").exists()  # nothing was pre-trained
+    # the family's defaults (lr 2e-3) over the command's lr 1e-3; the approach's over both
+    family = FAMILIES["lstm"].finetune
+    assert {k: train_settings(out, lstm)[k] for k in family} == family and family["lr"] != SETTINGS["lr"]
+    assert train_settings(out, gru)["lr"] == 0.01 and gru["finetune_epochs"] == 1 and lstm["finetune_epochs"] == 2
+    md = (out / "results.md").read_text()
+    assert "| lstm:tiny | baseline | " in md and "`baseline` rows" in md and "- Pre-training:" not in md
+    assert "Fine-tuned otherwise: `lstm:tiny` (lr 0.002" in md and \
+        "`gru:tiny:finetune.lr=0.01:finetune.epochs=1` (epochs 1, lr 0.01" in md
+    lstm_cells = next(line for line in md.splitlines() if line.startswith("| lstm:tiny |")).split(" | ")
+    assert lstm_cells[3:5] == ["—", "—"] and lstm_cells[5] == "2"  # no pre-training; epochs shown
+
+
+def test_a_run_from_elsewhere_is_fine_tuned_with_its_own_pretraining_time(elsewhere):
+    out, gpt, approaches, rows = elsewhere
+    row, twin = rows[2], rows[3]
+    state = json.loads((checkpoint_dir(gpt) / "trainer_state.json").read_text())
+    assert row["kind"] == "pretrained" and row["pretrain_seconds"] == round(state["elapsed"], 3) > 0
+    assert row["pretrain_tokens"] == 3 * 8 * 32
+    assert json.loads((out / row["run"] / "config.json").read_text())["base"] == str(gpt)
+    assert train_settings(out, row)["lr"] == train_settings(out, twin)["lr"] == 0.003  # finetune.lr reaches both
+    assert twin["twin_of"] == [approaches[2]] and twin["pretrain_seconds"] == 0
+    vocabulary = [json.loads((run / "tokenizer.json").read_text())["model"]["vocab"] for run in (out / twin["run"], gpt)]
+    assert vocabulary[0] == vocabulary[1]  # the twin uses the run's tokenizer (fine-tuning adds GPT's input tokens)
+    assert "`from=` rows fine-tune an existing run" in (out / "results.md").read_text()
+
+
+def test_a_changed_run_from_elsewhere_is_noticed(elsewhere, data, monkeypatch):
+    out, gpt, approaches, rows = elsewhere
+    for module, name in ((api, "pretrain"), (api, "finetune"), (compare_module, "tfidf_baseline")):
+        @functools.wraps(getattr(module, name))  # compare reads finetune's signature
+        def retrain(*args, **kwargs):
+            raise AssertionError("a finished cell was run again")
+        monkeypatch.setattr(module, name, retrain)
+    args = (approaches, [str(data / "corpus.txt")], [str(data / "animals.json")], str(out))
+    assert compare(*args, **SETTINGS) == rows  # unchanged: every cell reused
+    weights = gpt / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    with pytest.raises(SesameError, match="made with other settings .*from"):
+        compare(*args, **SETTINGS)
+
+
+def test_a_run_from_elsewhere_must_match_the_approach(done):
+    run = done[0] / "pretrain" / parse_approach(APPROACHES[0]).slug
+    with pytest.raises(SesameError, match=f"from={run}: a gpt tiny run; write gpt:tiny:from="):
+        parse_approach(f"gpt2:tiny:from={run}")

@@ -61,12 +61,19 @@ RECIPES = {"discriminative+stlr": {"discriminative": 2.6, "schedule": "stlr"},
            "features": {"features": True}, "auxiliary lm": {"lm_weight": 0.5}}
 
 
+PRETRAINED = [name for name, f in FAMILIES.items() if f.objective]  # the others: baselines from scratch, and cove
+BUILT_HERE = [name for name, f in FAMILIES.items() if f.arch != "cove"]  # cove trains on translation: test_cove.py
+
+
 @pytest.fixture(scope="module")
 def pretrained(data, tmp_path_factory):
-    """``pretrained(family)``: a tiny run of the family, made on first use and shared by the tests below."""
+    """``pretrained(family)``: a tiny run of the family, made on first use and shared by the tests below (a
+    baseline without pre-training: its ``scratch:FAMILY:tiny`` spec)."""
     runs = {}
 
     def make(family: str):
+        if not FAMILIES[family].objective:
+            return f"scratch:{family}:tiny"
         if family not in runs:
             run = tmp_path_factory.mktemp(family) / "pre"
             sesame.pretrain([str(data / f"doc{i}.txt") for i in range(3)], str(run), family=family, size="tiny",
@@ -77,14 +84,16 @@ def pretrained(data, tmp_path_factory):
     return make
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", PRETRAINED)
 def test_family_pretrains_and_fine_tunes(family, pretrained, data, tmp_path, one_thread):
     run = pretrained(family)
     config = read_config(run, "--out", ("pretrained",))
     assert config["objective"] == FAMILIES[family].objective
     losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
               if r["split"] == "train"]
-    assert losses[-1] < 0.8 * losses[0], f"{family}: loss {losses[0]:.2f} → {losses[-1]:.2f}"
+    limit = 0.8 if FAMILIES[family].arch == "transformer" else 0.9  # LSTMs learn slower in 40 steps (and AWD's
+    # dropouts stay on)
+    assert losses[-1] < limit * losses[0], f"{family}: loss {losses[0]:.2f} → {losses[-1]:.2f}"
     metrics = sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(tmp_path / "clf"),
                               epochs=1, batch_size=8, max_length=32, progress=False)
     assert 0.0 <= metrics["accuracy"] <= 1.0
@@ -97,7 +106,7 @@ def fine_tune(run, data, out, task: str = "classify", **options) -> dict:
 
 
 @pytest.mark.parametrize("task", list(TASK_FILES))
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", BUILT_HERE)
 def test_every_task_starts_from_every_family(family, task, pretrained, data, tmp_path, one_thread):
     assert set(TASK_FILES) == set(TASKS)  # a new task joins this test
     metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", task)
@@ -108,18 +117,23 @@ def test_every_task_starts_from_every_family(family, task, pretrained, data, tmp
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", BUILT_HERE)
 def test_every_recipe_starts_from_every_family(family, recipe, pretrained, data, tmp_path, one_thread):
-    options = RECIPES[recipe]
-    if recipe == "auxiliary lm" and not FAMILIES[family].causal:
-        with pytest.raises(SesameError, match="--lm-weight: the auxiliary LM needs a causal backbone"):
+    options, fam = RECIPES[recipe], FAMILIES[family]
+    refusal = {"adapters": fam.arch != "transformer" and "--adapters/--features: recipes for Transformer",
+               "features": fam.arch != "transformer" and "--adapters/--features: recipes for Transformer",
+               "auxiliary lm": (not fam.causal and "--lm-weight: the auxiliary LM needs a causal backbone") or
+               (fam.arch == "recurrent" and not fam.model_options.get("tied") and "embedding width differs")}
+    if refusal.get(recipe):
+        with pytest.raises(SesameError, match=refusal[recipe]):
             fine_tune(pretrained(family), data, tmp_path / "tuned", **options)
+        assert not (tmp_path / "tuned").exists()
         return
     metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", **options)
     config = read_config(tmp_path / "tuned", "--model", ("finetuned",))
     recorded = {**config["recipe"], "schedule": config["train"]["schedule"]}
     assert {k: recorded[k] for k in options} == options
-    frozen = "adapters" in options or "features" in options
+    frozen = "adapters" in options or "features" in options or fam.arch == "elmo"  # ELMo's biLM is read frozen
     assert (metrics["trainable_parameters"] < metrics["parameters"]) == frozen
 
 

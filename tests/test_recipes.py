@@ -176,7 +176,7 @@ def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_
                     discriminative=2.6, eval_every=1, **common)
     config = json.loads((run / "config.json").read_text())
     assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False, "adapters": None,
-                                "features": False, "lm_weight": 0.0}
+                                "features": False, "lm_weight": 0.0, "vectors": None}
     assert config["train"]["schedule"] == "stlr"
     logged = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
     embeddings_peak = 1e-3 / 2.6 ** 3  # tiny: 2 layers, so the embeddings sit 3 groups below the head

@@ -1,4 +1,32 @@
-"""Backbones: token ids in, hidden states out."""
-from .transformer import Transformer, TransformerConfig
+"""Backbones: token ids in, hidden states out. A run's ``config["model"]["arch"]`` names the architecture."""
+from __future__ import annotations
 
-__all__ = ["Transformer", "TransformerConfig"]
+from torch import nn
+
+from .elmo import Elmo, ElmoConfig
+from .recurrent import Recurrent, RecurrentConfig
+from .transformer import Transformer, TransformerConfig
+from .cove import CoveConfig, MTLSTM  # after .transformer: cove's loss imports sesame.objectives, which imports it
+
+ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
+    "transformer": (TransformerConfig, Transformer),
+    "recurrent": (RecurrentConfig, Recurrent),
+    "elmo": (ElmoConfig, Elmo),
+    "cove": (CoveConfig, MTLSTM),
+}
+
+
+def model_config(config: dict):
+    """The config object of a run's model config dict (configs written before ``arch`` existed are Transformers)."""
+    config = dict(config)
+    return ARCHITECTURES[config.pop("arch", "transformer")][0](**config)
+
+
+def build_model(config: dict) -> nn.Module:
+    """The backbone a run's model config describes, without weights."""
+    cfg = model_config(config)
+    return ARCHITECTURES[config.get("arch", "transformer")][1](cfg)
+
+
+__all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "Recurrent", "RecurrentConfig", "Transformer",
+           "TransformerConfig", "build_model", "model_config"]

@@ -243,6 +243,17 @@ class Transformer(nn.Module):
             for sublayer in (*self.attention, *self.feed_forward):
                 nn.init.normal_(sublayer.out.weight, std=0.02 / math.sqrt(2 * cfg.layers))
 
+    def layer_modules(self) -> list[list[nn.Module | None]]:
+        """Layer groups bottom to top: the embeddings, then layer l's attention and feed-forward; a sublayer
+        shared across layers (ALBERT), the final LayerNorm and the scalar mix belong to the top layer."""
+        n = self.config.layers
+        groups: list[list[nn.Module | None]] = [[self.embed, self.project]] + [[] for _ in range(n)]
+        for stack in (self.attention, self.feed_forward):
+            for i, sublayer in enumerate(stack):
+                groups[n if len(stack) < n else i + 1].append(sublayer)
+        groups[n] += [self.final_norm, self.mix]
+        return groups
+
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, Adapter):

@@ -6,14 +6,15 @@ import inspect
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from .base import Objective
-from .clm import CausalLM
+from .bilm import BiLM
+from .clm import AwdLM, CausalLM
 from .mlm import MaskedLM
 from .electra import Electra
 from .pairs import AlbertPretraining, BertPretraining
 from .span import SpanBERT
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM)
+    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM)
 }
 
 
@@ -38,5 +39,5 @@ def build_objective(name: str, backbone: Transformer, tokenizer: TextTokenizer, 
     return OBJECTIVES[name].build(backbone, tokenizer, **(options or {}))
 
 
-__all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "OBJECTIVES",
-           "build_objective", "objective_option_names"]
+__all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "AwdLM",
+           "BiLM", "OBJECTIVES", "build_objective", "objective_option_names"]

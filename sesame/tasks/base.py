@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import ClassVar, Iterable, Sequence
+from typing import Callable, ClassVar, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -26,6 +26,7 @@ from ..objectives.projection import linear_cross_entropy
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 
+Batches = Callable[[int, float], list[dict[str, torch.Tensor]]]  # the trainer's batches(step, progress)
 BUCKET_BATCHES = 50  # sort by length within windows of this many batches
 EVAL_BATCH = 64
 
@@ -76,6 +77,10 @@ class Task:
     def check(self, examples: list[dict], labels: list[str], path: str) -> None:
         """Fail, naming file and line, on gold answers the model cannot represent (an unknown label)."""
 
+    def check_model(self, model: dict) -> None:
+        """Fail, naming the flag, when the backbone (its config dict, before any weights exist) cannot
+        serve this task; fine-tuning calls it before writing the run directory."""
+
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
         """Model inputs: dicts with ``ids`` (a list of token ids), the ``example`` they come from, and
@@ -84,6 +89,13 @@ class Task:
 
     def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    def training_batches(self, labeled: Batches, tok: TextTokenizer, max_length: int, batch_size: int, seed: int
+                         ) -> tuple[Batches, int]:
+        """The trainer's ``batches(step, progress)`` and how many trainer steps one labeled step becomes.
+        By default the labeled batches alone (1); a semi-supervised task (cross-view training) interleaves
+        batches of unlabeled text, ``labeled(k, progress)`` giving the k-th labeled step."""
+        return labeled, 1
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
         raise NotImplementedError
@@ -133,11 +145,7 @@ def add_auxiliary_lm(model: TaskModel, weight: float) -> None:
     returns ``{"loss": task, "lm": lm}``; each batch must count the LM's terms in ``counts["lm"]``
     (the :func:`next_tokens` positions). The LM reads the first backbone call of a forward and the batch's ``ids``
     and ``padding``, which every task model passes to it first."""
-    if not model.backbone.config.causal:
-        raise SesameError("--lm-weight: the auxiliary LM needs a causal backbone whose LM head is its tied "
-                          "embedding (gpt, gpt2)")
-    if model.backbone.config.embedding_width != model.backbone.config.hidden:
-        raise SesameError("--lm-weight: the backbone's embedding width differs from its hidden size")
+    check_auxiliary_lm(model.backbone.config)
     first: list[torch.Tensor] = []
 
     def keep_hidden(backbone: nn.Module, args: tuple, output: torch.Tensor) -> None:
@@ -159,6 +167,17 @@ def add_auxiliary_lm(model: TaskModel, weight: float) -> None:
     model.register_forward_pre_hook(forget)
     model.register_forward_hook(add_lm)
     model.part_names, model.part_weights = ("loss", "lm"), {"lm": weight}
+
+
+def check_auxiliary_lm(config) -> None:
+    """Fail unless a backbone (its config object) can carry GPT's auxiliary LM: causal, its output as wide as
+    its embedding, which is the LM head."""
+    if not config.causal:
+        raise SesameError("--lm-weight: the auxiliary LM needs a causal backbone whose LM head is its tied "
+                          "embedding (gpt, gpt2, ulmfit)")
+    if config.embedding_width != config.hidden:
+        raise SesameError("--lm-weight: the backbone's embedding width differs from its hidden size (an untied "
+                          "model has no LM head)")
 
 
 def next_tokens(padding: torch.Tensor) -> torch.Tensor:

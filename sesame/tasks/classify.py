@@ -4,7 +4,9 @@ One head serves all three: a pooled representation → dropout → linear layer.
 Encoders pool the first ([CLS]) position through BERT's pooler (dense + tanh, Devlin et al. 2019);
 causal decoders read the last real token, which has seen the whole text (GPT, Radford et al. 2018).
 ``mean`` averages the final states of the real tokens (as Sentence-BERT does, Reimers & Gurevych
-2019), useful for encoders whose [CLS] was never trained by a sentence-level objective.
+2019), useful for encoders whose [CLS] was never trained by a sentence-level objective; ``max`` takes
+their maximum per feature (a BiLSTM's, Conneau et al. 2017); ``concat`` is ULMFiT's concat pooling
+into its two-block classifier (Howard & Ruder 2018, §3.3).
 
 A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders (BERT, §4.1),
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
@@ -31,34 +33,46 @@ from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, pad, register
 
-POOLINGS = ("cls", "last", "mean")
+POOLINGS = ("cls", "last", "mean", "max", "concat")
+CONCAT_HIDDEN = 50  # ULMFiT's classifier hidden layer (Howard & Ruder 2018, §4)
+
+
+def pool(hidden: torch.Tensor, real: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per row of ``hidden`` (batch, time, H) whose real positions ``real`` marks: the first
+    (``cls``), the last real (``last``), the mean or the max over real positions, or ULMFiT's concat pooling
+    [h_T; maxpool(H); meanpool(H)] (§3.3), 3H wide. Padding never enters a mean or a max."""
+    last = hidden[torch.arange(hidden.shape[0]), real.sum(1) - 1]
+    mean = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
+    if pooling in ("max", "concat"):
+        peak = hidden.masked_fill(~real[..., None], float("-inf")).amax(1)
+        return peak if pooling == "max" else torch.cat([last, peak, mean], -1)
+    return {"cls": hidden[:, 0], "mean": mean, "last": last}[pooling]
+
+
+def concat_head(width: int, n_out: int, dropout: float) -> nn.Sequential:
+    """ULMFiT's classifier (§3.3): two blocks of batch normalisation, dropout and a linear layer, ReLU between."""
+    return nn.Sequential(nn.BatchNorm1d(width), nn.Dropout(dropout), nn.Linear(width, CONCAT_HIDDEN), nn.ReLU(),
+                         nn.BatchNorm1d(CONCAT_HIDDEN), nn.Dropout(dropout), nn.Linear(CONCAT_HIDDEN, n_out))
 
 
 class SequenceModel(TaskModel):
     """Backbone → pooled vector → dropout → linear: class logits, or a score when ``n_out`` is 1 and
-    ``regression`` is set."""
+    ``regression`` is set. With ``concat`` pooling the head is ULMFiT's two blocks (:func:`concat_head`)."""
 
-    def __init__(self, backbone: Transformer, n_out: int, pooling: str, dropout: float = 0.1,
+    def __init__(self, backbone: nn.Module, n_out: int, pooling: str, dropout: float = 0.1,
                  regression: bool = False):
         super().__init__()
         hidden = backbone.config.hidden
         self.backbone, self.pooling, self.regression = backbone, pooling, regression
         self.pooler = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if pooling == "cls" else nn.Identity()
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden, n_out)
-        for layer in (self.head, *([self.pooler[0]] if pooling == "cls" else [])):
+        self.dropout = nn.Dropout(dropout) if pooling != "concat" else nn.Identity()
+        self.head = concat_head(3 * hidden, n_out, dropout) if pooling == "concat" else nn.Linear(hidden, n_out)
+        for layer in ([self.head] if pooling != "concat" else []) + ([self.pooler[0]] if pooling == "cls" else []):
             nn.init.normal_(layer.weight, std=0.02)
             nn.init.zeros_(layer.bias)
 
     def pool(self, ids: torch.Tensor, types: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(ids, types, padding=real)
-        if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        elif self.pooling == "mean":
-            pooled = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
-        else:
-            pooled = hidden[torch.arange(hidden.shape[0]), real.sum(1) - 1]
-        return self.pooler(pooled)
+        return self.pooler(pool(self.backbone(ids, types, padding=real), real, self.pooling))
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         pooled = self.pool(batch["ids"], batch.get("types"), batch["padding"])
@@ -163,7 +177,9 @@ class Classify(Task):
 
     def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
         index = {name: i for i, name in enumerate(labels)}
-        return classification_report([index[row["label"]] for row in examples], outputs.argmax(1).tolist(), labels)
+        gold = [index[row["label"]] for row in examples]
+        loss = float(F.cross_entropy(outputs, torch.tensor(gold))) if gold else 0.0
+        return {**classification_report(gold, outputs.argmax(1).tolist(), labels), "loss": round(loss, 5)}
 
     def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
                     labels: list[str]) -> list[dict]:

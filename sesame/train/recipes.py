@@ -3,48 +3,41 @@ a model's layer groups: discriminative learning rates and gradual unfreezing; an
 adapters (Houlsby et al. 2019) or only a scalar mix over frozen features (ELMo). Slanted triangular
 rates live with the other schedules, in :mod:`sesame.train.optim`.
 
-Layer groups run bottom to top: the backbone's embeddings, one group per Transformer layer, then the
-task head. Frozen parameters stay in the optimizer's groups; AdamW skips a parameter whose ``.grad``
+Layer groups run bottom to top: the backbone's embeddings, one group per Transformer or recurrent
+layer, then the task head. Frozen parameters stay in the optimizer's groups; AdamW skips a parameter whose ``.grad``
 is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
 from torch import nn
 
-from ..models import Transformer
 from ..models.transformer import Adapter, ScalarMix
 
 
-def layer_groups(model: nn.Module, backbone: Transformer) -> list[list[nn.Parameter]]:
-    """``model``'s parameters in ``backbone.config.layers`` + 2 groups, bottom to top: group 0 holds the
-    embeddings (``embed`` and ``project``), group l ≥ 1 holds layer l (``attention[l - 1]`` and
-    ``feed_forward[l - 1]``; the top layer also ``final_norm`` and ELMo's ``mix``), and the last group everything outside
-    the backbone (the task head: pooler, classifier...).
+def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Parameter]]:
+    """``model``'s trainable parameters in layer groups, bottom to top: the backbone's
+    ``layer_modules()`` (its embeddings, then one group per layer: for a Transformer ``attention[l - 1]``
+    and ``feed_forward[l - 1]``, the top layer also ``final_norm`` and ELMo's ``mix``; for a recurrent
+    stack one LSTM layer each), then everything outside the backbone (the task head: pooler, classifier...).
 
-    Each parameter is listed once. A sublayer that ALBERT shares across layers (Lan et al. 2020, §3.1)
-    belongs to the top layer's group alone, so with ``sharing="all"`` the lower layers' groups are
-    empty; they keep their place, so group l is always depth l."""
-    n = backbone.config.layers
+    Each parameter is listed once, in the first group that names it. A sublayer that ALBERT shares across
+    layers (Lan et al. 2020, §3.1) belongs to the top layer's group alone, so with ``sharing="all"`` the
+    lower layers' groups are empty; they keep their place, so group l is always depth l. Parameters
+    frozen before the recipe starts (a frozen feature extractor such as ELMo's biLM) belong to no group."""
     depth: dict[int, int] = {}  # id(parameter) → its group
-
-    def place(module: nn.Module | None, group: int) -> None:
-        if module is not None:
-            for p in module.parameters():
-                depth.setdefault(id(p), group)
-
-    place(backbone.embed, 0)
-    place(backbone.project, 0)
-    for stack in (backbone.attention, backbone.feed_forward):
-        for i, sublayer in enumerate(stack):
-            place(sublayer, n if len(stack) < n else i + 1)
-    place(backbone.final_norm, n)
-    place(backbone.mix, n)
-    missing = [name for name, p in backbone.named_parameters() if id(p) not in depth]
+    modules = backbone.layer_modules()
+    for g, group in enumerate(modules):
+        for module in group:
+            if module is not None:
+                for p in module.parameters():
+                    depth.setdefault(id(p), g)
+    missing = [name for name, p in backbone.named_parameters() if id(p) not in depth and p.requires_grad]
     if missing:
         raise ValueError(f"layer_groups: no layer for the backbone's {', '.join(missing)}")
-    groups: list[list[nn.Parameter]] = [[] for _ in range(n + 2)]
+    groups: list[list[nn.Parameter]] = [[] for _ in range(len(modules) + 1)]
     for p in model.parameters():
-        groups[depth.get(id(p), n + 1)].append(p)
+        if p.requires_grad:
+            groups[depth.get(id(p), len(modules))].append(p)
     return groups
 
 
@@ -84,7 +77,7 @@ def gradual_unfreezing(groups: list[list[nn.Parameter]], epoch: int) -> int:
     return sum(p.numel() for params in groups[max(0, first):] for p in params)
 
 
-def train_only(model: nn.Module, backbone: Transformer, recipe: str) -> int:
+def train_only(model: nn.Module, backbone: nn.Module, recipe: str) -> int:
     """Freeze all of ``model`` but what ``recipe`` trains; returns the trainable parameter elements.
 
     * ``adapters`` (Houlsby et al. 2019, §2.1): the backbone's adapters and LayerNorms, and everything
@@ -97,3 +90,13 @@ def train_only(model: nn.Module, backbone: Transformer, recipe: str) -> int:
     for p in model.parameters():
         p.requires_grad_(id(p) in trainable or id(p) not in inside)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def freeze_features(backbone: nn.Module) -> None:
+    """Freeze a task model's feature extractor (ELMo's biLM, CoVe's MT-LSTM; Peters et al. 2018, §3.3: "freeze
+    the weights of the biLM"), all but its scalar mix, which the task learns."""
+    features = getattr(backbone, "features", None)
+    if features is not None:
+        mixes = {id(p) for m in features.modules() if isinstance(m, ScalarMix) for p in m.parameters()}
+        for p in features.parameters():
+            p.requires_grad_(id(p) in mixes)

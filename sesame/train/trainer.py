@@ -52,6 +52,7 @@ class TrainConfig:
     seed: int = 0
     schedule: str = "linear"  # linear: warmup, then down to 0 (BERT) | stlr: ULMFiT's slanted triangle
     stlr_ratio: float = 32.0  # stlr: how much smaller the lowest rate is than the peak (warmup = cut_frac)
+    cycles: int = 1  # the schedule runs this many times, over equal parts of the run (one per unfreezing step)
     precision: str = "fp32"  # bf16: forward passes under bfloat16 autocast; weights, gradients, AdamW stay fp32
 
     def validate(self) -> None:
@@ -67,6 +68,7 @@ class TrainConfig:
             (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
             (self.schedule not in SCHEDULES, "--schedule", f"choose one of {', '.join(SCHEDULES)}"),
             (self.precision not in PRECISIONS, "--precision", f"choose one of {', '.join(PRECISIONS)}"),
+            (self.cycles < 1, "--cycles", "must be at least 1"),
             (self.schedule == "stlr" and not (self.warmup > 0 and self.stlr_ratio >= 1), "--schedule stlr",
              "needs --warmup (its cut_frac) above 0 and --stlr-ratio of at least 1"),
         ]
@@ -75,7 +77,11 @@ class TrainConfig:
                 raise SesameError(f"{flag}: {what}")
 
     def rate(self, progress: float) -> float:
-        """The learning-rate multiplier at ``progress`` ∈ [0, 1] of the run."""
+        """The learning-rate multiplier at ``progress`` ∈ [0, 1] of the run; with ``cycles`` = k the schedule
+        restarts k times, each over 1/k of the run (the ULMFiT authors' code fits one slanted triangle per
+        gradual-unfreezing step)."""
+        if self.cycles > 1:
+            progress = min(1.0, progress * self.cycles - min(self.cycles - 1, int(progress * self.cycles)))
         if self.schedule == "stlr":
             return slanted_triangular(progress, self.warmup, self.stlr_ratio)
         return linear_warmup_decay(progress, self.warmup)

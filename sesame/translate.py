@@ -1,0 +1,382 @@
+"""Training CoVe's MT-LSTM on a parallel corpus, decoding it, and scoring translations with BLEU.
+
+McCann et al. (2017), §3-4: the MT-LSTM (:mod:`sesame.models.cove`) is trained on English → German
+with teacher forcing, minimising the cross-entropy of each reference word given the source and the
+reference words before it; the source embedding starts from GloVe and stays fixed. Its encoder is
+then CoVe, the feature extractor.
+
+* Data: two line-aligned UTF-8 files per split (source, target), one sentence per line.
+* Tokenisation: a word vocabulary per language (:func:`sesame.tokenizer.train_tokenizer` kind
+  ``word``), **lower-cased**, the ``vocab_size`` most frequent words seen at least twice; the rest are
+  ``<unk>``. Sentences are encoded ``<s> words </s>`` and truncated to ``max_length`` tokens.
+* Decoding: greedy, or beam search with finished hypotheses ranked by their **mean log-probability
+  per token** (Σ log p over the generated words and ``</s>``, divided by that count; the length penalty
+  ``lp = length``, α = 1 of Wu et al. 2016's family). A hypothesis finishes when ``</s>`` ranks among
+  the beam's best k candidates of a step; a sentence is done when k hypotheses have finished, or at
+  the length limit, where the live hypotheses are ranked too.
+* BLEU: sacrebleu's corpus BLEU of the output (words joined by spaces, ``<unk>`` dropped) against the
+  raw reference lines, with its default ``13a`` tokenisation (which splits punctuation from words, so
+  "mann ," and "Mann," agree) and ``lowercase=True``, since the output is lower-cased.
+
+Deviations from the paper: training uses the trainer's AdamW and linear schedule (not OpenNMT's SGD),
+decoding's length normalisation is stated above (the paper does not give its decoder's), and the
+weights kept are those with the best dev BLEU of greedy decoding.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import sacrebleu
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .data.corpus import decoded_lines
+from .errors import SesameError
+from .metrics import language_model_report
+from .models.cove import COVE_SIZES, CoveConfig, DecoderState, MTLSTM
+from .rundir import load_tokenizer, new_run, read_config, write_config
+from .tasks import bucketed_batches, steps_per_epoch
+from .tasks.base import pad
+from .tokenizer import TextTokenizer, train_tokenizer
+from .train import TrainConfig, Trainer
+from .train.checkpoint import load_weights
+from .wordvectors import WordVectors, embedding_matrix, load_vectors
+
+TARGET_TOKENIZER = "target_tokenizer.json"
+EVAL_BATCH = 64
+DEFAULTS = {"lr": 1e-3, "weight_decay": 0.0, "warmup": 0.02, "batch_size": 64, "clip": 5.0, "eval_every": 500,
+            "save_every": 500}  # clip 5: OpenNMT's default, the toolkit the paper trained with
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+def read_parallel(source: str | Path, target: str | Path, source_flag: str, target_flag: str
+                  ) -> tuple[list[str], list[str]]:
+    """Two line-aligned UTF-8 files → (source sentences, target sentences). Unequal line counts, invalid UTF-8
+    and a line blank on one side only name the file (and line); lines blank on both sides are skipped."""
+    sides = []
+    for path, flag in ((Path(source), source_flag), (Path(target), target_flag)):
+        if not path.is_file():
+            raise SesameError(f"{flag} {path}: no such file; give a text file with one sentence per line")
+        sides.append([line.strip() for _, line in decoded_lines(path)])
+    (src, tgt), (src_path, tgt_path) = sides, (source, target)
+    if len(src) != len(tgt):
+        raise SesameError(f"{target_flag} {tgt_path}: {len(tgt)} lines, but {source_flag} {src_path} has {len(src)}; "
+                          "parallel files must be line-aligned (one translation per line)")
+    pairs = []
+    for lineno, (s, t) in enumerate(zip(src, tgt), 1):
+        if bool(s) != bool(t):
+            blank = f"{src_path}:{lineno}" if not s else f"{tgt_path}:{lineno}"
+            raise SesameError(f"{blank}: blank line, but its translation is not; the files are misaligned here")
+        if s:
+            pairs.append((s, t))
+    if not pairs:
+        raise SesameError(f"{source_flag} {src_path}: no sentences; give a file with one sentence per line")
+    return [s for s, _ in pairs], [t for _, t in pairs]
+
+
+def collate(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], source_pad: int, target_pad: int
+            ) -> dict[str, torch.Tensor]:
+    """A batch: ``ids``/``padding`` (source), ``target``/``target_padding`` (``<s> .. </s>``), and ``targets``,
+    the real target tokens the decoder predicts (all but each row's ``<s>``), flattened."""
+    ids, tgt = pad(source, source_pad), pad(target, target_pad)
+    padding = torch.arange(ids.shape[1]) < torch.tensor([len(s) for s in source])[:, None]
+    target_padding = torch.arange(tgt.shape[1]) < torch.tensor([len(t) for t in target])[:, None]
+    return {"ids": ids, "padding": padding, "target": tgt, "target_padding": target_padding,
+            "targets": tgt[:, 1:][target_padding[:, 1:]]}
+
+
+class Translation(nn.Module):
+    """The trainer's model: ``forward(batch)`` is the summed cross-entropy of the batch's ``targets``. The
+    MT-LSTM is ``backbone``, so a run's weights are ``backbone.*`` as for the other pre-trained runs."""
+
+    def __init__(self, backbone: MTLSTM):
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.backbone.translation_loss(batch["ids"], batch["padding"], batch["target"], batch["target_padding"])
+
+
+# -- decoding --------------------------------------------------------------------------------------
+
+class Stepper(Protocol):
+    """One decoding step: log-probabilities (N, V) of the next token given the previous ones (N,), and the new
+    state; the state's ``select(index)`` keeps (and repeats) rows."""
+
+    def __call__(self, previous: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]: ...
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without <s> and </s>
+    log_prob: float  # Σ log p of the tokens and, when finished, of </s>
+    length: int  # tokens scored (the words, plus </s> when finished)
+
+    @property
+    def score(self) -> float:
+        """Mean log-probability per scored token: beam search's length-normalised ranking."""
+        return self.log_prob / max(1, self.length)
+
+
+@torch.no_grad()
+def greedy(step: Stepper, state: DecoderState, rows: int, bos: int, eos: int, max_len: int) -> list[Hypothesis]:
+    """The most likely next token at each step, until ``</s>`` or ``max_len`` tokens."""
+    previous = torch.full((rows,), bos, dtype=torch.long)
+    hyps = [Hypothesis([], 0.0, 0) for _ in range(rows)]
+    live = set(range(rows))
+    for _ in range(max_len):
+        log_probs, state = step(previous, state)
+        best, previous = log_probs.max(-1)
+        for r in list(live):
+            hyps[r].log_prob += float(best[r])
+            hyps[r].length += 1
+            if int(previous[r]) == eos:
+                live.discard(r)
+            else:
+                hyps[r].tokens.append(int(previous[r]))
+        if not live:
+            break
+    return hyps
+
+
+@torch.no_grad()
+def beam_search(step: Stepper, state: DecoderState, rows: int, beam: int, bos: int, eos: int, max_len: int
+                ) -> list[Hypothesis]:
+    """Beam search with ``beam`` live hypotheses per sentence, ranked at the end by :attr:`Hypothesis.score`
+    (see the module docstring); ``beam`` = 1 is greedy decoding."""
+    k = beam
+    state = state.select(torch.arange(rows).repeat_interleave(k))
+    previous = torch.full((rows * k,), bos, dtype=torch.long)
+    totals = torch.full((rows, k), float("-inf"))
+    totals[:, 0] = 0.0  # one live hypothesis per sentence at the start
+    history: list[list[int]] = [[] for _ in range(rows * k)]
+    finished: list[list[Hypothesis]] = [[] for _ in range(rows)]
+    for t in range(max_len):
+        log_probs, state = step(previous, state)
+        vocab = log_probs.shape[-1]
+        candidates = (totals.reshape(-1, 1) + log_probs.float()).reshape(rows, k * vocab)
+        values, indices = candidates.topk(min(2 * k, k * vocab), dim=1)
+        picked: list[tuple[int, int, float]] = []  # (row, token, total) for each new live hypothesis
+        for r in range(rows):
+            live = []
+            if len(finished[r]) < k:
+                for rank, (total, index) in enumerate(zip(values[r].tolist(), indices[r].tolist())):
+                    if total == float("-inf") or len(live) == k:
+                        break
+                    row, token = r * k + index // vocab, index % vocab
+                    if token == eos:
+                        if rank < k:
+                            finished[r].append(Hypothesis(history[row], total, t + 1))
+                    else:
+                        live.append((row, token, total))
+            picked += live + [(r * k, eos, float("-inf"))] * (k - len(live))  # done or short: dead rows
+        if all(len(f) >= k for f in finished):
+            break
+        index = torch.tensor([row for row, _, _ in picked])
+        state = state.select(index)
+        previous = torch.tensor([token for _, token, _ in picked])
+        totals = torch.tensor([total for _, _, total in picked]).reshape(rows, k)
+        history = [history[row] + [token] for row, token, _ in picked]
+    else:  # the length limit: live hypotheses compete too
+        for r in range(rows):
+            if len(finished[r]) < k:
+                finished[r] += [Hypothesis(history[r * k + j], float(totals[r, j]), max_len) for j in range(k)
+                                if totals[r, j] > float("-inf")]
+    return [max(f, key=lambda h: h.score) for f in finished]
+
+
+# -- a trained model -------------------------------------------------------------------------------
+
+class Translator:
+    """A trained MT-LSTM run loaded for translation: its two tokenizers and the model in eval mode."""
+
+    def __init__(self, run: str | Path, flag: str = "--model"):
+        self.run = Path(run)
+        self.config = read_config(self.run, flag, ("pretrained",))
+        if self.config.get("family") != "cove":
+            raise SesameError(f"{flag} {run}: a {self.config.get('family')} run; translate needs a run of `sesame cove`")
+        self.source = load_tokenizer(self.run, flag)
+        self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
+        self.model = MTLSTM(CoveConfig(**self.config["model"]))
+        weights = load_weights(self.run / "model.safetensors")
+        self.model.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
+        self.model.eval()
+
+    def translate(self, texts: Sequence[str], beam: int = 1, batch_size: int = EVAL_BATCH,
+                  progress: bool = False) -> list[str]:
+        """Translations of ``texts`` (lower-cased words joined by spaces); ``beam`` 1 decodes greedily."""
+        return decode(self.model, self.source, self.target, texts, self.config["max_length"], beam, batch_size,
+                      progress)
+
+
+def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: Sequence[str], max_length: int,
+           beam: int = 1, batch_size: int = EVAL_BATCH, progress: bool = False) -> list[str]:
+    """Translate ``texts`` in batches of similar length; at most 2 × source length + 10 output tokens (and
+    2 × ``max_length``)."""
+    if beam < 1:
+        raise SesameError(f"--beam {beam}: must be at least 1 (1 is greedy decoding)")
+    ids = source.encode(list(texts), max_length=max_length)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[str] = [""] * len(ids)
+    bos, eos = target.specials.cls, target.specials.sep
+    with torch.no_grad():
+        for start in tqdm(range(0, len(order), batch_size), desc="translate", unit="batch", disable=not progress):
+            chunk = order[start: start + batch_size]
+            batch = pad([ids[i] for i in chunk], source.specials.pad)
+            padding = batch != source.specials.pad
+            limit = min(2 * max_length, 2 * batch.shape[1] + 10)
+            state = model.start(batch, padding)
+            hyps = (greedy(model.step, state, len(chunk), bos, eos, limit) if beam == 1 else
+                    beam_search(model.step, state, len(chunk), beam, bos, eos, limit))
+            for i, hyp in zip(chunk, hyps):
+                out[i] = target.decode(hyp.tokens)
+    return out
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """sacrebleu corpus BLEU (13a tokenisation, case-insensitive) of the lower-cased output against raw references."""
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=True, force=True).score
+
+
+def translate_file(model: str, input: str, reference: str | None = None, beam: int = 1, output: str | None = None,
+                   progress: bool = True) -> dict:
+    """Translate the lines of ``input`` (written to ``output`` if given); with ``reference``, line-aligned with
+    ``input``, also the BLEU of the translations. Returns {"translations", "bleu"?, ...}."""
+    translator = Translator(model)
+    if reference:
+        sources, references = read_parallel(input, reference, "--input", "--reference")
+    else:
+        path = Path(input)
+        if not path.is_file():
+            raise SesameError(f"--input {path}: no such file; give a text file with one sentence per line")
+        sources, references = [line.strip() for _, line in decoded_lines(path)], None
+    started = time.time()
+    translations = translator.translate(sources, beam, progress=progress)
+    result: dict = {"translations": translations, "sentences": len(sources), "beam": beam,
+                    "seconds": round(time.time() - started, 1)}
+    if references is not None:
+        result["bleu"] = round(bleu(translations, references), 2)
+    if output:
+        Path(output).write_text("".join(t + "\n" for t in translations), encoding="utf-8")
+    return result
+
+
+# -- training --------------------------------------------------------------------------------------
+
+def _vectors(model: MTLSTM, vectors: WordVectors, source: TextTokenizer) -> float:
+    """Copy GloVe/word2vec rows into the encoder embedding; returns the share of non-special words found."""
+    words = [source.backend.id_to_token(i) for i in range(source.vocab_size)]
+    matrix, found = embedding_matrix(vectors, words)
+    with torch.no_grad():
+        model.embed.tokens.weight.copy_(matrix)
+    specials = set(source.specials.all)
+    real = torch.tensor([i not in specials for i in range(len(words))])
+    return float(found[real].float().mean())
+
+
+def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, out: str, size: str = "small",
+               vectors: str | None = None, vocab_size: int = 10000, max_length: int = 64, dropout: float = 0.2,
+               bleu_sentences: int | None = None, resume: bool = False, progress: bool = True,
+               **train_options) -> dict:
+    """Train an MT-LSTM (McCann et al. 2017, §3) from ``train_src`` to ``train_tgt`` into the run ``out``.
+
+    ``size`` picks (embedding, hidden per direction) from :data:`COVE_SIZES`; ``vectors`` (a GloVe or word2vec
+    text file) sets the source embedding, which then stays fixed, and its width. Every ``eval_every`` steps
+    the dev loss, perplexity and greedy BLEU (on the first ``bleu_sentences`` dev lines, default all) are
+    logged; the weights with the best dev BLEU are kept. Training options are
+    :class:`sesame.train.TrainConfig` fields over :data:`DEFAULTS` (``max_minutes`` alone lifts the default step
+    budget). Returns the kept weights' dev metrics
+    (and the GloVe coverage when ``vectors`` is given)."""
+    started = time.time()
+    unknown = set(train_options) - {f for f in TrainConfig.__dataclass_fields__}
+    if unknown:
+        raise TypeError(f"unknown training options {sorted(unknown)}")
+    given = {k: v for k, v in train_options.items() if v is not None}
+    if "max_minutes" in given and "max_steps" not in given:
+        given["max_steps"] = None  # a time budget alone is the whole budget (not capped at TrainConfig's steps)
+    cfg = TrainConfig(**{**DEFAULTS, **given})
+    cfg.validate()
+    if size not in COVE_SIZES:
+        raise SesameError(f"--size {size!r} is unknown; choose one of: {', '.join(COVE_SIZES)}")
+    if not 4 <= max_length <= 1024:
+        raise SesameError(f"--max-length {max_length}: use a length between 4 and 1024")
+    if bleu_sentences is not None and bleu_sentences < 1:
+        raise SesameError(f"--bleu-sentences {bleu_sentences}: must be positive")
+    src, tgt = read_parallel(train_src, train_tgt, "--train-src", "--train-tgt")
+    dev_src, dev_tgt = read_parallel(valid_src, valid_tgt, "--valid-src", "--valid-tgt")
+
+    with new_run(out, "pretrained", resume) as run:
+        if not resume:
+            source = train_tokenizer(src, "word", vocab_size, lowercase=True)
+            target = train_tokenizer(tgt, "word", vocab_size, lowercase=True)
+            embedding, hidden = COVE_SIZES[size]
+            word_vectors, coverage = load_vectors(vectors) if vectors else None, None
+            model_cfg = CoveConfig(
+                vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
+                embedding_size=word_vectors.dim if word_vectors else embedding, hidden_size=hidden,
+                pad_id=source.specials.pad, target_pad_id=target.specials.pad, dropout=dropout,
+                freeze_embedding=vectors is not None)
+            torch.manual_seed(cfg.seed)
+            model = MTLSTM(model_cfg)
+            if word_vectors:
+                coverage = _vectors(model, word_vectors, source)
+            source.save(run / "tokenizer.json")
+            target.save(run / TARGET_TOKENIZER)
+            write_config(run, {
+                "kind": "pretrained", "family": "cove", "size": size, "objective": "translation",
+                "model": model_cfg.to_dict(), "max_length": max_length, "lowercase": True, "vectors": vectors,
+                "vector_coverage": coverage, "train_src": str(train_src), "train_tgt": str(train_tgt),
+                "valid_src": str(valid_src), "valid_tgt": str(valid_tgt), "train": asdict(cfg)})
+        config = read_config(run, "--out", ("pretrained",))
+        if config.get("family") != "cove":
+            raise SesameError(f"--out {run}: a {config.get('family')} run; --resume needs a run of `sesame cove`")
+        source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
+        max_length = config["max_length"]
+        if resume:
+            torch.manual_seed(cfg.seed)
+            model = MTLSTM(CoveConfig(**config["model"]))
+        objective = Translation(model)
+        train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
+        dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
+                           target.encode(dev_tgt, max_length=max_length)))
+        per_epoch = steps_per_epoch(len(train_ids), cfg.batch_size)
+        lengths = [len(s) + len(t) for s, t in train_ids]
+        shown = dev_src[:bleu_sentences] if bleu_sentences else dev_src
+
+        def batches(step: int, progress_fraction: float) -> list[dict[str, torch.Tensor]]:
+            epoch, k = divmod(step, per_epoch)
+            order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
+            per_micro = math.ceil(len(order) / cfg.accumulate)
+            return [_collate([train_ids[i] for i in order[j: j + per_micro]], source, target)
+                    for j in range(0, len(order), per_micro)]
+
+        def evaluate(m: Translation) -> dict:
+            total, count = 0.0, 0
+            for start in range(0, len(dev_ids), EVAL_BATCH):
+                batch = _collate(dev_ids[start: start + EVAL_BATCH], source, target)
+                total += float(m(batch))
+                count += batch["targets"].numel()
+            report = language_model_report(total, count)
+            hyps = decode(m.backbone, source, target, shown, max_length)
+            return {"loss": report["loss"], "perplexity": report["perplexity"],
+                    "bleu": bleu(hyps, dev_tgt[: len(shown)])}
+
+        trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
+                          progress=progress)
+        metrics = trainer.fit(resume=resume)
+        coverage = config["vector_coverage"]
+        return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
+                "train_sentences": len(train_ids), "source_vocab": source.vocab_size,
+                "target_vocab": target.vocab_size}
+
+
+def _collate(pairs: Sequence[tuple[list[int], list[int]]], source: TextTokenizer, target: TextTokenizer
+             ) -> dict[str, torch.Tensor]:
+    return collate([s for s, _ in pairs], [t for _, t in pairs], source.specials.pad, target.specials.pad)
+

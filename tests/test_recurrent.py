@@ -1,0 +1,177 @@
+"""The recurrent backbone (sesame/models/recurrent.py): AWD-LSTM's regularisers, causality, padding,
+pooling, and the recurrent families through pretrain and finetune."""
+import csv
+
+import pytest
+import torch
+
+import sesame
+from sesame.models import Recurrent, RecurrentConfig
+from sesame.models.recurrent import embedding_dropout, locked_dropout
+from sesame.tasks.classify import pool
+from sesame.train import recipes
+
+
+def tiny(**options) -> Recurrent:
+    torch.manual_seed(0)
+    return Recurrent(RecurrentConfig(**{"vocab_size": 40, "embedding_size": 6, "hidden_size": 8, "layers": 2,
+                                        **options}))
+
+
+def unrolled_lstm(rnn: torch.nn.LSTM, x: torch.Tensor, w_hh: torch.Tensor) -> torch.Tensor:
+    """One LSTM layer step by step, with ``w_hh`` as its hidden-to-hidden weights at every step."""
+    h = c = x.new_zeros(x.shape[0], rnn.hidden_size)
+    out = []
+    for t in range(x.shape[1]):
+        gates = x[:, t] @ rnn.weight_ih_l0.t() + rnn.bias_ih_l0 + h @ w_hh.t() + rnn.bias_hh_l0
+        i, f, g, o = gates.chunk(4, -1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        out.append(h)
+    return torch.stack(out, 1)
+
+
+def test_dropconnect_mask_is_shared_by_all_time_steps_and_redrawn_per_batch():
+    layer = tiny(weight_dropout=0.5).layers[0].train()
+    drawn = []
+    original = layer.dropped_weights
+
+    def record():
+        weights = original()
+        drawn.extend(w.detach() for w in weights.values())
+        return weights
+
+    layer.dropped_weights = record
+    x = torch.randn(3, 9, 6)
+    first = layer(x, None)
+    # the whole sequence is what one fixed dropped matrix gives at every step
+    assert torch.allclose(first, unrolled_lstm(layer.rnn, x, drawn[0]), atol=1e-5)
+    zeros = drawn[0] == 0
+    assert 0.35 < zeros.float().mean() < 0.65  # p = 0.5 of the weights dropped
+    kept = layer.rnn.weight_hh_l0.detach()[~zeros]
+    assert torch.allclose(drawn[0][~zeros], kept * 2)  # survivors scaled by 1 / (1 - p)
+    layer(x, None)
+    assert not torch.equal(drawn[0] == 0, drawn[1] == 0)  # the next batch draws a new mask
+    layer.eval()
+    assert torch.allclose(layer(x, None), unrolled_lstm(layer.rnn, x, layer.rnn.weight_hh_l0), atol=1e-5)
+    assert len(drawn) == 2  # no mask at inference
+
+
+def test_locked_dropout_shares_its_mask_across_time():
+    torch.manual_seed(1)
+    out = locked_dropout(torch.ones(4, 12, 10), 0.5, training=True)
+    assert torch.equal(out, out[:, :1].expand_as(out))  # every time step has row's mask
+    assert set(out.unique().tolist()) == {0.0, 2.0}
+    assert not torch.equal(out[0, 0], out[1, 0])  # rows differ
+    assert torch.equal(locked_dropout(torch.ones(2, 3, 4), 0.5, training=False), torch.ones(2, 3, 4))
+
+
+def test_embedding_dropout_drops_whole_words():
+    torch.manual_seed(2)
+    weight = torch.randn(200, 5)
+    dropped = embedding_dropout(weight, 0.3, training=True)
+    gone = (dropped == 0).all(1)
+    assert 0.15 < gone.float().mean() < 0.45
+    assert torch.allclose(dropped[~gone], weight[~gone] / 0.7)
+    ids = torch.tensor([[3, 3, 7]])
+    model = tiny(embedding_dropout=0.5).train()
+    torch.manual_seed(3)
+    vectors = torch.nn.functional.embedding(ids, embedding_dropout(model.embed.tokens.weight, 0.5, True))
+    assert torch.equal(vectors[0, 0], vectors[0, 1])  # a word is dropped (or kept) wherever it occurs
+
+
+def test_forward_lstm_state_at_t_sees_no_later_token():
+    model = tiny(weight_dropout=0.5, hidden_dropout=0.2, input_dropout=0.2, dropout=0.3).eval()
+    ids = torch.randint(5, 40, (2, 10))
+    changed = ids.clone()
+    changed[:, 6:] = torch.randint(5, 40, (2, 4))
+    a, b = model(ids), model(changed)
+    assert torch.allclose(a[:, :6], b[:, :6])
+    assert not torch.allclose(a[:, 6:], b[:, 6:])
+
+
+def test_bidirectional_padding_matches_the_row_alone():
+    model = tiny(causal=False, cell="gru").eval()
+    ids = torch.randint(5, 40, (2, 8))
+    padding = torch.ones(2, 8, dtype=torch.bool)
+    padding[1, 5:] = False
+    both = model(ids, padding=padding)
+    alone = model(ids[1:, :5])
+    assert both.shape == (2, 8, 16)
+    assert torch.allclose(both[1, :5], alone[0], atol=1e-6)  # the backward direction starts at the last real token
+
+
+def test_concat_pooling_ignores_padding():
+    torch.manual_seed(4)
+    hidden = torch.randn(1, 4, 3)
+    real = torch.tensor([[True, True, True, False]])
+    padded = hidden.clone()
+    padded[0, 3] = 100.0  # garbage at the padded position
+    pooled = pool(padded, real, "concat")
+    expected = torch.cat([hidden[0, 2], hidden[0, :3].amax(0), hidden[0, :3].mean(0)])
+    assert torch.allclose(pooled[0], expected)
+    assert torch.allclose(pool(padded, real, "max"), hidden[:, :3].amax(1))
+
+
+def test_layer_groups_are_embeddings_then_one_per_layer_then_head():
+    model = tiny(layers=3)
+    head = torch.nn.Linear(8, 2)
+    whole = torch.nn.ModuleDict({"backbone": model, "head": head})
+    groups = recipes.layer_groups(whole, model)
+    assert [len(g) for g in groups] == [1, 4, 4, 4, 2]  # embedding; each LSTM layer's 4 tensors; the head's
+    assert groups[0][0] is model.embed.tokens.weight
+
+
+def airline_like(path, n: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    good, bad = ["great", "lovely", "thanks", "smooth"], ["delayed", "lost", "rude", "awful"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for _ in range(n):
+            positive = bool(torch.randint(2, (1,), generator=g))
+            words = [["the", "flight", "was", "ok"][int(i)] for i in torch.randint(4, (5,), generator=g)]
+            pick = good if positive else bad
+            words.insert(int(torch.randint(5, (1,), generator=g)), pick[int(torch.randint(4, (1,), generator=g))])
+            writer.writerow([" ".join(words), "pos" if positive else "neg"])
+
+
+@pytest.mark.parametrize("family", ["lstm", "bilstm", "gru"])
+def test_baselines_learn_a_word_cue_from_scratch(tmp_path, family):
+    airline_like(tmp_path / "train.csv", 320, 0)
+    airline_like(tmp_path / "dev.csv", 60, 1)
+    result = sesame.finetune(f"scratch:{family}:tiny", str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"),
+                             str(tmp_path / "run"), epochs=5, progress=False, batch_size=16)
+    assert result["accuracy"] > 0.9
+    assert sesame.load(tmp_path / "run").predict(["the flight was awful"])[0]["label"] == "neg"
+
+
+def test_word_vectors_initialise_the_embedding(tmp_path):
+    airline_like(tmp_path / "train.csv", 40, 0)
+    airline_like(tmp_path / "dev.csv", 20, 1)
+    (tmp_path / "vectors.txt").write_text("great 1 2 3\nawful -1 -2 -3\n")
+    result = sesame.finetune("scratch:bilstm:tiny", str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"),
+                             str(tmp_path / "run"), epochs=1, progress=False, vectors=str(tmp_path / "vectors.txt"),
+                             lr=1e-9)
+    assert 0 < result["vectors_coverage"] < 0.5
+    run = sesame.api.read_config(tmp_path / "run", "--model", ("finetuned",))
+    assert run["model"]["embedding_size"] == 3
+    tok = sesame.api.load_tokenizer(tmp_path / "run")
+    weights = sesame.train.checkpoint.load_weights(tmp_path / "run" / "model.safetensors")
+    row = weights["backbone.embed.tokens.weight"][tok.backend.token_to_id("awful")]
+    assert torch.allclose(row, torch.tensor([-1.0, -2.0, -3.0]), atol=1e-4)  # lr 1e-9: still the vector
+
+
+def test_vectors_need_a_recurrent_scratch_model(tmp_path):
+    airline_like(tmp_path / "train.csv", 20, 0)
+    (tmp_path / "vectors.txt").write_text("great 1 2 3\n")
+    with pytest.raises(sesame.SesameError, match="--vectors"):
+        sesame.finetune("scratch:bert:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                        str(tmp_path / "run"), epochs=1, progress=False, vectors=str(tmp_path / "vectors.txt"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_baselines_have_no_pretraining(tmp_path):
+    (tmp_path / "c.txt").write_text("a b c\n" * 50)
+    with pytest.raises(sesame.SesameError, match="scratch:lstm:SIZE"):
+        sesame.pretrain([str(tmp_path / "c.txt")], str(tmp_path / "run"), family="lstm", size="tiny")
