@@ -312,9 +312,8 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
 
     def setup(run: Path) -> None:
         tok = _pretrain_tokenizer(corpus, tokenizer, fam.tokenizer, vocab_size, text_field, progress)
-        added = 0
         if base_config is not None and fam.arch == "recurrent" and not _shard_dir(corpus):
-            tok, added = extend_words(tok, iter_texts(resolve_sources(corpus), text_field), vocab_size)
+            tok, _ = extend_words(tok, iter_texts(resolve_sources(corpus), text_field), vocab_size)
         shards = _prepared(corpus, tok, run / "shards", "--corpus", text_field, progress)
         valid_shards = _prepared(valid, tok, run / "valid-shards", "--valid", text_field, progress) if valid else None
         if base_config is not None:
@@ -327,7 +326,8 @@ def pretrain(corpus: Sequence[str], out: str, family: str = "bert", size: str = 
             model = model_cfg.to_dict()
         config = {"kind": "pretrained", "family": family, "size": size, "objective": objective,
                   "objective_options": options, "static_masks": static_masks, "final_seq_len": final_seq_len,
-                  "pooling": fam.pooling, "model": model, "seq_len": seq_len, "base": base, "added_words": added,
+                  "pooling": fam.pooling, "model": model, "seq_len": seq_len, "base": base,
+                  "added_words": tok.vocab_size - base_config["model"]["vocab_size"] if base_config else 0,
                   "discriminative": discriminative,
                   "shards": str(shards.path.resolve()),
                   "valid_shards": str(valid_shards.path.resolve()) if valid_shards else None,

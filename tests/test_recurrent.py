@@ -175,3 +175,23 @@ def test_baselines_have_no_pretraining(tmp_path):
     (tmp_path / "c.txt").write_text("a b c\n" * 50)
     with pytest.raises(sesame.SesameError, match="scratch:lstm:SIZE"):
         sesame.pretrain([str(tmp_path / "c.txt")], str(tmp_path / "run"), family="lstm", size="tiny")
+
+
+def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_path):
+    """ULMFiT's target-task LM fine-tuning (Howard & Ruder 2018, §3.2) on the target vocabulary: words of the
+    new corpus seen twice or more join the vocabulary after the old ones, each starting at the mean embedding."""
+    (tmp_path / "general.txt").write_text("the cat sat on the mat .\n" * 60)
+    (tmp_path / "target.txt").write_text("the plane was late again .\nthe crew was rude .\n" * 30 + "once\n")
+    common = dict(family="ulmfit", size="tiny", seq_len=8, batch_size=4, progress=False, eval_every=2, save_every=2)
+    sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), max_steps=2, **common)
+    sesame.pretrain([str(tmp_path / "target.txt")], str(tmp_path / "target"), max_steps=1, lr=1e-12,
+                    base=str(tmp_path / "lm"), **common)
+    old, new = (sesame.api.load_tokenizer(tmp_path / run) for run in ("lm", "target"))
+    added = sorted(set(new.backend.get_vocab()) - set(old.backend.get_vocab()))
+    assert added == ["again", "crew", "late", "plane", "rude", "was"]  # "once" is seen once: still <unk>
+    assert all(new.backend.token_to_id(w) == i for w, i in old.backend.get_vocab().items())  # old ids kept
+    config = sesame.api.read_config(tmp_path / "target", "--model", ("pretrained",))
+    assert config["added_words"] == 6 and config["model"]["vocab_size"] == old.vocab_size + 6
+    before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
+                     ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
+    assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved
