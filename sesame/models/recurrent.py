@@ -134,7 +134,7 @@ class Recurrent(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Module()
-        self.embed.tokens = nn.Embedding(cfg.vocab_size, cfg.embedding_size, padding_idx=None)
+        self.embed.tokens = nn.Embedding(cfg.vocab_size, cfg.embedding_size)
         self.features = _feature_extractor(cfg.features) if cfg.features else None
         width = cfg.embedding_size + (self.features.config.feature_width if self.features is not None else 0)
         self.layers = nn.ModuleList()
