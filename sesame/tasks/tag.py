@@ -42,9 +42,8 @@ from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 from .base import Batches, Task, TaskModel, label_vocabulary, pad, register
 from .classify import collate
+from .words import DOCSTART, IGNORE, encode_words, first_subwords, word_loss
 
-DOCSTART = "-DOCSTART-"
-IGNORE = -100  # target of positions the loss skips (F.cross_entropy's ignore_index)
 OUTSIDE = "O"  # the prediction for a word without a subword in the model's window
 
 
@@ -64,8 +63,7 @@ class TokenModel(TaskModel):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy summed over the labeled positions (``targets`` ≠ -100)."""
-        logits = self.outputs(batch)
-        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE, reduction="sum")
+        return word_loss(self.outputs(batch), batch["targets"])
 
 
 CVT_VIEWS = ("fwd", "bwd", "future", "past")  # the paper's names of the four views (§3.2)
@@ -125,9 +123,7 @@ class CrossViewModel(TaskModel):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if "targets" in batch:
-            logits = self.outputs(batch)
-            return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE,
-                                   reduction="sum")
+            return word_loss(self.outputs(batch), batch["targets"])
         targets = self.soft_targets(batch)
         loss = targets.new_zeros(())
         for logits, valid in self.views(batch).values():
@@ -163,31 +159,6 @@ class CrossViewModel(TaskModel):
         states = {"fwd": (forward, words), "bwd": (backward, words), "future": (previous, words & starts),
                   "past": (following, words & inside)}
         return {view: (self.auxiliary[view](h), valid) for view, (h, valid) in states.items()}
-
-
-def word_inputs(words: Sequence[str], kind: str) -> list[str]:
-    """The words as the tokenizer should see them one by one: byte-level BPE marks a word that follows
-    a space by a leading space (GPT-2's ``Ġ``), so every word but the first gets one back and the
-    subwords are those of the running text ``" ".join(words)``."""
-    return [w if j == 0 or kind != "bpe" else " " + w for j, w in enumerate(words)]
-
-
-def encode_words(sentences: Sequence[Sequence[str]], tok: TextTokenizer, max_length: int) -> list:
-    """The tokenizer's encodings of pre-split sentences (``cls w1 … wn sep``), cut to ``max_length``."""
-    tok.backend.enable_truncation(max_length)
-    try:
-        return tok.backend.encode_batch([word_inputs(words, tok.kind) for words in sentences], is_pretokenized=True)
-    finally:
-        tok.backend.no_truncation()
-
-
-def first_subwords(word_ids: Sequence[int | None], n_words: int) -> list[int]:
-    """Per word, the position of its first subword (from an Encoding's ``word_ids``), or -1 if it has none."""
-    first = [-1] * n_words
-    for position, word in enumerate(word_ids):
-        if word is not None and first[word] < 0:
-            first[word] = position
-    return first
 
 
 def split_tag(tag: str) -> tuple[str, str]:
