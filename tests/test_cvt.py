@@ -11,7 +11,7 @@ import sesame
 from sesame.errors import SesameError
 from sesame.models import Recurrent, RecurrentConfig, Transformer, TransformerConfig
 from sesame.tasks import make_task
-from sesame.tasks.tag import CVT_VIEWS, CrossViewModel
+from sesame.tasks.cvt import CVT_VIEWS, CrossViewModel, unlabeled_batch
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import sentences
@@ -36,15 +36,15 @@ def cvt_task(tmp_path, n: int = 20):
     return make_task("tag", {"cvt_unlabeled": str(path)})
 
 
-def unlabeled(task, tok, n: int = 3):
+def unlabeled(tok, n: int = 3):
     words = [s.split() for s in sentences(n, seed=9)]
-    return task.unlabeled_batch(words, tok, 64)
+    return unlabeled_batch(words, tok, 64)
 
 
 def test_each_view_sees_only_its_side_of_the_word(tmp_path, tok):
     task = cvt_task(tmp_path)
     model = task.build(bilstm(tok.vocab_size), 3, "max", 0.1).eval()
-    batch = unlabeled(task, tok)
+    batch = unlabeled(tok)
     length = int(batch["padding"][0].sum())
     p = length // 2  # a word in the middle of row 0 (word tokenizer: one token per word, <s> first)
     assert batch["after"][0, p] == p + 1 and batch["after"][0, 0] == -1 and batch["counts"]["loss"] > 0
@@ -78,7 +78,7 @@ def test_each_view_sees_only_its_side_of_the_word(tmp_path, tok):
 def test_unlabeled_loss_trains_the_views_against_a_fixed_dropout_free_primary(tmp_path, tok):
     task = cvt_task(tmp_path)
     model = task.build(bilstm(tok.vocab_size, dropout=0.5), 3, "max", 0.5).train()
-    batch = unlabeled(task, tok)
+    batch = unlabeled(tok)
     first, second = model.soft_targets(batch), model.soft_targets(batch)
     assert torch.equal(first, second) and model.training and model.backbone.training  # eval mode, restored after
     assert not torch.allclose(model.views(batch)["fwd"][0], model.views(batch)["fwd"][0])  # dropout is on

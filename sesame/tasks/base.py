@@ -92,9 +92,11 @@ class Task:
 
     def training_batches(self, labeled: Batches, tok: TextTokenizer, max_length: int, batch_size: int, seed: int
                          ) -> tuple[Batches, int]:
-        """The trainer's ``batches(step, progress)`` and how many trainer steps one labeled step becomes.
-        By default the labeled batches alone (1); a semi-supervised task (cross-view training) interleaves
-        batches of unlabeled text, ``labeled(k, progress)`` giving the k-th labeled step."""
+        """A task's source of training batches: the trainer's ``batches(step, progress)`` and how many
+        trainer steps one labeled step becomes. ``labeled(k, progress)`` gives the k-th labeled step;
+        by default it is the whole source, one trainer step each (1). A task may put batches of its own
+        between labeled steps, made with ``tok``, ``max_length``, ``batch_size`` and ``seed`` (tagging's
+        cross-view training, :func:`.cvt.alternate`)."""
         return labeled, 1
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:

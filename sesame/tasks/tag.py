@@ -19,10 +19,12 @@ entities of one type; Ramshaw & Marcus 1995) alike: an ``I-`` after ``O`` or aft
 starts an entity. Token accuracy is reported too (the metric for POS tags, which form no entities:
 choose it with ``--select accuracy``).
 
-Cross-view training (Clark et al. 2018; docs/cvt.md): ``--task-option cvt_unlabeled=FILE`` (plain text,
-one sentence per line) makes the model a :class:`CrossViewModel` on a bidirectional recurrent backbone
-and alternates labeled batches with batches of that text, on which auxiliary modules reading
-restricted views learn to match the full model. Prediction uses the primary module and never reads FILE.
+Cross-view training (Clark et al. 2018; :mod:`.cvt`, docs/cvt.md): ``--task-option cvt_unlabeled=FILE``
+(plain text, one sentence per line) trains a :class:`~.cvt.CrossViewModel` on a bidirectional recurrent
+backbone, alternating labeled batches with batches of that text. This task only routes to :mod:`.cvt`
+when the option is set: ``build``, ``check_model``, ``labels`` (reading FILE early) and
+``training_batches``; ``head=mlp`` alone builds CVT's primary module as a plain tagger. Prediction uses
+the primary module and never reads FILE.
 """
 from __future__ import annotations
 
@@ -32,19 +34,17 @@ from pathlib import Path
 from typing import ClassVar, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..data.labeled import read_text
 from ..errors import SesameError
-from ..models import Recurrent, Transformer
+from ..models import Transformer
 from ..tokenizer import TextTokenizer
-from ..train.trainer import world
+from . import cvt
 from .base import Batches, Task, TaskModel, label_vocabulary, pad, register
 from .classify import collate
+from .words import DOCSTART, IGNORE, encode_words, first_subwords, word_loss
 
-DOCSTART = "-DOCSTART-"
-IGNORE = -100  # target of positions the loss skips (F.cross_entropy's ignore_index)
 OUTSIDE = "O"  # the prediction for a word without a subword in the model's window
 
 
@@ -64,130 +64,7 @@ class TokenModel(TaskModel):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy summed over the labeled positions (``targets`` ≠ -100)."""
-        logits = self.outputs(batch)
-        return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE, reduction="sum")
-
-
-CVT_VIEWS = ("fwd", "bwd", "future", "past")  # the paper's names of the four views (§3.2)
-
-
-class PredictionModule(nn.Module):
-    """A prediction module of cross-view training (Clark et al. 2018, §3.1): one hidden ReLU layer and a
-    softmax over the tags, softmax(U · ReLU(W · h) + b), here with dropout on its input h; returns logits."""
-
-    def __init__(self, inputs: int, hidden: int, n_labels: int, dropout: float):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.hidden = nn.Linear(inputs, hidden)
-        self.out = nn.Linear(hidden, n_labels)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.relu(self.hidden(self.dropout(h))))
-
-
-class CrossViewModel(TaskModel):
-    """Cross-view training for tagging (Clark et al. 2018, "Semi-Supervised Sequence Modeling with
-    Cross-View Training", §3.1–3.2) on a bidirectional recurrent backbone of two or more layers.
-
-    The primary module reads both layers' states, NN(h1_t ⊕ h2_t) (§3.2; the first and the top layer of a
-    deeper stack); four auxiliary modules read
-    restricted views of the first layer (§3.2): forward h→1_t, backward h←1_t, future h→1_{t-1} (has not
-    seen word t) and past h←1_{t+1} (has seen only the words after t). ``forward(batch)`` is, on a
-    labeled batch (one with ``targets``), the primary's cross-entropy on the gold tags, summed (L_sup;
-    only the primary learns from labels, as in the paper); on an unlabeled batch, the CVT loss summed
-    over words, L_CVT = Σ_t Σ_j KL(p_θ(y_t|x) ‖ p_θ^j(y_t|x)) (§3.1), where the primary's p_θ is
-    computed without dropout and without gradient (a fixed target) and the auxiliaries with dropout.
-    The trainer divides each by the batch's ``counts`` (labeled words; unlabeled words), so both are
-    means per word where the paper averages per sentence. Predictions use the primary alone. With
-    ``views=False`` the model is the primary tagger alone, on any backbone: the supervised baseline
-    of the paper's comparison (task option ``head=mlp``).
-
-    Deviations: a module's hidden layer is half as wide as its input, i.e. one direction of the layer
-    it reads (a choice of this code); the encoder is the word-level ``Recurrent`` stack, without the paper's
-    character CNN; with a subword tokenizer a word's past view is the backward state at the first token
-    after the word's last subword (with a word-level tokenizer, simply the next token).
-    """
-
-    def __init__(self, backbone: Recurrent | Transformer, n_labels: int, dropout: float = 0.1, views: bool = True):
-        super().__init__()
-        self.backbone = backbone
-        cfg = backbone.config
-        first = cfg.layer_width(0) * cfg.directions if isinstance(backbone, Recurrent) else cfg.hidden
-        self.primary = PredictionModule(first + cfg.hidden, cfg.hidden // 2, n_labels, dropout)
-        width = cfg.layer_width(0) if views else 0  # one direction of the first layer
-        self.auxiliary = nn.ModuleDict({view: PredictionModule(width, width, n_labels, dropout)
-                                        for view in (CVT_VIEWS if views else ())})
-
-    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The primary module's logits ``[B, W, n_labels]``, from the first and the top layer's states."""
-        layers = self.backbone(batch["ids"], None, padding=batch["padding"], all_layers=True)
-        return self.primary(torch.cat([layers[1], layers[-1]], -1))
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        if "targets" in batch:
-            logits = self.outputs(batch)
-            return F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), ignore_index=IGNORE,
-                                   reduction="sum")
-        targets = self.soft_targets(batch)
-        loss = targets.new_zeros(())
-        for logits, valid in self.views(batch).values():
-            loss = loss + F.kl_div(F.log_softmax(logits[valid].float(), -1), targets[valid], log_target=True,
-                                   reduction="sum")
-        return loss
-
-    def soft_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """log p_θ(y|x): the primary on the full input with dropout off and no gradient (§3.1: the
-        auxiliaries learn to match it, the primary is not pulled towards them)."""
-        modes = [(module, module.training) for module in (self.backbone, self.primary)]
-        try:
-            for module, _ in modes:
-                module.eval()
-            with torch.no_grad():
-                return F.log_softmax(self.outputs(batch).float(), -1)
-        finally:
-            for module, mode in modes:
-                module.train(mode)
-
-    def views(self, batch: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Per auxiliary module: its logits ``[B, W, n_labels]`` at every position and where it predicts
-        (``[B, W]`` bool): at the words' first subwords (``batch["after"]`` ≥ 0) whose view lies inside
-        the row. ``after`` holds, at a word's first subword, the position after the word's last subword."""
-        first = self.backbone(batch["ids"], None, padding=batch["padding"], all_layers=True)[1]
-        forward, backward = first.chunk(2, -1)  # the forward direction's features come first
-        after = batch["after"]
-        words = after >= 0
-        previous = torch.cat([forward.new_zeros(forward.shape[0], 1, forward.shape[2]), forward[:, :-1]], 1)
-        following = backward.gather(1, after.clamp(0, after.shape[1] - 1)[..., None].expand_as(backward))
-        starts = torch.arange(after.shape[1], device=after.device) >= 1
-        inside = after < batch["padding"].sum(1, keepdim=True)
-        states = {"fwd": (forward, words), "bwd": (backward, words), "future": (previous, words & starts),
-                  "past": (following, words & inside)}
-        return {view: (self.auxiliary[view](h), valid) for view, (h, valid) in states.items()}
-
-
-def word_inputs(words: Sequence[str], kind: str) -> list[str]:
-    """The words as the tokenizer should see them one by one: byte-level BPE marks a word that follows
-    a space by a leading space (GPT-2's ``Ġ``), so every word but the first gets one back and the
-    subwords are those of the running text ``" ".join(words)``."""
-    return [w if j == 0 or kind != "bpe" else " " + w for j, w in enumerate(words)]
-
-
-def encode_words(sentences: Sequence[Sequence[str]], tok: TextTokenizer, max_length: int) -> list:
-    """The tokenizer's encodings of pre-split sentences (``cls w1 … wn sep``), cut to ``max_length``."""
-    tok.backend.enable_truncation(max_length)
-    try:
-        return tok.backend.encode_batch([word_inputs(words, tok.kind) for words in sentences], is_pretokenized=True)
-    finally:
-        tok.backend.no_truncation()
-
-
-def first_subwords(word_ids: Sequence[int | None], n_words: int) -> list[int]:
-    """Per word, the position of its first subword (from an Encoding's ``word_ids``), or -1 if it has none."""
-    first = [-1] * n_words
-    for position, word in enumerate(word_ids):
-        if word is not None and first[word] < 0:
-            first[word] = position
-    return first
+        return word_loss(self.outputs(batch), batch["targets"])
 
 
 def split_tag(tag: str) -> tuple[str, str]:
@@ -280,7 +157,7 @@ class Tag(Task):
     per_token: ClassVar[bool] = True
     token_column: int = 0
     label_column: int = -1
-    cvt_unlabeled: str | None = None  # a text file, one sentence per line: cross-view training (CrossViewModel)
+    cvt_unlabeled: str | None = None  # a text file, one sentence per line: cross-view training (cvt.py)
     head: str | None = None  # linear (BERT's), or mlp (CVT's primary module); default: mlp with cvt_unlabeled
 
     def __post_init__(self) -> None:
@@ -358,18 +235,9 @@ class Tag(Task):
         return label_vocabulary((tag for row in train for tag in row["tags"]), path, str(self.label_column))
 
     def unlabeled(self) -> list[list[str]]:
-        """The sentences of ``cvt_unlabeled`` (words split at whitespace; blank lines skipped), read once."""
+        """The sentences of ``cvt_unlabeled`` (:func:`.cvt.read_sentences`), read once."""
         if self._unlabeled is None:
-            path = str(self.cvt_unlabeled)
-            sentences = []
-            for lineno, line in enumerate(read_text(Path(path)).splitlines(), 1):
-                words = line.split()
-                if words and words[0] == DOCSTART:
-                    raise SesameError(f"{path}:{lineno}: a CoNLL document line; cvt_unlabeled takes plain text, one "
-                                      "sentence per line (join each sentence's words with spaces)")
-                if words:
-                    sentences.append(words)
-            self._unlabeled = sentences  # not empty: read_text rejects a blank file
+            self._unlabeled = cvt.read_sentences(str(self.cvt_unlabeled))
         return self._unlabeled
 
     def check(self, examples: list[dict], labels: list[str], path: str) -> None:
@@ -408,77 +276,28 @@ class Tag(Task):
 
     def training_batches(self, labeled: Batches, tok: TextTokenizer, max_length: int, batch_size: int, seed: int
                          ) -> tuple[Batches, int]:
-        """With ``cvt_unlabeled``, cross-view training's alternation (Clark et al. 2018, §3.1): even trainer
-        steps 2k are the k-th labeled step, odd steps a batch of ``batch_size`` unlabeled sentences. The
-        unlabeled text is read in passes, each in an order drawn from (``seed``, pass), so a step's
-        sentences depend on (seed, step) alone and resuming reproduces the run."""
+        """The labeled batches; with ``cvt_unlabeled``, cross-view training's alternation of them with
+        batches of the unlabeled text (Clark et al. 2018, §3.1; :func:`.cvt.alternate`)."""
         if self.cvt_unlabeled is None:
-            return labeled, 1
-        if world()[1] > 1:
-            raise SesameError("cvt_unlabeled: not supported under torchrun (the primary and the auxiliary modules "
-                              "learn on alternate steps, which DistributedDataParallel rejects); run in one process")
-        sentences = self.unlabeled()
-        orders: dict[int, list[int]] = {}
-
-        def order(pass_: int) -> list[int]:
-            if pass_ not in orders:
-                orders.clear()
-                generator = torch.Generator().manual_seed(seed * 1_000_003 + pass_)
-                orders[pass_] = torch.randperm(len(sentences), generator=generator).tolist()
-            return orders[pass_]
-
-        def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
-            k, unlabeled = divmod(step, 2)
-            if not unlabeled:
-                return labeled(k, progress)
-            n = len(sentences)
-            chosen = [sentences[order(i // n)[i % n]] for i in range(k * batch_size, (k + 1) * batch_size)]
-            return [self.unlabeled_batch(chosen, tok, max_length)]
-
-        return batches, 2
-
-    def unlabeled_batch(self, sentences: list[list[str]], tok: TextTokenizer, max_length: int
-                        ) -> dict[str, torch.Tensor]:
-        """A batch of unlabeled sentences for :class:`CrossViewModel`: ``ids``, ``padding``, ``after`` (at
-        each word's first subword the position after its last subword, -1 elsewhere) and ``counts``
-        (the words, the terms L_CVT sums per view)."""
-        encodings = encode_words(sentences, tok, max_length)
-        batch = collate([e.ids for e in encodings], tok.specials.pad)
-        after = torch.full_like(batch["ids"], -1)
-        for row, (words, encoding) in enumerate(zip(sentences, encodings)):
-            ends: dict[int, int] = {}
-            for position, word in enumerate(encoding.word_ids):
-                if word is not None:
-                    ends[word] = position + 1
-            for word, position in enumerate(first_subwords(encoding.word_ids, len(words))):
-                if position >= 0:
-                    after[row, position] = ends[word]
-        batch["after"] = after
-        batch["counts"] = {"loss": int((after >= 0).sum())}
-        return batch
+            return super().training_batches(labeled, tok, max_length, batch_size, seed)
+        return cvt.alternate(labeled, self.unlabeled(), tok, max_length=max_length, batch_size=batch_size, seed=seed)
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
         """A linear head on every position; with ``head=mlp`` CVT's primary module alone; with
-        ``cvt_unlabeled`` the whole :class:`CrossViewModel`, which needs a bidirectional recurrent
+        ``cvt_unlabeled`` the whole :class:`.cvt.CrossViewModel`, which needs a bidirectional recurrent
         backbone of two or more layers."""
         if self.cvt_unlabeled is None:
             if self.head == "mlp":
-                return CrossViewModel(backbone, n_labels, dropout, views=False)
+                return cvt.CrossViewModel(backbone, n_labels, dropout, views=False)
             return TokenModel(backbone, n_labels, dropout)
         self.check_model(backbone.config.to_dict())
-        return CrossViewModel(backbone, n_labels, dropout)
+        return cvt.CrossViewModel(backbone, n_labels, dropout)
 
     def check_model(self, model: dict) -> None:
-        """Fail, naming --from, when cross-view training is asked of a backbone (its config dict) that is
-        not a bidirectional recurrent stack of two or more layers."""
-        if self.cvt_unlabeled is None:
-            return
-        arch = model.get("arch", "transformer")
-        if arch != "recurrent" or model["causal"] or model["layers"] < 2:
-            kind = (f"a {'causal' if model['causal'] else 'bidirectional'} {model['layers']}-layer recurrent one"
-                    if arch == "recurrent" else f"a {arch}")
-            raise SesameError(f"--from: cross-view training (cvt_unlabeled) needs a bidirectional recurrent backbone "
-                              f"of 2 or more layers (e.g. --from scratch:bilstm:mini), but the backbone is {kind}")
+        """With ``cvt_unlabeled``, fail (naming --from) on a backbone cross-view training cannot use
+        (:func:`.cvt.check_backbone`)."""
+        if self.cvt_unlabeled is not None:
+            cvt.check_backbone(model)
 
     def tags(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]
              ) -> list[list[str]]:
