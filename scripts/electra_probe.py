@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from sesame.api import _examples, _prepared
+from sesame.data.windows import examples as _examples, prepared as _prepared
 from sesame.objectives import build_objective
 from sesame.objectives.electra import Electra
 from sesame.rundir import build_backbone, load_tokenizer, read_config

@@ -41,7 +41,12 @@ from .families import Family, backbone_config, get_family, get_size
 from .interop.sources import MINILM, minilm_dir, transformers_config
 from .metrics import classification_report
 from .tasks import POOLINGS, make_task
+from .options import defaults as option_defaults
+from .rundir import read_config
+from .sources import resolve_source
+from .specs import FinetuneSpec, PretrainSpec, RunConfig
 from .train import Interrupted, TrainConfig
+from .train.recipes import Recipe
 from .train.checkpoint import checkpoint_dir, read_json, write_json
 
 RECORD = "compare.json"
@@ -67,13 +72,13 @@ COLUMNS = {  # CSV/JSON field: Markdown header
 KINDS = {"pretrained": ("#4c72b0", ""), "baseline": ("#55a868", ".."), "scratch": ("#b0b0b0", "//"),
          "tf-idf": ("#dd8452", "xx")}  # colour, hatch
 # set by compare itself, the same for every approach
-RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "max_minutes",
-            "max_steps", "seed"}
+RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "training",
+            "max_minutes", "max_steps", "seed"}
 FINETUNE = "finetune."  # an approach's item finetune.KEY=VALUE sets api.finetune's KEY for its rows
 # api.finetune keywords compare sets itself: the task's files and columns, the run, the seed (the same for every
 # row) and the budget (whole epochs, evaluated and saved after each)
 FINETUNE_RESERVED = {"base", "train", "dev", "out", "task", "text_column", "label_column", "task_options", "tokenizer",
-                     "resume", "progress", "select", "seed", "max_steps", "max_minutes", "eval_every", "save_every"}
+                     "recipe", "training", "resume", "progress", "select", "seed", "max_steps", "max_minutes", "eval_every", "save_every"}
 
 
 @dataclass
@@ -107,7 +112,7 @@ class Approach:
         extractors (their task model is a BiLSTM, not their own network) or a run sesame did not make (whose
         architecture ``scratch:FAMILY:SIZE`` may not be)."""
         fam = get_family(self.family)
-        return fam.objective is not None and fam.arch not in api.FEATURE_EXTRACTORS and \
+        return fam.objective is not None and not fam.feature_extractor and \
             (self.base is None or _run_config(self.base) is not None)
 
     def run(self, pretrained: Path) -> Path:
@@ -153,9 +158,7 @@ class Task:
 
 def _recipe_defaults() -> dict:
     """Every option a recipe may name, with its default: sesame.pretrain's parameters and TrainConfig's fields."""
-    defaults = {name: p.default for name, p in inspect.signature(api.pretrain).parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    defaults.update({f.name: f.default for f in fields(TrainConfig)})
+    defaults = {**option_defaults(PretrainSpec), **option_defaults(TrainConfig)}
     return {k: v for k, v in defaults.items() if k not in RESERVED}
 
 
@@ -182,19 +185,14 @@ def _checked(where: str, key: str, value: object, default: object, shown: bool =
 def _finetune_defaults() -> dict:
     """Every option a ``finetune.KEY`` item may name, with its default: sesame.finetune's keywords and
     TrainConfig's fields, but those compare sets itself (``FINETUNE_RESERVED``)."""
-    defaults = {name: p.default for name, p in inspect.signature(api.finetune).parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    defaults.update({f.name: f.default for f in fields(TrainConfig)})
+    defaults = {**option_defaults(FinetuneSpec), **option_defaults(Recipe), **option_defaults(TrainConfig)}
     return {k: v for k, v in defaults.items() if k not in FINETUNE_RESERVED}
 
 
-def _run_config(base: str) -> dict | None:
+def _run_config(base: str) -> RunConfig | None:
     """The config.json of ``base`` if it is a run sesame made (pretrained or fine-tuned), else None."""
-    config = Path(base) / "config.json"
-    if not config.is_file() or transformers_config(Path(base)) is not None:
-        return None
-    found = read_json(config)
-    return found if isinstance(found, dict) and "kind" in found else None
+    source = resolve_source(base, "from=") if (Path(base) / "config.json").is_file() else None
+    return source.config if source is not None else None
 
 
 def _check_base(spec: str, fam: Family, size: str, base: str) -> None:
@@ -215,17 +213,17 @@ def _check_base(spec: str, fam: Family, size: str, base: str) -> None:
             raise SesameError(f"{where}: neither a sesame run nor a transformers model directory (no config.json "
                               "with kind or model_type)")
         return
-    if (config.get("family"), config.get("size")) != (fam.name, size):
-        raise SesameError(f"{where}: a {config.get('family')} {config.get('size')} run; write "
-                          f"{config.get('family')}:{config.get('size')}:from={base}")
+    if (config.family, config.size) != (fam.name, size):
+        raise SesameError(f"{where}: a {config.family} {config.size} run; write "
+                          f"{config.family}:{config.size}:from={base}")
 
 
 def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
     """The ``finetune.KEY=VALUE`` items of ``spec``, typed like sesame.finetune's defaults and checked now,
     so a bad one fails before any training."""
     where, known, options = f"--approaches {spec}", _finetune_defaults(), {}
-    text_options = {name for name, p in inspect.signature(api.finetune).parameters.items()
-                    if str(p.annotation).startswith("str")}  # paths and names, never read as JSON
+    text_options = {f.name for cls in (FinetuneSpec, Recipe) for f in fields(cls)
+                    if str(f.type).startswith("str")}  # paths and names, never read as JSON
     for key, text in items.items():
         if key in FINETUNE_RESERVED:
             raise SesameError(f"{where}: finetune.{key} is set by compare for every row alike (the task, --seed, "
@@ -236,7 +234,7 @@ def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
         # compare's and the family's defaults differ from api.finetune's, so none is shown as "the default"
         options[key] = text if key in text_options else _typed(where, f"finetune.{key}", text, known[key], False)
     if "vectors" in options:
-        if not (fam.arch == "elmo" or (fam.arch == "recurrent" and kind == "baseline")):
+        if not (fam.word_vectors and (fam.feature_extractor or kind == "baseline")):
             raise SesameError(f"{where}: finetune.vectors initialises the word embedding of a new recurrent task "
                               "model: for lstm, gru, bilstm or elmo approaches (a cove run brings its own)")
         if not Path(options["vectors"]).is_file():
@@ -276,7 +274,7 @@ def parse_approach(spec: str) -> Approach:
     base = given.pop("from", None)
     tuning = {k[len(FINETUNE):]: v for k, v in given.items() if k.startswith(FINETUNE)}
     recipe = {k: v for k, v in given.items() if not k.startswith(FINETUNE)}
-    if base is None and fam.objective is None and fam.arch in api.FEATURE_EXTRACTORS:
+    if base is None and fam.objective is None and fam.feature_extractor:
         raise SesameError(f"--approaches {spec}: {family} is not pre-trained by compare; train it with "
                           f"`sesame {family}` and give the run: {family}:{size}:from=RUN")
     if recipe and (base is not None or fam.objective is None):
@@ -424,8 +422,8 @@ def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str]
                          **approach.options)
         except SesameError as err:
             raise SesameError(f"--approaches {approach.spec}: {err}") from None
-        state, config = trainer_state(run), read_json(run / "config.json")
-        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config["seq_len"],
+        state, config = trainer_state(run), read_config(run, "--out")
+        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config.seq_len,
                 "seconds": round(state["elapsed"], 3)}
 
     settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": minutes,
@@ -435,20 +433,20 @@ def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str]
 
 def _prior_training(base: str) -> dict:
     """``{"seconds", "tokens"}`` spent pre-training the run ``base``, read from its checkpoint and summed over
-    the runs it continued (``config["base"]``: ULMFiT's target LM continues the general one); tokens are
+    the runs it continued (``config.base``: ULMFiT's target LM continues the general one); tokens are
     steps × batch × sequence length. None for what the runs do not record (a transformers directory, MiniLM,
     a run without checkpoint; tokens of a ``sesame cove`` run, whose examples are sentence pairs)."""
     seconds, tokens, path, seen = 0.0, 0, Path(base), set()
     while path is not None:
         config = _run_config(str(path))
-        if config is None or config["kind"] != "pretrained" or checkpoint_dir(path) is None or path.resolve() in seen:
+        if config is None or config.kind != "pretrained" or checkpoint_dir(path) is None or path.resolve() in seen:
             return {"seconds": None, "tokens": None}
         seen.add(path.resolve())
         state = trainer_state(path)
         seconds += state["elapsed"]
-        tokens = tokens + state["step"] * state["config"]["batch_size"] * config["seq_len"] \
+        tokens = tokens + state["step"] * state["config"]["batch_size"] * config.seq_len \
             if tokens is not None and "seq_len" in config else None
-        path = Path(config["base"]) if config.get("base") else None
+        path = Path(config.base) if config.base else None
     return {"seconds": round(seconds, 3), "tokens": tokens}
 
 

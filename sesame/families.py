@@ -43,6 +43,11 @@ class Family:
     # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
     input_tokens: bool = False
     context: int = 512  # learned positions (GPT and BERT: 512; GPT-2's longer context: 1024)
+    # a task model reads this family's runs frozen, beside its own embeddings (ELMo's biLM, CoVe's encoder)
+    feature_extractor: bool = False
+    command: str | None = None  # the application command that makes its runs or runs its whole recipe
+    target_words: bool = False  # continued pre-training adds the new corpus's words (ULMFiT's target-task LM)
+    word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -62,21 +67,22 @@ FAMILIES: dict[str, Family] = {
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024),
         #      name       tokenizer objective causal norm emb-LN pooling   paper
         Family("lstm", "word", None, True, "-", False, "last", "Hochreiter & Schmidhuber 1997", arch="recurrent",
-               finetune=RECURRENT_FINETUNE),
+               finetune=RECURRENT_FINETUNE, word_vectors=True),
         Family("gru", "word", None, True, "-", False, "last", "Cho et al. 2014", arch="recurrent",
-               model_options={"cell": "gru"}, finetune=RECURRENT_FINETUNE),
+               model_options={"cell": "gru"}, finetune=RECURRENT_FINETUNE, word_vectors=True),
         Family("bilstm", "word", None, False, "-", False, "max", "Graves & Schmidhuber 2005", arch="recurrent",
-               finetune=RECURRENT_FINETUNE),  # max pooling over a BiLSTM: Conneau et al. 2017
+               finetune=RECURRENT_FINETUNE, word_vectors=True),  # max pooling over a BiLSTM: Conneau et al. 2017
         Family("ulmfit", "word", "awd_lm", True, "-", False, "concat", "Howard & Ruder 2018", arch="recurrent",
                model_options={"layers": 3, "tied": True, "dropout": 0.4, "hidden_dropout": 0.3, "input_dropout": 0.4,
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
-               finetune=RECURRENT_FINETUNE),
+               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
-               recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE),
+               recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,
+               word_vectors=True),
         Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
-               finetune=RECURRENT_FINETUNE),
+               finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
@@ -134,3 +140,15 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         max_positions=max_positions or fam.context, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
         dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5,
         embedding_size=embedding_size, sharing=fam.sharing)
+
+
+def reading_features(features: dict, size: str, dropout: float) -> dict:
+    """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
+    family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen
+    extractor's output (Peters et al. 2018, §3.3; McCann et al. 2017, §4). ELMo's layers enter through a scalar
+    mix the task learns; the extractor runs without dropout, as at inference."""
+    features = {**features, "dropout": 0.0, **({"scalar_mix": True} if "scalar_mix" in features else {})}
+    size = size if size in RECURRENT_SIZES else "mini"
+    task = backbone_config(DOWNSTREAM, size, features["vocab_size"], features["pad_id"], dropout).to_dict()
+    # CoVe's task model starts from the MT-LSTM's own word vectors, [GloVe(x); CoVe(x)]
+    return {**task, "embedding_size": features.get("embedding_size", RECURRENT_SIZES[size][0]), "features": features}

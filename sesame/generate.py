@@ -82,8 +82,8 @@ class LanguageModel:
     def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: dict | None = None):
         if not backbone.config.causal:
             raise SesameError("--model: generation and prompting need a causal language model (gpt, gpt2)")
-        self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config or {}
-        aliases = (self.config.get("hf") or {}).get("tokenizer", {}).get("aliases", {})
+        self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config
+        aliases = ((config.hf if config else None) or {}).get("tokenizer", {}).get("aliases", {})
         sep = tokenizer.backend.id_to_token(tokenizer.specials.sep)
         self.end = tokenizer.backend.token_to_id(aliases.get(sep, sep))  # ends a document, and a generation
         self.vocab = backbone.config.vocab_size - len(aliases)  # the aliases are the last rows
@@ -92,8 +92,8 @@ class LanguageModel:
     def load(cls, run: str | Path, flag: str = "--model") -> LanguageModel:
         """A pre-trained causal run (for transformers directories, see :func:`load_language_model`)."""
         config = read_config(run, flag, ("pretrained",))
-        if not config["model"]["causal"]:
-            raise SesameError(f"{flag} {run}: a bidirectional {config['family']} model; generation and prompting "
+        if not config.causal:
+            raise SesameError(f"{flag} {run}: a bidirectional {config.family} model; generation and prompting "
                               "need a causal language model (family gpt or gpt2)")
         return cls(load_backbone(run, flag), load_tokenizer(run, flag), config)
 

@@ -238,10 +238,10 @@ def _verbalizers(given: dict[str, str] | None, rows: list[dict]) -> dict[str, st
 
 def _context(config: dict, model: str, max_length: int | None) -> int:
     """The prompt length: ``max_length``, or the length the model was pre-trained on."""
-    positions = config["model"]["max_positions"]
+    positions = config.model["max_positions"]
     if max_length is None:
-        trained = max(config.get("seq_len") or 0, config.get("final_seq_len") or 0)
-        return positions if config.get("hf") or not trained else min(trained, positions)
+        trained = max(config.seq_len or 0, config.final_seq_len or 0)
+        return positions if config.hf or not trained else min(trained, positions)
     if not 8 <= max_length <= positions:
         raise SesameError(f"--max-length {max_length}: use 8 to {positions} (--model {model}'s positions)")
     return max_length

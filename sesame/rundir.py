@@ -1,39 +1,44 @@
-"""Run directories: what kind of run a folder holds, and how to rebuild its model.
+"""Run directories: what kind of run a folder holds, claiming one for a new run, and rebuilding its model.
 
-``config.json`` names the kind (``pretrained`` or ``finetuned``), the family and the backbone
-configuration; ``tokenizer.json`` and ``model.safetensors`` sit beside it.
+``config.json`` (:class:`sesame.specs.RunConfig`) names the kind (``pretrained`` or ``finetuned``), the
+family and the backbone configuration; ``tokenizer.json`` and ``model.safetensors`` sit beside it.
 """
 from __future__ import annotations
 
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+import torch
+import torch.distributed as dist
 from torch import nn
 
-from . import __version__
 from .errors import SesameError
 from .models import build_model
+from .specs import KINDS, RunConfig
 from .tokenizer import TextTokenizer
+from .train import TrainConfig
 from .train.checkpoint import load_weights, read_json, write_json
+from .train.trainer import world
 
 
-def read_config(run: str | Path, flag: str, kinds: tuple[str, ...]) -> dict:
-    """The run's config.json, checked to be one of ``kinds``."""
+def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> RunConfig:
+    """The run's config.json, checked against the schema (:class:`sesame.specs.RunConfig`) and to be one of
+    ``kinds``."""
     run = Path(run)
     if not run.is_dir():
         raise SesameError(f"{flag} {run}: no such run directory")
     if not (run / "config.json").is_file():
         raise SesameError(f"{flag} {run}: not a sesame run directory (no config.json)")
-    config = read_json(run / "config.json")
-    if config.get("kind") not in kinds:
-        raise SesameError(f"{flag} {run}: holds a {config.get('kind')!r} run, but a {' or '.join(kinds)} run is needed")
+    config = RunConfig.parse(read_json(run / "config.json"), f"{flag} {run / 'config.json'}")
+    if config.kind not in kinds:
+        raise SesameError(f"{flag} {run}: holds a {config.kind!r} run, but a {' or '.join(kinds)} run is needed")
     return config
 
 
-def write_config(run: Path, config: dict) -> None:
-    write_json(run / "config.json", {"sesame_version": __version__, **config})
+def write_config(run: Path, config: RunConfig) -> None:
+    write_json(run / "config.json", config.to_json())
 
 
 @contextmanager
@@ -57,9 +62,49 @@ def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
         raise
 
 
-def build_backbone(config: dict) -> nn.Module:
+def _barrier(failed: bool = False) -> None:
+    """Wait for every process; ``failed`` on any of them (rank 0's setup, say) makes the others raise too."""
+    if world()[1] > 1:
+        flag = torch.tensor([float(failed)])
+        dist.all_reduce(flag)
+        if flag.item() and not failed:
+            raise SesameError("another process (rank 0) failed to set up the run; its error is printed above")
+
+
+@contextmanager
+def claimed_run(out: str, kind: str, resume: bool, setup: Callable[[Path], None]) -> Iterator[Path]:
+    """Rank 0 claims ``out`` and runs ``setup(run)`` (tokenizer, data, config.json) unless resuming; the
+    other processes wait at a barrier, then open the same run. A setup failure on rank 0 is passed on
+    to the waiting processes instead of leaving them hanging."""
+    rank = world()[0]
+    if rank > 0:
+        _barrier()
+    ready = rank > 0
+    try:
+        with new_run(out, kind, resume or rank > 0) as run:
+            if rank == 0 and not resume:
+                setup(run)
+            if not ready:
+                ready = True
+                _barrier()
+            yield run
+    except BaseException:
+        if not ready:
+            _barrier(failed=True)
+        raise
+
+
+def check_batch(cfg: TrainConfig) -> None:
+    """The global batch splits evenly over the processes and accumulation steps."""
+    processes = world()[1]
+    if cfg.batch_size % (processes * cfg.accumulate):
+        raise SesameError(f"--batch-size {cfg.batch_size} must be divisible by processes × --accumulate "
+                          f"({processes} × {cfg.accumulate})")
+
+
+def build_backbone(config: RunConfig) -> nn.Module:
     """The backbone a run's config.json describes (:func:`sesame.models.build_model`), without weights."""
-    return build_model(config["model"])
+    return build_model(config.model)
 
 
 def load_backbone(run: str | Path, flag: str = "--model") -> nn.Module:

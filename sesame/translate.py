@@ -39,7 +39,9 @@ from .data.corpus import decoded_lines
 from .errors import SesameError
 from .metrics import language_model_report
 from .models.cove import COVE_SIZES, CoveConfig, DecoderState, MTLSTM
+from .families import get_family
 from .rundir import load_tokenizer, new_run, read_config, write_config
+from .specs import RunConfig
 from .tasks import bucketed_batches, steps_per_epoch
 from .tasks.base import pad
 from .tokenizer import TextTokenizer, train_tokenizer
@@ -47,6 +49,7 @@ from .train import TrainConfig, Trainer
 from .train.checkpoint import load_weights
 from .wordvectors import WordVectors, embedding_matrix, load_vectors
 
+FAMILY = "cove"  # the family of the runs this module makes
 TARGET_TOKENIZER = "target_tokenizer.json"
 EVAL_BATCH = 64
 DEFAULTS = {"lr": 1e-3, "weight_decay": 0.0, "warmup": 0.02, "batch_size": 64, "clip": 5.0, "eval_every": 500,
@@ -199,11 +202,11 @@ class Translator:
     def __init__(self, run: str | Path, flag: str = "--model"):
         self.run = Path(run)
         self.config = read_config(self.run, flag, ("pretrained",))
-        if self.config.get("family") != "cove":
-            raise SesameError(f"{flag} {run}: a {self.config.get('family')} run; translate needs a run of `sesame cove`")
+        if self.config.objective != "translation":
+            raise SesameError(f"{flag} {run}: a {self.config.family} run; translate needs a run of `sesame cove`")
         self.source = load_tokenizer(self.run, flag)
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
-        self.model = MTLSTM(CoveConfig(**self.config["model"]))
+        self.model = MTLSTM(CoveConfig(**self.config.model))
         weights = load_weights(self.run / "model.safetensors")
         self.model.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
         self.model.eval()
@@ -211,7 +214,7 @@ class Translator:
     def translate(self, texts: Sequence[str], beam: int = 1, batch_size: int = EVAL_BATCH,
                   progress: bool = False) -> list[str]:
         """Translations of ``texts`` (lower-cased words joined by spaces); ``beam`` 1 decodes greedily."""
-        return decode(self.model, self.source, self.target, texts, self.config["max_length"], beam, batch_size,
+        return decode(self.model, self.source, self.target, texts, self.config.max_length, beam, batch_size,
                       progress)
 
 
@@ -328,19 +331,19 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
                 coverage = _vectors(model, word_vectors, source)
             source.save(run / "tokenizer.json")
             target.save(run / TARGET_TOKENIZER)
-            write_config(run, {
-                "kind": "pretrained", "family": "cove", "size": size, "objective": "translation",
-                "model": model_cfg.to_dict(), "max_length": max_length, "lowercase": True, "vectors": vectors,
-                "vector_coverage": coverage, "train_src": str(train_src), "train_tgt": str(train_tgt),
-                "valid_src": str(valid_src), "valid_tgt": str(valid_tgt), "train": asdict(cfg)})
+            write_config(run, RunConfig(
+                kind="pretrained", family=FAMILY, size=size, objective="translation", pooling=get_family(FAMILY).pooling,
+                model=model_cfg.to_dict(), max_length=max_length, lowercase=True, vectors=vectors,
+                vector_coverage=coverage, train_src=str(train_src), train_tgt=str(train_tgt),
+                valid_src=str(valid_src), valid_tgt=str(valid_tgt), train=asdict(cfg)))
         config = read_config(run, "--out", ("pretrained",))
-        if config.get("family") != "cove":
-            raise SesameError(f"--out {run}: a {config.get('family')} run; --resume needs a run of `sesame cove`")
+        if config.objective != "translation":
+            raise SesameError(f"--out {run}: a {config.family} run; --resume needs a run of `sesame cove`")
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
-        max_length = config["max_length"]
+        max_length = config.max_length
         if resume:
             torch.manual_seed(cfg.seed)
-            model = MTLSTM(CoveConfig(**config["model"]))
+            model = MTLSTM(CoveConfig(**config.model))
         objective = Translation(model)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
@@ -370,7 +373,7 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
         trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
                           progress=progress)
         metrics = trainer.fit(resume=resume)
-        coverage = config["vector_coverage"]
+        coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
                 "train_sentences": len(train_ids), "source_vocab": source.vocab_size,
                 "target_vocab": target.vocab_size}

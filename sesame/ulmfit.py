@@ -119,8 +119,8 @@ def _table(general: Path, target: Path, classifier: Path) -> list[dict]:
 
     if (general / "metrics.jsonl").is_file() and checkpoint_dir(general) and _evaluations(general):
         config, state = read_json(general / "config.json"), trainer_state(general)
-        shards = Path(config["shards"])
-        windows = len(Shards(shards).windows(OBJECTIVES[config["objective"]].window_length(config["seq_len"]))) \
+        shards = Path(config.shards)
+        windows = len(Shards(shards).windows(OBJECTIVES[config.objective].window_length(config.seq_len))) \
             if shards.is_dir() else 0
         passes = round(state["step"] * state["config"]["batch_size"] / windows, 2) if windows else None
         add("general-domain LM", passes, _evaluations(general)[-1], None)
@@ -193,8 +193,8 @@ def ulmfit(train: str, dev: str, out: str, corpus: Sequence[str] | None = None, 
     records: dict[str, dict] = {}
     if lm is not None:
         config = read_config(lm, "--lm", ("pretrained",))
-        if config["family"] != FAMILY:
-            raise SesameError(f"--lm {lm}: a {config['family']} run; ULMFiT starts from a pretrained ulmfit run")
+        if config.family != FAMILY:
+            raise SesameError(f"--lm {lm}: a {config.family} run; ULMFiT starts from a pretrained ulmfit run")
         base, origin = Path(lm), {"lm": str(Path(lm).resolve())}
     else:
         corpus_paths = [str(Path(p).resolve()) for p in corpus]

@@ -33,7 +33,7 @@ def test_mean_pooling_is_the_average_of_real_final_states():
 def test_fine_tuning_starts_from_the_pretrained_backbone_and_nsp_pooler(tmp_path):
     """BERT's classifier begins from the pre-trained encoder and the pooler NSP trained (Devlin et al. 2019, §4.1);
     the NSP head itself and ELECTRA-style generators are left behind."""
-    from sesame.api import _load_pretrained
+    from sesame.pipelines.finetune import load_pretrained as _load_pretrained
     from sesame.objectives import BertPretraining
     from sesame.tokenizer import SpecialIds
     from sesame.train.checkpoint import save_weights

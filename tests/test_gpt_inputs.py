@@ -9,11 +9,12 @@ import pytest
 import torch
 
 import sesame
-from sesame.api import _load_pretrained
+from sesame.pipelines.finetune import load_pretrained as _load_pretrained
 from sesame.errors import SesameError
 from sesame.rundir import build_backbone, load_tokenizer, read_config
 from sesame.tasks import make_task
 from sesame.tasks.classify import SequenceModel
+from sesame.specs import RunConfig
 from sesame.tasks.inputs import INPUT_TOKENS, add_input_tokens, grow_token_embedding
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights
@@ -68,14 +69,14 @@ def test_gpt_fine_tuning_adds_the_three_tokens_and_reloads(data, tmp_path, one_t
     again = tmp_path / "again"  # a fine-tuned gpt run fine-tuned again already has the tokens
     sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(again), task="pair", **FAST)
     assert load_tokenizer(again).vocab_size == base_vocab + 3
-    assert read_config(again, "--model", ("finetuned",))["model"]["vocab_size"] == base_vocab + 3
+    assert read_config(again, "--model", ("finetuned",)).model["vocab_size"] == base_vocab + 3
 
 
 def test_pretrained_rows_are_copied_and_the_new_rows_are_fresh(data, tmp_path):
     config = read_config(data / "gpt", "--from", ("pretrained",))
     tok = load_tokenizer(data / "gpt")
     vocab = tok.vocab_size
-    assert add_input_tokens(config, tok) and config["model"]["vocab_size"] == vocab + 3
+    assert add_input_tokens(config, tok) and config.model["vocab_size"] == vocab + 3
     assert not add_input_tokens(config, tok)  # once only
     model = SequenceModel(build_backbone(config), 2, "last")
     _load_pretrained(model, data / "gpt")
@@ -111,16 +112,16 @@ def test_the_classifier_reads_the_extract_token(data):
 def test_other_families_keep_their_encoding(family):
     tok = train_tokenizer(sentences(100), "wordpiece" if family == "bert" else "bpe", 200)
     before = tok.backend.to_str()
-    config = {"family": family, "model": {"vocab_size": tok.vocab_size}}
+    config = RunConfig(kind="pretrained", family=family, model={"vocab_size": tok.vocab_size})
     assert not add_input_tokens(config, tok)
-    assert tok.backend.to_str() == before and config["model"]["vocab_size"] == tok.vocab_size
+    assert tok.backend.to_str() == before and config.model["vocab_size"] == tok.vocab_size
 
 
 def test_a_tokenizer_holding_one_of_the_tokens_is_refused():
     tok = train_tokenizer(sentences(100), "bpe", 200)
     tok.backend.add_tokens(["<delim>"])
     with pytest.raises(SesameError, match="already holds some of <start>, <delim>, <extract>"):
-        add_input_tokens({"family": "gpt", "model": {"vocab_size": tok.vocab_size}}, tok)
+        add_input_tokens(RunConfig(kind="pretrained", family="gpt", model={"vocab_size": tok.vocab_size}), tok)
 
 
 def test_scratch_gpt_multiple_choice_uses_the_tokens(tmp_path, one_thread):

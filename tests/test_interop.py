@@ -17,6 +17,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers  # noqa: E402
 
 from sesame import api  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
+from sesame.pipelines.finetune import load_pretrained, starting_point  # noqa: E402
+from sesame.sources import resolve_source  # noqa: E402
+from sesame.specs import FinetuneSpec  # noqa: E402
 from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.rundir import build_backbone, load_backbone, load_tokenizer  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
@@ -227,14 +230,15 @@ def test_finetune_starts_from_a_converted_run(tmp_path: Path, model_type: str) -
     backbone (and BERT's pooler, for a cls head) copied into the task model."""
     make_hf(tmp_path / "hf", model_type)
     from_hf(tmp_path / "hf", tmp_path / "run")
-    config, tok = api._base_config(str(tmp_path / "run"), None, [], 0.1)
-    model = make_task("classify").build(build_backbone(config), 2, config["pooling"], 0.1)
-    api._load_pretrained(model, tmp_path / "run")
+    spec = FinetuneSpec.of(str(tmp_path / "run"), "train.csv", "dev.csv", str(tmp_path / "tuned"), dropout=0.1)
+    config, tok = starting_point(resolve_source(spec.base, "--from"), tmp_path / "run", spec, [])
+    model = make_task("classify").build(build_backbone(config), 2, config.pooling, 0.1)
+    load_pretrained(model, tmp_path / "run")
     weights = load_weights(tmp_path / "run" / "model.safetensors")
     assert torch.equal(model.backbone.embed.tokens.weight, weights["backbone.embed.tokens.weight"])
     if model_type == "bert":
         assert torch.equal(model.pooler[0].weight, weights["pooler.0.weight"])
-    assert config["pooling"] == ("cls" if model_type == "bert" else "last")
+    assert config.pooling == ("cls" if model_type == "bert" else "last")
 
 
 def test_a_converted_run_fine_tunes_and_remembers_its_source(tmp_path: Path, labeled, one_thread) -> None:
@@ -462,6 +466,7 @@ def test_sesame_family_exports(tmp_path: Path, one_thread) -> None:
     from sesame.families import backbone_config
     from sesame.models import Transformer
     from sesame.rundir import write_config
+    from sesame.specs import RunConfig
     from sesame.tokenizer import train_tokenizer
 
     tok = train_tokenizer(sentences(200), "bpe", 300)
@@ -472,8 +477,7 @@ def test_sesame_family_exports(tmp_path: Path, one_thread) -> None:
     run.mkdir()
     tok.save(run / "tokenizer.json")
     save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in backbone.state_dict().items()})
-    write_config(run, {"kind": "pretrained", "family": "gpt2", "size": "tiny", "pooling": "last",
-                       "model": cfg.to_dict()})
+    write_config(run, RunConfig(kind="pretrained", family="gpt2", size="tiny", pooling="last", model=cfg.to_dict()))
     to_hf(run, tmp_path / "out")
     hf = loaded(tmp_path / "out")
     ids, mask = batch(tok.vocab_size, tok.specials.pad)

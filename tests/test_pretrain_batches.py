@@ -2,7 +2,7 @@
 import torch
 import pytest
 
-from sesame.api import TWO_PHASE_SWITCH, _partners, _window_batches
+from sesame.data.windows import TWO_PHASE_SWITCH, partners as _partners, window_batches as _window_batches
 from sesame.data.corpus import resolve_sources
 from sesame.data.shards import Window, prepare_corpus
 from sesame.models import Transformer, TransformerConfig

@@ -13,6 +13,7 @@ from sesame.models import Transformer
 from sesame.prompting import (Template, assemble, continuation_logprobs, demonstration_indices, parse_verbalizers,
                               prompt_eval)
 from sesame.rundir import load_backbone, load_tokenizer, write_config
+from sesame.specs import RunConfig
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import save_weights
 
@@ -31,9 +32,8 @@ def make_run(run: Path, family: str, seq_len: int = 48) -> Path:
     run.mkdir(parents=True)
     tok.save(run / "tokenizer.json")
     save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in backbone.state_dict().items()})
-    write_config(run, {"kind": "pretrained", "family": family, "size": "tiny", "seq_len": seq_len,
-                       "model": cfg.to_dict(), "objective": "clm" if cfg.causal else "mlm",
-                       "pooling": "last" if cfg.causal else "cls"})
+    write_config(run, RunConfig(kind="pretrained", family=family, size="tiny", seq_len=seq_len, model=cfg.to_dict(),
+                                objective="clm" if cfg.causal else "mlm", pooling="last" if cfg.causal else "cls"))
     return run
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -50,6 +50,7 @@ from ..models import Transformer, TransformerConfig
 from ..objectives import build_objective
 from ..objectives.electra import generator_config
 from ..rundir import load_tokenizer, new_run, read_config, write_config
+from ..specs import RunConfig
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json
@@ -396,7 +397,7 @@ def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architectu
 class Imported:
     """A converted checkpoint before it is written: the run's config.json, tensors, tokenizer, labels and summary."""
 
-    config: dict
+    config: RunConfig
     state: dict[str, torch.Tensor]
     tok: TextTokenizer
     labels: list[str]
@@ -462,15 +463,14 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     origin = {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config, "tokenizer": record}
     if task:
         job = make_task(task)
-        config = {"kind": "finetuned", "task": task, "task_options": job.options(), "family": arch.family,
-                  "size": None, "pooling": "cls", "model": model, "max_length": _max_length(src, model),
-                  "select": job.select, "hf": origin}
+        config = RunConfig(kind="finetuned", task=task, task_options=job.options(), family=arch.family,
+                           pooling="cls", model=model, max_length=_max_length(src, model), select=job.select, hf=origin)
     else:
-        config = {"kind": "pretrained", "family": arch.family, "size": None, "objective": objective,
-                  "objective_options": {}, "pooling": FAMILIES[arch.family].pooling, "model": model, "hf": origin}
+        config = RunConfig(kind="pretrained", family=arch.family, objective=objective,
+                           pooling=FAMILIES[arch.family].pooling, model=model, hf=origin)
         if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
-            config["seq_len"] = min(EVAL_SEQ_LEN, model["max_positions"])
-    summary = {"model_type": arch.model_type, "family": arch.family, "kind": config["kind"], "task": task,
+            config.seq_len = min(EVAL_SEQ_LEN, model["max_positions"])
+    summary = {"model_type": arch.model_type, "family": arch.family, "kind": config.kind, "task": task,
                "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
                "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),
                "dropped_heads": dropped, "renamed_tokens": record["renamed"],
@@ -489,11 +489,11 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
     feed-forward."""
     g = gen.summary
     if (g["model_type"], g["objective"]) != ("electra", "mlm"):
-        found = ", ".join(gen.config["hf"]["config"].get("architectures") or [f"a {g['model_type']} model"])
+        found = ", ".join(gen.config.hf["config"].get("architectures") or [f"a {g['model_type']} model"])
         why = "".join(f" ({n})" for n in g["notes"] if n.startswith("ElectraForMaskedLM's"))  # its head's reason
         raise SesameError(f"{where}: the generator is {found}, not an ElectraForMaskedLM whose head imports{why}; "
                           "give the generator checkpoint of this discriminator")
-    model, got = run.config["model"], dict(gen.config["model"])
+    model, got = run.config.model, dict(gen.config.model)
     fraction = got["hidden"] / model["hidden"]
     needed = generator_config(TransformerConfig(**model), fraction).to_dict()
     for m in (needed, got):
@@ -518,8 +518,8 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
         if not name.startswith("backbone.embed."):
             ours, mlm = next((o, m) for o, m in GENERATOR_NAMES.items() if name.startswith(m))
             run.state[ours + name.removeprefix(mlm)] = tensor
-    run.config["objective_options"] = {"generator_fraction": fraction}
-    run.config["hf"]["generator"] = {"source": gen.config["hf"]["source"], "config": gen.config["hf"]["config"]}
+    run.config.objective_options = {"generator_fraction": fraction}
+    run.config.hf["generator"] = {"source": gen.config.hf["source"], "config": gen.config.hf["config"]}
     run.summary.update(generator_fraction=fraction,
                        notes=run.summary["notes"] + [f"generator: {note}" for note in g["notes"]])
 
@@ -535,7 +535,7 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
     if generator is not None:
         _add_generator(imported, _import(Path(generator), flag="--generator"),
                        f"--from-hf {src} --generator {generator}")
-    with new_run(out, imported.config["kind"], resume=False) as run:
+    with new_run(out, imported.config.kind, resume=False) as run:
         imported.tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", imported.state)
         if imported.labels:
@@ -572,17 +572,17 @@ def _still_copies(tokens: torch.Tensor, record: dict | None, vocab: int, backend
     return sorted(ids) == list(range(vocab, tokens.shape[0])) and torch.equal(tokens[ids], tokens[sources])
 
 
-def _classifier(config: dict, run: Path, arch: Architecture, where: str) -> tuple[list[Entry], dict]:
+def _classifier(config: RunConfig, run: Path, arch: Architecture, where: str) -> tuple[list[Entry], dict]:
     """The head entries and config keys of the matching *ForSequenceClassification."""
-    task, options = config["task"], config["task_options"]
+    task, options = config.task, config.task_options
     if task not in CLASSIFY_TASKS:
         raise SesameError(f"{where}: a {task} run; only {', '.join(CLASSIFY_TASKS)} runs export (as "
                           "*ForSequenceClassification)")
     if arch.classifier is None:
         raise SesameError(f"{where}: {arch.model_type}'s sequence classifier does not match sesame's: "
                           f"{arch.not_classifier}")
-    if config["pooling"] != "cls" or options.get("symmetric"):
-        pooled = f"pooling {config['pooling']!r}" + (" of both orders of a pair" if options.get("symmetric") else "")
+    if config.pooling != "cls" or options.get("symmetric"):
+        pooled = f"pooling {config.pooling!r}" + (" of both orders of a pair" if options.get("symmetric") else "")
         raise SesameError(f"{where}: {pooled}; transformers' classifier reads the first token of one sequence "
                           "(pooling cls)")
     labels = read_json(run / "labels.json") if task != "regress" else []
@@ -594,11 +594,11 @@ def _classifier(config: dict, run: Path, arch: Architecture, where: str) -> tupl
     return [e for module, hf in arch.classifier.items() for e in _dense_entries(module, hf)], head
 
 
-def _export_heads(config: dict, model: dict, arch: Architecture) -> tuple[list[Entry], str, list[str]]:
+def _export_heads(config: RunConfig, model: dict, arch: Architecture) -> tuple[list[Entry], str, list[str]]:
     """A pretrained run's objective head in transformers: ``(entries, class, notes)`` of the
     ``*ForMaskedLM``, ``*ForPreTraining``, ``GPT2LMHeadModel`` or ``ElectraForPreTraining`` with the same
     function, or no entries and the base model (the reason in the notes) where none has it."""
-    objective, head, pairs = config.get("objective"), arch.lm, arch.pairs
+    objective, head, pairs = config.objective, arch.lm, arch.pairs
     if objective is None:
         return [], arch.base_class, []
     exact = model["activation"] == "gelu"  # sesame's ELECTRA discriminator head applies exact GELU
@@ -639,38 +639,38 @@ def _hf_config(model: dict, arch: Architecture, source: dict, rows: Rows) -> dic
     return hf
 
 
-def _generator_run(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer
+def _generator_run(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextTokenizer
                    ) -> tuple[dict, dict[str, torch.Tensor]]:
     """An ``electra`` run's generator as the ``mlm`` run it would be on its own: the configuration the
     objective builds it with, the discriminator's embeddings, its layers and head under an mlm run's
     names, and the checkpoint config it was imported from (if it was)."""
     with torch.device("meta"):
-        objective = build_objective("electra", Transformer(TransformerConfig(**config["model"])), tok,
-                                    config["objective_options"])
+        objective = build_objective("electra", Transformer(TransformerConfig(**config.model)), tok,
+                                    config.objective_options)
     state = {k: v for k, v in weights.items() if k.startswith("backbone.embed.")}
     for name, tensor in weights.items():
         ours = next((o for o in GENERATOR_NAMES if name.startswith(o)), None)
         if ours:
             state[GENERATOR_NAMES[ours] + name.removeprefix(ours)] = tensor
-    record = config.get("hf")
+    record = config.hf
     if record:
         record = {**record, "config": (record.get("generator") or {}).get("config", {})}
-    return {**config, "objective": "mlm", "model": objective.generator.config.to_dict(), "hf": record}, state
+    return replace(config, objective="mlm", model=objective.generator.config.to_dict(), hf=record), state
 
 
-def _write_hf(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer, run: Path, out: Path,
+def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextTokenizer, run: Path, out: Path,
               generator: bool = False) -> dict:
     """Write the run (``config``, ``weights``) as a transformers model directory ``out``; ``generator``:
     an electra run's generator (:func:`_generator_run`), whose head applies exact GELU whatever the
     backbone's activation, as ``ElectraForMaskedLM``'s does."""
     where = f"--to-hf {run}"
-    record = config.get("hf")
-    model_type = record["model_type"] if record else FAMILY_MODEL_TYPES.get(config["family"])
+    record = config.hf
+    model_type = record["model_type"] if record else FAMILY_MODEL_TYPES.get(config.family)
     if model_type is None:
-        raise SesameError(f"{where}: family {config['family']!r} has no transformers architecture here; exportable "
+        raise SesameError(f"{where}: family {config.family!r} has no transformers architecture here; exportable "
                           f"families: {', '.join(FAMILY_MODEL_TYPES)}")
     arch = ARCHITECTURES[model_type]
-    model = TransformerConfig(**config["model"]).to_dict()  # older runs: today's defaults for new fields
+    model = TransformerConfig(**config.model).to_dict()  # older runs: today's defaults for new fields
     _check_exportable(model, arch, where)
     backbone = {k.removeprefix("backbone."): v for k, v in weights.items() if k.startswith("backbone.")}
     tokens = backbone["embed.tokens.weight"]
@@ -686,7 +686,7 @@ def _write_hf(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer
 
     notes = []
     extra, head = [], {}
-    if config["kind"] == "finetuned":
+    if config.kind == "finetuned":
         extra, head = _classifier(config, run, arch, where)
         prefix, name = arch.prefix + ".", arch.base_class.removesuffix("Model") + "ForSequenceClassification"
     else:
@@ -723,7 +723,7 @@ def _write_hf(config: dict, weights: dict[str, torch.Tensor], tok: TextTokenizer
     (out / "tokenizer.json").write_text(tokenizer_json)
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", **specials,
-        "model_max_length": config["max_length"] if config["kind"] == "finetuned" else model["max_positions"],
+        "model_max_length": config.max_length if config.kind == "finetuned" else model["max_positions"],
         "model_input_names": list(arch.inputs)}, indent=2) + "\n")
     return {"model_type": arch.model_type, "architecture": name, "vocab_size": rows.vocab, "notes": notes}
 
@@ -737,7 +737,7 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     tok = load_tokenizer(run, "--to-hf")
     weights = load_weights(run / "model.safetensors")
     summary = _write_hf(config, weights, tok, run, out)
-    if config.get("objective") == "electra":
+    if config.objective == "electra":
         _write_hf(*_generator_run(config, weights, tok), tok, run, out / "generator", generator=True)
         summary["generator"] = str(out / "generator")
     return summary

@@ -1,4 +1,4 @@
-"""Backbones: token ids in, hidden states out. A run's ``config["model"]["arch"]`` names the architecture."""
+"""Backbones: token ids in, hidden states out. A run's ``config.model["arch"]`` names the architecture."""
 from __future__ import annotations
 
 from torch import nn

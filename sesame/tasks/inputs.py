@@ -17,6 +17,8 @@ A base that already has the tokens (a fine-tuned gpt run fine-tuned again) is le
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from tokenizers import processors
 
@@ -24,14 +26,17 @@ from ..errors import SesameError
 from ..families import get_family
 from ..tokenizer import TextTokenizer
 
+if TYPE_CHECKING:
+    from ..specs import RunConfig
+
 INPUT_TOKENS = ("<start>", "<delim>", "<extract>")
 EMBEDDING_STD = 0.02  # GPT, §4.1: "a simple weight initialization of N(0, 0.02) was sufficient"
 
 
-def add_input_tokens(config: dict, tok: TextTokenizer) -> bool:
-    """Give ``tok`` the input tokens and template, and ``config["model"]`` the grown vocabulary, when
-    ``config["family"]`` uses them and ``tok`` lacks them; whether it did."""
-    if not get_family(config["family"]).input_tokens or tok.backend.token_to_id(INPUT_TOKENS[0]) is not None:
+def add_input_tokens(config: RunConfig, tok: TextTokenizer) -> bool:
+    """Give ``tok`` the input tokens and template, and ``config.model`` the grown vocabulary, when
+    ``config.family`` uses them and ``tok`` lacks them; whether it did."""
+    if not get_family(config.family).input_tokens or tok.backend.token_to_id(INPUT_TOKENS[0]) is not None:
         return False
     old = tok.vocab_size
     tok.backend.add_special_tokens(list(INPUT_TOKENS))
@@ -43,7 +48,7 @@ def add_input_tokens(config: dict, tok: TextTokenizer) -> bool:
     tok.backend.post_processor = processors.TemplateProcessing(
         single=f"{start} $A {extract}", pair=f"{start} $A {delim} $B:1 {extract}:1",
         special_tokens=list(zip(INPUT_TOKENS, ids)))
-    config["model"]["vocab_size"] = tok.vocab_size
+    config.model["vocab_size"] = tok.vocab_size
     return True
 
 

@@ -9,9 +9,53 @@ is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
+from ..errors import SesameError
+from ..options import option
+
 from ..models.transformer import Adapter, ScalarMix
+
+
+@dataclass(kw_only=True)
+class Recipe:
+    """Which parameters move and how fast when fine-tuning; written to a fine-tuned run's config.json."""
+    discriminative: float = option(1.0, metavar="FACTOR",
+                                   help="ULMFiT's discriminative rates: each layer's lr is the next one up's / FACTOR "
+                                        "(2.6 in the paper; the head gets --lr); default 1: one rate for all")
+    gradual_unfreezing: bool = option(False, help="ULMFiT: train only the head in epoch 1, then unfreeze one more "
+                                                  "layer group per epoch")
+    adapters: int | None = option(None, metavar="M", help="train only bottleneck adapters of width M (e.g. 64), "
+                                                          "LayerNorms and the head (Houlsby)")
+    features: bool = option(False, help="freeze the backbone; train a scalar mix of its layers and the head (ELMo)")
+    lm_weight: float = option(0.0, metavar="LAMBDA", help="add GPT's auxiliary LM loss on the task's inputs, weighted "
+                                                          "LAMBDA (0.5 in GPT); causal backbones")
+    vectors: str | None = option(None, metavar="FILE", help="GloVe/word2vec text file: the word embedding of a new "
+                                                            "recurrent task model starts from it")
+
+    def validate(self, *, processes: int = 1) -> None:
+        """Refuse settings that contradict each other (before anything is written)."""
+        if self.discriminative < 1:
+            raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
+        if self.gradual_unfreezing and processes > 1:
+            raise SesameError("--gradual-unfreezing: not supported under torchrun (DistributedDataParallel fixes "
+                              "the trainable parameters when it starts); run it in one process")
+        if self.adapters is not None and self.adapters <= 0:
+            raise SesameError(f"--adapters {self.adapters}: give the bottleneck width, e.g. 64")
+        if self.adapters and self.features:
+            raise SesameError("--adapters and --features: choose one (adapters tune inside the network, features "
+                              "freeze it)")
+        if (self.adapters or self.features) and (self.gradual_unfreezing or self.discriminative != 1):
+            raise SesameError("--adapters/--features fix what trains; drop --gradual-unfreezing and --discriminative")
+        if self.lm_weight < 0:
+            raise SesameError(f"--lm-weight {self.lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
+
+    @property
+    def frozen(self) -> str | None:
+        """What alone trains besides the head: ``adapters``, ``features`` (a scalar mix), or None (everything)."""
+        return "adapters" if self.adapters else "features" if self.features else None
 
 
 def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Parameter]]:

@@ -23,6 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import SesameError
+from ..options import option
 from .checkpoint import checkpoint_dir, load_optimizer, load_weights, read_json, save_checkpoint, save_weights
 from .optim import adamw, linear_warmup_decay, slanted_triangular
 
@@ -39,21 +40,27 @@ PRECISIONS = ("fp32", "bf16")
 
 @dataclass
 class TrainConfig:
-    lr: float = 5e-4
-    weight_decay: float = 0.01
-    warmup: float = 0.06  # fraction of the run spent warming up
-    batch_size: int = 32  # sequences per optimizer step, over all micro-batches and processes
-    accumulate: int = 1  # micro-batches per step
-    clip: float = 1.0  # max global gradient norm (0 = off)
-    max_steps: int | None = 1000
-    max_minutes: float | None = None
-    eval_every: int = 200
-    save_every: int = 200
-    seed: int = 0
-    schedule: str = "linear"  # linear: warmup, then down to 0 (BERT) | stlr: ULMFiT's slanted triangle
-    stlr_ratio: float = 32.0  # stlr: how much smaller the lowest rate is than the peak (warmup = cut_frac)
-    cycles: int = 1  # the schedule runs this many times, over equal parts of the run (one per unfreezing step)
-    precision: str = "fp32"  # bf16: forward passes under bfloat16 autocast; weights, gradients, AdamW stay fp32
+    """The training loop's settings; each field is also a flag of every training command (``--batch-size``)."""
+    lr: float = option(5e-4, help="peak learning rate")
+    weight_decay: float = option(0.01, help="AdamW weight decay (not on biases and norms)")
+    warmup: float = option(0.06, help="fraction of the run spent warming up")
+    batch_size: int = option(32, help="sequences per optimizer step, over all micro-batches and processes")
+    accumulate: int = option(1, help="micro-batches per step")
+    clip: float = option(1.0, help="max global gradient norm (0 = off)")
+    max_steps: int | None = option(1000, help="step budget")
+    max_minutes: float | None = option(None, help="wall-time budget for the whole command")
+    eval_every: int = option(200, help="validate every N steps")
+    save_every: int = option(200, help="checkpoint every N steps")
+    seed: int = option(0, help="random seed")
+    schedule: str = option("linear", choices=SCHEDULES,
+                           help="learning-rate schedule: linear (warmup, then down to 0; BERT) or stlr (slanted "
+                                "triangular, ULMFiT: --warmup is its cut_frac)")
+    stlr_ratio: float = option(32.0, help="stlr: peak / lowest learning rate (32 in ULMFiT)")
+    cycles: int = option(1, help="run the schedule N times over equal parts of the run (e.g. one per epoch of "
+                                 "gradual unfreezing)")
+    precision: str = option("fp32", choices=PRECISIONS,
+                            help="fp32, or bf16: forward passes in bfloat16 autocast (fast on CPUs with AMX or "
+                                 "AVX512-BF16); weights and optimizer stay fp32")
 
     def validate(self) -> None:
         checks = [

@@ -1,0 +1,50 @@
+"""The ``sesame`` subcommands, one thin module each: ``add(subparsers)`` declares the flags (from the
+stage's spec where there is one) and sets ``run(args)``, which builds the spec, calls a pipeline or an
+application, and prints. :data:`COMMANDS` lists them in the order ``sesame --help`` shows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import SesameError
+from ..options import add_flags, given
+from ..train import TrainConfig
+
+COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "convert", "neighbors",
+            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "demo")
+
+
+def add_training_flags(p: argparse.ArgumentParser) -> None:
+    """TrainConfig's fields as flags (``--lr``, ``--max-steps``, ...) and ``--resume``."""
+    add_flags(p.add_argument_group("training (defaults: sesame.train.TrainConfig over the family's)"), TrainConfig)
+
+
+def training_options(args: argparse.Namespace) -> dict:
+    """The TrainConfig fields given on the command line."""
+    return given(args, TrainConfig)
+
+
+def key_values(items: list[str], flag: str, example: str) -> dict:
+    """Repeated ``flag KEY=VALUE`` options as a dict (VALUE read as JSON when it parses)."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SesameError(f"{flag} {item!r}: write KEY=VALUE, e.g. {example}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def print_metrics(metrics: dict, as_json: bool) -> None:
+    from ..metrics import format_classification
+
+    if as_json:
+        print(json.dumps(metrics))
+    elif "per_class" in metrics:
+        print(format_classification(metrics))
+    else:
+        print("  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))

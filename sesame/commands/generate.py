@@ -1,0 +1,81 @@
+"""``sesame generate``: continue prompts with a causal language model."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import SesameError
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="continue prompts with a causal language model: greedy, sampling, beam "
+                                        "search (docs/decoders.md)")
+    p.add_argument("--model", required=True, help="a pretrained gpt/gpt2 run, or a transformers directory with a "
+                                                  "causal LM head (GPT2LMHeadModel)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", action="append", help="a prompt (repeat the flag for several)")
+    g.add_argument("--prompts", metavar="FILE", help="a text file with one prompt per line ('-': stdin)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens to generate at most (default 50; 100 with --tldr)")
+    p.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
+    p.add_argument("--temperature", type=float, default=1.0, help="--sample: divide the logits by T")
+    p.add_argument("--top-k", type=int, help="--sample: only from the k most likely tokens (default off; 2 with "
+                                             "--tldr)")
+    p.add_argument("--top-p", type=float, default=1.0, help="--sample: only from the nucleus of probability p")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="CTRL's penalty θ on tokens already in "
+                                                                         "the context (1 = off, 1.2 in CTRL)")
+    p.add_argument("--beams", type=int, default=1, help="beam search with N beams (1 = greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="beam search: rank by log p / length^α")
+    p.add_argument("--stop", action="append", default=[], help="stop when the text contains this string (repeat "
+                                                                "for several; '\\n' is a newline)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole sequence at each step (slower; "
+                                                           "for comparison)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
+    p.add_argument("--tldr", action="store_true", help="GPT-2's summarisation prompt: append '\\nTL;DR:' to each "
+                                                       "prompt, sample with top-k 2, keep three sentences")
+    p.add_argument("--json", action="store_true", help="one JSON line per prompt (the default for several prompts)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> None:
+    progress = not args.no_progress
+    from ..generate import TLDR, GenerationConfig, generate, load_language_model, tldr
+
+    if args.prompts:
+        source = sys.stdin if args.prompts == "-" else None
+        if source is None and not Path(args.prompts).is_file():
+            raise SesameError(f"--prompts {args.prompts}: no such file; give a text file with one prompt per line")
+        lines = (source.read() if source else Path(args.prompts).read_text(encoding="utf-8")).splitlines()
+        prompts = [line for line in lines if line.strip()]
+        if not prompts:
+            raise SesameError(f"--prompts {args.prompts}: no prompts (every line is empty)")
+    else:
+        prompts = args.prompt
+    if args.batch_size < 1:
+        raise SesameError(f"--batch-size {args.batch_size}: must be at least 1")
+    cfg = GenerationConfig(
+        max_new_tokens=args.max_new_tokens or (100 if args.tldr else 50), sample=args.sample or args.tldr,
+        temperature=args.temperature, top_k=args.top_k if args.top_k is not None else (2 if args.tldr else 0),
+        top_p=args.top_p, repetition_penalty=args.repetition_penalty, beams=args.beams,
+        length_penalty=args.length_penalty, stop=tuple(s.replace("\\n", "\n") for s in args.stop), seed=args.seed,
+        cache=not args.no_cache)
+    cfg.validate()
+    lm = load_language_model(args.model)
+    inputs = [p + TLDR for p in prompts] if args.tldr else prompts
+    if len(prompts) == 1 and not args.json and not args.tldr:  # stream the continuation as it is generated
+        print(prompts[0], end="", flush=True)
+        generate(lm, inputs, cfg, on_text=lambda i, text: print(text, end="", flush=True))
+        print()
+        return
+    from tqdm.auto import tqdm
+
+    for start in tqdm(range(0, len(prompts), args.batch_size), desc="generate", unit="batch", disable=not progress,
+                      file=sys.stderr):
+        chunk = slice(start, start + args.batch_size)
+        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, args.batch_size)):
+            record = {**result, "prompt": prompt}
+            if args.tldr:
+                record["summary"] = tldr(result["text"])
+            print(json.dumps(record, ensure_ascii=False), flush=True)

@@ -1,0 +1,45 @@
+"""``sesame pretrain``: flags → :class:`sesame.specs.PretrainSpec` → :func:`sesame.pipelines.pretrain`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import SesameError
+from ..options import add_flags, given
+from ..specs import PretrainSpec
+from . import add_training_flags, key_values, print_metrics, training_options
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pretrain", help="pre-train a language model")
+    add_flags(p, PretrainSpec, required=("corpus", "out"))
+    p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
+    o = p.add_argument_group("objective options (defaults: the family's row in sesame.families)")
+    o.add_argument("--masking", choices=["token", "whole_word", "phrase"],
+                   help="masked-LM units: tokens, whole words, or phrases (--phrases, else n-grams of words)")
+    o.add_argument("--phrases", help="text file, one phrase or entity per line, for --masking phrase")
+    o.add_argument("--objective-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other objective option, e.g. generator_fraction=0.25 or disc_weight=50 (repeatable)")
+    add_training_flags(p)
+    p.set_defaults(run=run)
+
+
+def objective_options(args: argparse.Namespace) -> dict:
+    """--masking, --phrases and --objective-option KEY=VALUE."""
+    options = key_values(args.objective_option, "--objective-option", "disc_weight=50")
+    if args.masking:
+        options["masking"] = args.masking
+    if args.phrases:
+        path = Path(args.phrases)
+        if not path.is_file():
+            raise SesameError(f"--phrases {path}: no such file; give a text file with one phrase per line")
+        options["phrases"] = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return options
+
+
+def run(args: argparse.Namespace) -> None:
+    from ..pipelines import pretrain
+
+    spec = PretrainSpec(**given(args, PretrainSpec), objective_options=objective_options(args),
+                        training=training_options(args), progress=not args.no_progress)
+    print_metrics(pretrain(spec), args.json)

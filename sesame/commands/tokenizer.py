@@ -1,0 +1,35 @@
+"""``sesame tokenizer``: train a subword tokenizer."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..tokenizer import KINDS
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    top = sub.add_parser("tokenizer", help="train a subword tokenizer")
+    top.set_defaults(run=run)
+    tok = top.add_subparsers(dest="action", required=True)
+    t = tok.add_parser("train", help="train WordPiece, byte-level BPE or Unigram on text files")
+    t.add_argument("--corpus", nargs="+", required=True, help="text files, folders or .jsonl files")
+    t.add_argument("--kind", choices=KINDS, default="wordpiece")
+    t.add_argument("--vocab-size", type=int, default=16000)
+    t.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                   help="lower-case text (default: on for wordpiece, off otherwise)")
+    t.add_argument("--text-field", default="text", help="the text field of .jsonl records")
+    t.add_argument("--out", required=True, help="where to write tokenizer.json")
+
+
+def run(args: argparse.Namespace) -> None:
+    progress = not args.no_progress
+    from ..data.corpus import iter_texts, resolve_sources
+    from ..tokenizer import train_tokenizer
+
+    files = resolve_sources(args.corpus)
+    tok = train_tokenizer(iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
+                          show_progress=progress)
+    out = Path(args.out)
+    out = out / "tokenizer.json" if out.is_dir() else out
+    tok.save(out)
+    print(f"wrote {out}: {tok.kind}, {tok.vocab_size} tokens")

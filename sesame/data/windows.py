@@ -1,0 +1,168 @@
+"""Corpus → shards → training windows, decided once: which tokenizer a corpus is read with, whether
+``--corpus`` is a prepared shard directory or raw text, which windows train and which validate, how a
+window's partner is drawn for next-sentence objectives, and which windows make up each global step.
+
+Every random draw is a function of (seed, step, example): example ``g`` of a run is corrupted by a
+generator seeded by ``g`` alone, so neither accumulation, the number of processes nor resuming
+changes it.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import SesameError
+from ..rundir import load_tokenizer
+from ..tokenizer import TextTokenizer, train_tokenizer
+from ..train import TrainConfig
+from ..train.trainer import world
+from .corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
+from .shards import Shards, Window, is_shard_dir, prepare_corpus
+
+MAX_EVAL_WINDOWS = 256
+TWO_PHASE_SWITCH = 0.9  # BERT, Appendix A.2: short sequences for 90% of the steps, then long ones
+PARTNER_SALT = 7919
+
+if TYPE_CHECKING:
+    from ..objectives import Objective
+
+
+def example_seed(seed: int, index: int) -> int:
+    return (seed * 0x9E3779B1 + index * 0x85EBCA77 + 1) % (1 << 62)
+
+
+def generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
+    return [torch.Generator().manual_seed(example_seed(seed, i)) for i in indices]
+
+
+def shard_dir(paths: Sequence[str]) -> Path | None:
+    return Path(paths[0]) if len(paths) == 1 and is_shard_dir(Path(paths[0])) else None
+
+
+def corpus_tokenizer(corpus: Sequence[str], tokenizer: str | None, kind: str, vocab_size: int, text_field: str,
+                     progress: bool) -> TextTokenizer:
+    """The tokenizer named by --tokenizer, or the one stored with prepared shards, or one trained on the corpus."""
+    given = shard_dir(corpus) or tokenizer
+    if given:
+        tok = load_tokenizer(given, "--corpus" if given != tokenizer else "--tokenizer")
+        if tok.kind != kind:
+            raise SesameError(f"--tokenizer {given}: a {tok.kind} tokenizer, but this family uses {kind}")
+        return tok
+    return train_tokenizer(iter_texts(resolve_sources(corpus), text_field), kind, vocab_size, show_progress=progress)
+
+
+def prepared(paths: Sequence[str], tok: TextTokenizer, dest: Path, flag: str, text_field: str,
+             progress: bool) -> Shards:
+    """Shards for ``paths``: a prepared shard directory made with ``tok``, or raw text prepared into ``dest``."""
+    existing = shard_dir(paths)
+    if existing is None:
+        return prepare_corpus(resolve_sources(paths, flag), tok, dest, text_field, progress)
+    shards = Shards(existing)
+    if load_tokenizer(existing, flag).backend.to_str() != tok.backend.to_str():
+        raise SesameError(f"{flag} {existing}: these shards were made with another tokenizer; prepare them again")
+    return shards
+
+
+def partners(shards: Shards, windows: list[Window], length: int) -> Callable[[int, torch.Generator], Window]:
+    """``partner(own, generator)``: a window (of ``length`` tokens) drawn uniformly from those sharing no
+    document with window ``own`` (next-sentence negatives); when every window shares one, from the others."""
+    first = shards.documents(windows)  # both non-decreasing: windows are in corpus order
+    last = shards.documents([Window(w.shard, w.start + length - 1) for w in windows])
+
+    def partner(own: int, generator: torch.Generator) -> Window:
+        # windows lo..hi-1 overlap the documents of window own; the rest share none with it
+        lo, hi = np.searchsorted(last, first[own], "left"), np.searchsorted(first, last[own], "right")
+        if hi - lo == len(windows):
+            lo, hi = own, own + 1
+        r = int(torch.randint(max(1, len(windows) - (hi - lo)), (1,), generator=generator))
+        return windows[min(len(windows) - 1, r if r < lo else r + hi - lo)]
+
+    return partner
+
+
+def examples(obj: Objective, shards: Shards, windows: list[Window], picks: Sequence[int], seeds: Sequence[int],
+             seq_len: int, seed: int, partner: Callable[[int, torch.Generator], Window] | None = None
+             ) -> dict[str, torch.Tensor]:
+    """The objective's batch for windows ``picks``, example ``i`` corrupted by a generator seeded by ``seeds[i]``;
+    pair objectives also get a window from ``partner`` per example, drawn by a generator of the same seed."""
+    length = obj.window_length(seq_len)
+    rows = torch.from_numpy(np.stack([shards.read(windows[w], length) for w in picks]))
+    paired = None
+    if partner is not None:
+        draws = generators(seed + PARTNER_SALT, seeds)
+        paired = torch.from_numpy(np.stack([shards.read(partner(w, g), length) for w, g in zip(picks, draws)]))
+    return obj.make_batch(rows, generators(seed, seeds), paired)
+
+
+def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[Window]]], cfg: TrainConfig,
+                   static_masks: int = 0) -> Callable[[int, float], list[dict[str, torch.Tensor]]]:
+    """``batches(step, progress)``: this process's micro-batches of global step ``step``.
+
+    ``phases`` holds ``(seq_len, windows)``: one, or two for BERT's two-phase schedule (the second from
+    ``TWO_PHASE_SWITCH`` of the budget on). Example ``g`` of the run is window ``perm_e[g mod N]`` of
+    epoch ``e = g div N`` and is corrupted with a generator seeded by ``g`` alone, so neither
+    accumulation nor the number of processes changes it. With ``static_masks = k`` the seed is
+    ``(window, e mod k)`` instead: each window has k fixed corruptions, as when BERT duplicated its
+    data k times with different masks at preparation (same effect, nothing stored).
+    """
+    rank, size = world()
+    cache: dict[tuple[int, int], list[int]] = {}
+    drawers = [partners(shards, windows, obj.window_length(n)) if obj.pairs else None for n, windows in phases]
+
+    def permutation(n: int, epoch: int) -> list[int]:
+        if (n, epoch) not in cache:
+            cache.clear()
+            cache[n, epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        return cache[n, epoch]
+
+    def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+        phase = len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
+        seq_len, windows = phases[phase]
+        n = len(windows)
+        mine = list(range(step * cfg.batch_size, (step + 1) * cfg.batch_size))[rank::size]
+        per_micro = math.ceil(len(mine) / cfg.accumulate)
+        micro = []
+        for start in range(0, len(mine), per_micro):
+            chunk = mine[start: start + per_micro]
+            picks = [permutation(n, g // n)[g % n] for g in chunk]
+            seeds = [w * static_masks + (g // n) % static_masks for g, w in zip(chunk, picks)] if static_masks else chunk
+            micro.append(examples(obj, shards, windows, picks, seeds, seq_len, cfg.seed, drawers[phase]))
+        return micro
+
+    return batches
+
+
+def text_size(paths: Sequence[str], flag: str, text_field: str = "text") -> dict | None:
+    """The UTF-8 bytes and the characters of the text in ``paths`` (of JSONL files, their text fields), which
+    bits per byte and per character divide by; None for a shard directory, whose text is gone."""
+    if shard_dir(paths) is not None:
+        return None
+    size = {"bytes": 0, "chars": 0}
+    for f in resolve_sources(paths, flag):
+        texts = iter_texts([f], text_field) if f.suffix in JSONL_SUFFIXES else [f.read_bytes().decode("utf-8")]
+        for text in texts:
+            size["bytes"] += len(text.encode("utf-8"))
+            size["chars"] += len(text)
+    return size
+
+
+def training_windows(shards: Shards, valid: Shards | None, *, length: int, seq_len: int
+                     ) -> tuple[list[Window], Shards, list[Window]]:
+    """Training windows of ``length`` tokens (an objective's window for ``seq_len``), and validation windows
+    from ``valid`` or else the corpus's last 1% (at most 256)."""
+    windows = shards.windows(length)
+    if valid is not None:
+        held, valid_windows = windows, valid.windows(length)[:MAX_EVAL_WINDOWS]
+    else:
+        n_valid = min(MAX_EVAL_WINDOWS, max(1, len(windows) // 100))
+        held, valid, valid_windows = windows[:-n_valid], shards, windows[-n_valid:]
+    if not held or not valid_windows:
+        raise SesameError(f"--corpus: too little text for --seq-len {seq_len} ({shards.n_tokens} tokens, "
+                          f"validation {valid.n_tokens}); add text or lower --seq-len")
+    return held, valid, valid_windows
+
+

@@ -1,0 +1,116 @@
+"""Using a run: ``sesame evaluate`` and ``sesame predict``, and ``sesame.load`` in Python.
+
+A fine-tuned run (or a transformers sequence classifier) is loaded as a :class:`Predictor`; a
+pretrained run is scored by its own objective on text (loss, perplexity, bits per byte).
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..data.windows import prepared, text_size
+from ..errors import SesameError
+from ..families import FAMILIES
+from ..objectives import OBJECTIVES, build_objective
+from ..rundir import build_backbone, load_tokenizer, read_config
+from ..sources import opened
+from ..specs import RunConfig
+from ..tasks import infer, make_task
+from ..train.checkpoint import load_weights, read_json
+from .pretrain import lm_metrics
+
+
+class Predictor:
+    """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
+    loaded for prediction and evaluation. ``options`` override the task options the run was trained
+    with (other column names, say)."""
+
+    def __init__(self, run: str | Path, options: dict | None = None):
+        self.run = Path(run)
+        with opened(run, "--model", classifier=True) as (_, path):
+            self.config = read_config(path, "--model", ("finetuned",))
+            given = {k: v for k, v in (options or {}).items() if v is not None}
+            self.task = make_task(self.config.task, {**self.config.task_options, **given})
+            self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
+            self.tokenizer = load_tokenizer(path, "--model")
+            self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
+            self.model.load_state_dict(load_weights(path / "model.safetensors"))
+        self.model.eval()
+
+    def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
+        features = self.task.features(examples, self.tokenizer, self.config.max_length, self.labels,
+                                      self.config.causal)
+        return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
+
+    def predict(self, inputs: Sequence[str | dict]) -> list[dict]:
+        """One prediction per input: a text, or an example dict as the task reads them (``{"text": ...,
+        "pair": ...}`` for pairs). Classifiers give ``{"label": ..., "probabilities": {label: p}}``."""
+        examples = [self.task.example(x) if isinstance(x, str) else x for x in inputs]
+        if not examples:
+            return []
+        return self.task.predictions(examples, *self._outputs(examples), self.labels)
+
+    def read(self, path: str, labeled: bool = False) -> list[dict]:
+        return self.task.read(path, labeled)
+
+    def evaluate(self, data: str) -> dict:
+        """The task's full report on a labeled file."""
+        examples = self.task.read(data)
+        self.task.check(examples, self.labels, data)
+        return self.task.score(examples, *self._outputs(examples), self.labels)
+
+
+def load(run: str | Path, **options) -> Predictor:
+    """Load a fine-tuned run (or a transformers sequence classifier directory) for prediction:
+    ``sesame.load(run).predict(["text", ...])``; keyword arguments override its task options
+    (``text_column="tweet"``)."""
+    return Predictor(run, options)
+
+
+def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
+    return load(model).predict(texts)
+
+
+def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None = None, label_column: str | None = None,
+             text_field: str = "text", seq_len: int | None = None) -> dict:
+    """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
+    per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
+    perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
+    ``model`` may also be a transformers directory: a sequence classifier, or a model with its pre-training
+    head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`)."""
+    with opened(model, "--model") as (_, run):
+        config = read_config(run, "--model")
+        if config.kind == "finetuned":
+            if not isinstance(data, str):
+                if len(data) != 1:
+                    raise SesameError("--data: give one labeled file for a fine-tuned model")
+                data = data[0]
+            return load(run, text_column=text_column, label_column=label_column).evaluate(data)
+        return _language_model(run, config, model, [data] if isinstance(data, str) else list(data), text_field,
+                               seq_len)
+
+
+def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], text_field: str,
+                    seq_len: int | None) -> dict:
+    """A pretrained run's objective on text: loss, perplexity, and bits per byte and character when causal."""
+    if config.objective is None:
+        raise SesameError(f"--model {model}: converted from {config.hf['model_type']} without its pre-training "
+                          "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
+    if config.objective not in OBJECTIVES:  # trained by an application (CoVe's translation), scored by it
+        fam = FAMILIES.get(config.family)
+        raise SesameError(f"--model {model}: its {config.objective} objective is scored by `sesame "
+                          f"{fam.command if fam and fam.command else config.objective}`")
+    tok = load_tokenizer(run, "--model")
+    obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
+    obj.load_state_dict(load_weights(run / "model.safetensors"))
+    obj.eval()
+    seq_len = seq_len or config.seq_len
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = prepared(paths, tok, Path(tmp) / "shards", "--data", text_field, progress=False)
+        windows = shards.windows(obj.window_length(seq_len))
+        if not windows:
+            raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
+        return lm_metrics(obj, shards, windows, seq_len, text=text_size(paths, "--data", text_field))

@@ -1,0 +1,253 @@
+"""``sesame finetune``: a :class:`FinetuneSpec` → a fine-tuned run directory.
+
+The model it starts from is resolved once (:func:`sesame.sources.resolve_source`): a run, a
+transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``. Its configuration becomes the task
+model's through the family's hooks (GPT's input tokens; a frozen feature extractor read beside new
+embeddings), the recipe (:class:`sesame.train.recipes.Recipe`) says what trains, the task
+(:mod:`sesame.tasks`) reads the files and builds the head, and the trainer keeps the best dev epoch.
+"""
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import torch
+
+from ..errors import SesameError
+from ..families import FAMILIES, Family, backbone_config, reading_features
+from ..models import ARCHITECTURES
+from ..models import model_config as model_config_object
+from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
+from ..sources import Source, resolve_source
+from ..specs import FinetuneSpec, RunConfig
+from ..tasks import TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens, steps_per_epoch
+from ..tasks.base import Task, check_auxiliary_lm
+from ..tasks.inputs import add_input_tokens, grow_token_embedding
+from ..tokenizer import TextTokenizer, train_tokenizer
+from ..train import TrainConfig, Trainer, recipes
+from ..train.checkpoint import load_weights, write_json
+from ..train.recipes import Recipe
+from ..train.trainer import loss_counts, world
+from ..wordvectors import embedding_matrix, load_vectors
+
+SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
+
+
+def finetune(spec: FinetuneSpec) -> dict:
+    """Fine-tune as ``spec`` says; evaluates on dev after every epoch and keeps the weights with the best dev
+    ``select`` metric. Returns the kept weights' dev metrics with the trainable and total parameter counts."""
+    started = time.time()
+    spec.validate(processes=world()[1])
+    source = None if spec.resume else resolve_source(spec.base, "--from")
+    family = read_config(spec.out, "--out", ("finetuned",)).family if spec.resume else \
+        source.family.name if source.family else None
+    cfg = spec.train_config(FAMILIES.get(family))
+    job = make_task(spec.task, spec.task_options)
+    train_rows, dev_rows = job.read(spec.train), job.read(spec.dev)
+    labels = job.labels(train_rows, spec.train)
+    job.check(dev_rows, labels, spec.dev)
+    select = spec.select or job.select
+    if select not in job.metrics(labels):
+        raise SesameError(f"--select {select!r}: choose one of {', '.join(job.metrics(labels))} for --task {spec.task}")
+    check_batch(cfg)
+    data = _Data(job, train_rows, dev_rows, labels, select)
+
+    def setup(run: Path) -> None:
+        config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
+        add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
+        job.check_model(config.model)
+        _configure(config, spec.recipe, source)
+        if spec.max_length > config.model.get("max_positions", spec.max_length):
+            raise SesameError(f"--max-length {spec.max_length} exceeds the model's {config.model['max_positions']} "
+                              "positions")
+        tok.save(run / "tokenizer.json")
+        if job.has_labels:
+            write_json(run / "labels.json", labels)
+        write_config(run, RunConfig(
+            kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
+            pooling=spec.pooling or config.pooling, model=config.model, base=spec.base, max_length=spec.max_length,
+            select=select, hf=config.hf, recipe=asdict(spec.recipe), train_file=spec.train, dev_file=spec.dev,
+            epochs=spec.epochs, train=asdict(cfg)))
+
+    with (source.open() if source else nullcontext(None)) as base_dir, \
+            claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
+        config = read_config(run, "--out", ("finetuned",))
+        tok = load_tokenizer(run)
+        torch.manual_seed(cfg.seed)
+        model = job.build(build_backbone(config), len(labels), config.pooling, spec.dropout)
+        recipe = Recipe(**config.recipe)
+        coverage = {}
+        if not spec.resume:
+            if not source.scratch:
+                load_pretrained(model, base_dir)
+            if recipe.vectors:
+                coverage["vectors_coverage"] = _embed_vectors(model.backbone, recipe.vectors, tok)
+        recipes.freeze_features(model.backbone)
+        trainable = recipes.train_only(model, model.backbone, recipe.frozen) if recipe.frozen else \
+            sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if recipe.lm_weight:
+            add_auxiliary_lm(model, recipe.lm_weight)
+        trainer = _trainer(run, spec, cfg, model, data, tok, recipe, started)
+        metrics = trainer.fit(resume=spec.resume)
+        if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
+            config.task_options["null_threshold"] = metrics["null_threshold"]
+            write_config(run, config)
+        return {**metrics, **coverage, "trainable_parameters": trainable,
+                "parameters": sum(p.numel() for p in model.parameters())}
+
+
+@dataclass
+class _Data:
+    """The task and its labeled examples."""
+    job: Task
+    train: list[dict]
+    dev: list[dict]
+    labels: list[str]
+    select: str
+
+
+def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
+             recipe: Recipe, started: float) -> Trainer:
+    """The trainer over length-bucketed batches of the training features, evaluating on dev after every epoch."""
+    job, labels = data.job, data.labels
+    causal = model.backbone.config.causal
+    train_features = job.features(data.train, tok, spec.max_length, labels, causal)
+    dev_features = job.features(data.dev, tok, spec.max_length, labels, causal)
+    per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
+    rank, processes = world()
+    lengths = [job.length(f) for f in train_features]
+
+    def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+        epoch, k = divmod(step, per_labeled_epoch)
+        order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
+        mine = order[rank::processes]
+        per_micro = math.ceil(len(mine) / cfg.accumulate)
+        micro = [job.collate([train_features[i] for i in mine[j: j + per_micro]], tok.specials.pad)
+                 for j in range(0, len(mine), per_micro)]
+        if recipe.lm_weight:
+            for batch in micro:
+                batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
+        return micro
+
+    batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
+    per_epoch = per_labeled_epoch * stride
+    cfg.max_steps = cfg.max_steps if "max_steps" in spec.training else spec.epochs * per_epoch
+    cfg.eval_every = cfg.save_every = per_epoch
+
+    def evaluate_dev(m: TaskModel) -> dict:
+        outputs = infer(m, job, dev_features, tok.specials.pad)
+        return {k: v for k, v in job.score(data.dev, dev_features, outputs, labels).items()
+                if isinstance(v, (int, float))}
+
+    groups = recipes.layer_groups(model, model.backbone)
+    rates = recipes.discriminative_param_groups(groups, cfg.lr, cfg.weight_decay, recipe.discriminative)
+    unfreeze = (lambda step: recipes.gradual_unfreezing(groups, step // per_epoch)) if recipe.gradual_unfreezing \
+        else None
+    return Trainer(model, run, cfg, batches, select=data.select, started=started, progress=spec.progress,
+                   param_groups=rates if recipe.discriminative != 1 else None, before_step=unfreeze,
+                   evaluate=evaluate_dev)
+
+
+def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, train_texts: list[str]
+           ) -> tuple[RunConfig, TextTokenizer]:
+    """The configuration and tokenizer the task model starts from: a new model of the scratch family (its
+    tokenizer given, or trained on the training texts), or the run's, where a feature extractor's run becomes
+    the task model that reads it (:func:`sesame.families.reading_features`)."""
+    fam = source.family
+    if source.scratch:
+        if fam.feature_extractor:
+            how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
+            raise SesameError(f"--from {source.given}: {fam.name} gives a task model pretrained features; make a run "
+                              f"first (`{how}`) and fine-tune from it")
+        tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else \
+            train_tokenizer(train_texts, fam.tokenizer, SCRATCH_VOCAB)
+        if tok.kind != fam.tokenizer:
+            raise SesameError(f"--tokenizer {spec.tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses "
+                              f"{fam.tokenizer}")
+        model = backbone_config(fam.name, source.size, tok.vocab_size, tok.specials.pad, spec.dropout).to_dict()
+        return RunConfig(kind="pretrained", family=fam.name, size=source.size, pooling=fam.pooling, model=model), tok
+    if spec.tokenizer:
+        raise SesameError(f"--tokenizer: {spec.base} brings its own tokenizer; drop --tokenizer")
+    config = read_config(base_dir, "--from")
+    config.model["dropout"] = spec.dropout
+    fam = FAMILIES.get(config.family)
+    if fam is not None and fam.feature_extractor and config.model.get("arch") == fam.arch:  # the extractor's own run
+        config = replace(config, pooling=fam.pooling, model=reading_features(config.model, config.size, spec.dropout))
+    return config, load_tokenizer(base_dir, "--from")
+
+
+def _configure(config: RunConfig, recipe: Recipe, source: Source) -> None:
+    """What the recipe changes in the task model's configuration before it is built: adapters and a scalar mix
+    in a Transformer, no dropout in frozen features, a word embedding as wide as ``recipe.vectors``."""
+    model = config.model
+    takes = {f.name for f in fields(ARCHITECTURES[model.get("arch", "transformer")][0])}
+    if "adapter_size" in takes:
+        model.update(adapter_size=recipe.adapters, scalar_mix=recipe.features)
+    elif recipe.adapters or recipe.features:
+        raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and --from {source.given} is a "
+                          f"{config.family} model (ELMo and CoVe runs are read as frozen features already)")
+    if recipe.features:
+        model["dropout"] = 0.0  # frozen features are computed as at inference
+    if recipe.lm_weight:
+        check_auxiliary_lm(model_config_object(model))
+    if recipe.vectors:
+        fam: Family | None = FAMILIES.get(config.family)
+        if fam is None or not fam.word_vectors or not (source.scratch or fam.feature_extractor):
+            if fam is not None and fam.feature_extractor:
+                raise SesameError(f"--vectors {recipe.vectors}: a {fam.name} task model reads the extractor's own word "
+                                  f"vectors; give the vectors to `sesame {fam.command} --vectors` instead")
+            raise SesameError(f"--vectors {recipe.vectors}: initialises the word embedding of a new recurrent task "
+                              "model; use it with --from scratch:lstm|gru|bilstm:SIZE or an elmo run")
+        model["embedding_size"] = load_vectors(recipe.vectors).dim
+
+
+def load_pretrained(model: TaskModel, run: Path) -> None:
+    """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind; an ELMo or
+    CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
+    and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
+    Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
+    new embedding rows (:mod:`sesame.tasks.inputs`)."""
+    weights = load_weights(run / "model.safetensors")
+    # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
+    extractor = getattr(model.backbone, "features", None) is not None and \
+        not any(k.startswith("backbone.features.") for k in weights)
+    for part in ("backbone", "pooler"):
+        prefix = part + "."
+        found = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        if part == "backbone" and not extractor:
+            found = grow_token_embedding(found, model.backbone.config.vocab_size)
+        if found and (part == "backbone" or getattr(model, "pooling", None) == "cls"):
+            target = model.backbone.features if extractor and part == "backbone" else getattr(model, part)
+            loaded = target.load_state_dict(found, strict=False)
+            words = getattr(target.embed, "tokens", None) if extractor and part == "backbone" else None
+            if words is not None:  # CoVe: the task model's own embedding starts as the MT-LSTM's word vectors
+                model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
+            missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
+            if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
+                raise SesameError(f"--from {run}: its {part} does not fit this model (missing {missing[:3]}, "
+                                  f"unexpected {loaded.unexpected_keys[:3]})")
+
+
+def _embed_vectors(backbone: torch.nn.Module, path: str, tok: TextTokenizer) -> float:
+    """Copy word vectors (GloVe/word2vec text) into the backbone's word embedding; returns the share of the
+    vocabulary found (the rest start at random, :func:`sesame.wordvectors.embedding_matrix`)."""
+    vocabulary = [tok.backend.id_to_token(i) for i in range(tok.vocab_size)]
+    matrix, found = embedding_matrix(load_vectors(path), vocabulary)
+    with torch.no_grad():
+        backbone.embed.tokens.weight.copy_(matrix)
+    return round(float(found.float().mean()), 4)
+
+
+def _texts(rows: list[dict]) -> list[str]:
+    """The raw text of examples (every string, or list of strings, they hold; each once: SQuAD shares
+    a context among several questions), for training a tokenizer on the way."""
+    texts = []
+    for row in rows:
+        for value in row.values():
+            texts += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+    return list(dict.fromkeys(texts))
+
+

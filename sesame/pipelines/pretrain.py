@@ -1,0 +1,148 @@
+"""``sesame pretrain``: a :class:`PretrainSpec` → a pretrained run directory.
+
+The corpus (raw text or prepared shards) and the tokenizer are decided in :mod:`sesame.data.windows`;
+the objective wraps the family's backbone; the trainer does the rest. ``spec.base`` continues a
+pretrained run on a new corpus (ULMFiT's target-task LM, Howard & Ruder 2018, §3.2).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..data.corpus import iter_texts, resolve_sources
+from ..data.shards import Shards, Window
+from ..data.windows import (corpus_tokenizer, examples, partners, prepared, shard_dir, text_size, training_windows,
+                            window_batches)
+from ..errors import SesameError
+from ..families import backbone_config
+from ..metrics import language_model_report
+from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
+from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
+from ..specs import PretrainSpec, RunConfig
+from ..tasks import EVAL_BATCH
+from ..tokenizer import extend_words
+from ..train import Trainer, recipes
+from ..train.checkpoint import load_weights
+from ..train.trainer import all_sum, loss_counts, loss_parts, world
+
+
+def pretrain(spec: PretrainSpec) -> dict:
+    """Pre-train as ``spec`` says (:class:`sesame.specs.PretrainSpec`); returns the last validation metrics.
+    The time budget counts the whole command, tokenizer and preparation included, so runs compare at equal
+    compute."""
+    started = time.time()
+    spec.validate()
+    cfg = spec.train_config()
+    fam = spec.fam
+    base = read_config(spec.base, "--from", ("pretrained",)) if spec.base and not spec.resume else None
+    if base is not None:
+        if base.family != spec.family:
+            raise SesameError(f"--from {spec.base}: a {base.family} run; continue it with --family {base.family}")
+        if spec.tokenizer:
+            raise SesameError(f"--tokenizer: {spec.base} brings its own tokenizer; drop --tokenizer")
+    check_batch(cfg)
+
+    def setup(run: Path) -> None:
+        tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
+        tok = corpus_tokenizer(spec.corpus, tokenizer, fam.tokenizer, spec.vocab_size, spec.text_field, spec.progress)
+        if base is not None and fam.target_words and not shard_dir(spec.corpus):
+            tok, _ = extend_words(tok, iter_texts(resolve_sources(spec.corpus), spec.text_field), spec.vocab_size)
+        shards = prepared(spec.corpus, tok, run / "shards", "--corpus", spec.text_field, spec.progress)
+        valid = prepared(spec.valid, tok, run / "valid-shards", "--valid", spec.text_field, spec.progress) \
+            if spec.valid else None
+        if base is not None:
+            model = {**base.model, "vocab_size": tok.vocab_size,
+                     **({"dropout": spec.dropout} if spec.dropout is not None else {})}
+        else:
+            model_cfg = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, spec.dropout,
+                                        max(fam.context, spec.seq_len))
+            if spec.attention_window is not None:
+                model_cfg.attention_window = spec.attention_window
+            model = model_cfg.to_dict()
+        config = RunConfig(
+            kind="pretrained", family=spec.family, size=base.size if base else spec.size,
+            objective=spec.objective_name, objective_options=spec.objective_settings(),
+            static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model,
+            seq_len=spec.seq_len, base=spec.base, added_words=tok.vocab_size - base.model["vocab_size"] if base else 0,
+            discriminative=spec.discriminative, shards=str(shards.path.resolve()),
+            valid_shards=str(valid.path.resolve()) if valid else None,
+            valid_size=text_size(spec.valid, "--valid", spec.text_field) if spec.valid else None, train=asdict(cfg))
+        _windows(config, shards, valid)  # enough text?
+        tok.save(run / "tokenizer.json")
+        write_config(run, config)
+
+    with claimed_run(spec.out, "pretrained", spec.resume, setup) as run:
+        config = read_config(run, "--out", ("pretrained",))
+        tok = load_tokenizer(run)
+        shards = Shards(config.shards)
+        valid_shards = Shards(config.valid_shards) if config.valid_shards else None
+        torch.manual_seed(cfg.seed)
+        obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
+        if base is not None:
+            obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"), tok.vocab_size))
+        windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
+        phases = [(config.seq_len, windows)]
+        if config.final_seq_len:
+            phases.append((config.final_seq_len, shards.windows(obj.window_length(config.final_seq_len))))
+        factor = config.discriminative
+        rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
+                                                    factor) if factor != 1 else None
+        trainer = Trainer(obj, run, cfg, window_batches(obj, shards, phases, cfg, config.static_masks),
+                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, config.seq_len, cfg.seed,
+                                                        config.valid_size),
+                          started=started, progress=spec.progress, param_groups=rates)
+        return trainer.fit(resume=spec.resume)
+
+
+def _windows(config: RunConfig, shards: Shards, valid: Shards | None) -> tuple[list[Window], Shards, list[Window]]:
+    length = OBJECTIVES[config.objective].window_length(config.seq_len)
+    return training_windows(shards, valid, length=length, seq_len=config.seq_len)
+
+
+def _with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """``weights`` whose word embedding grew to ``vocab_size`` rows, each new word at the mean of the old rows
+    (ULMFiT's target vocabulary, :func:`sesame.tokenizer.extend_words`)."""
+    name = "backbone.embed.tokens.weight"
+    table = weights.get(name)
+    if table is None or table.shape[0] == vocab_size:
+        return weights
+    return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
+
+
+def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
+               text: dict | None = None) -> dict:
+    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable),
+    and for a causal LM, given the size of the ``text`` (:func:`text_size`), bits per byte and per character.
+
+    For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
+    trained, each part's mean is reported as ``<part>_loss``, and perplexity is that of the first
+    part, the language model's."""
+    rank, size = world()
+    mine = range(rank, len(windows), size)  # under torchrun each process scores its share
+    partner = partners(shards, windows, obj.window_length(seq_len)) if obj.pairs else None
+    names = obj.part_names or ("loss",)
+    sums, counts = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
+    with torch.no_grad():
+        for start in range(0, len(mine), EVAL_BATCH):
+            idx = mine[start: start + EVAL_BATCH]
+            batch = examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner)
+            n = loss_counts(batch)
+            for name, value in loss_parts(obj(batch)).items():
+                sums[name] += value.item()
+                counts[name] += n[name]
+    flat = all_sum([*sums.values(), *counts.values()])
+    sums, counts = dict(zip(names, flat[: len(names)])), dict(zip(names, map(int, flat[len(names):])))
+    scored = None
+    if text and isinstance(obj, CausalLM):  # the share of the text whose tokens were scored (windows drop a tail)
+        scored = {unit: n * counts[names[0]] / max(1, shards.n_tokens) for unit, n in text.items()}
+    report = language_model_report(sums[names[0]], counts[names[0]], scored)
+    if obj.part_names:
+        means = {name: sums[name] / max(1, counts[name]) for name in names}
+        report["loss"] = sum(obj.part_weights.get(name, 1.0) * mean for name, mean in means.items())
+        report.update({f"{name}_loss": mean for name, mean in means.items()})
+    return report
+
+

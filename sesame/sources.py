@@ -1,0 +1,82 @@
+"""What ``--from`` and ``--model`` name, decided once: :func:`resolve_source` turns the text a user gave
+into one typed :class:`Source`, which every pipeline and application asks instead of looking again.
+
+* a sesame run directory (config.json with a ``kind``): ``kind == "run"``, with its :class:`RunConfig`;
+* a transformers model directory (config.json with a ``model_type``), or ``minilm`` (the installed
+  all-MiniLM-L6-v2): ``kind == "transformers"``, converted into a temporary run by :meth:`Source.open`;
+* ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .errors import SesameError
+from .families import FAMILIES, Family, get_family, get_size
+from .interop.sources import MINILM, minilm_dir, resolve, transformers_config
+from .rundir import read_config
+from .specs import RunConfig
+
+SCRATCH = "scratch:"
+
+
+@dataclass(frozen=True)
+class Source:
+    given: str  # as the user wrote it
+    flag: str  # the flag that named it, for error messages
+    kind: str  # run | transformers | scratch
+    path: Path | None = None  # the directory (None for scratch)
+    config: RunConfig | None = None  # a run's config.json
+    family: Family | None = None  # known for runs and scratch models
+    size: str | None = None
+
+    @property
+    def scratch(self) -> bool:
+        return self.kind == "scratch"
+
+    def open(self, *, classifier: bool = False):
+        """A context giving the run directory: the run itself, or a transformers directory converted into a
+        temporary run (``classifier``: it must import as a fine-tuned classifier); nothing for a scratch model."""
+        if self.kind == "scratch":
+            return nullcontext(None)
+        return resolve(self.path, self.flag, classifier=classifier)
+
+    def require(self, *kinds: str) -> RunConfig:
+        """The run's config, which must be of ``kinds`` (a transformers directory is converted to check it)."""
+        if self.config is None:
+            raise SesameError(f"{self.flag} {self.given}: not a sesame run directory")
+        if self.config.kind not in kinds:
+            raise SesameError(f"{self.flag} {self.given}: holds a {self.config.kind!r} run, but a "
+                              f"{' or '.join(kinds)} run is needed")
+        return self.config
+
+
+def resolve_source(given: str | Path, flag: str) -> Source:
+    """The :class:`Source` ``given`` names (module docstring); an unusable name is an error naming ``flag``."""
+    given = str(given)
+    if given.startswith(SCRATCH):
+        parts = given.split(":")
+        if len(parts) != 3:
+            raise SesameError(f"{flag} {given}: write scratch:FAMILY:SIZE, e.g. scratch:bert:mini")
+        family = get_family(parts[1])
+        get_size(parts[2])
+        return Source(given, flag, "scratch", family=family, size=parts[2])
+    path = minilm_dir() if given == MINILM else Path(given)
+    if transformers_config(path) is not None:
+        return Source(given, flag, "transformers", path)
+    if not path.is_dir():
+        raise SesameError(f"{flag} {given}: no such run directory")
+    config = read_config(path, flag)
+    return Source(given, flag, "run", path, config, FAMILIES.get(config.family), config.size)
+
+
+@contextmanager
+def opened(given: str | Path, flag: str, *, classifier: bool = False) -> Iterator[tuple[Source, Path]]:
+    """``(source, run directory)`` for a model that must be a run or a transformers directory."""
+    source = resolve_source(given, flag)
+    if source.scratch:
+        raise SesameError(f"{flag} {given}: a scratch model has no weights to use; train it first")
+    with source.open(classifier=classifier) as run:
+        yield source, run

@@ -1,0 +1,281 @@
+"""Typed specs: what the command line, ``compare``, ``ulmfit`` and the Python API hand to a pipeline, and
+the schema of a run's ``config.json``.
+
+A spec is built once (from flags, from an approach string, or from keywords), validated before anything
+is written, and is the only thing that passes into :mod:`sesame.pipelines`. Every default is written
+once: here, in :class:`sesame.train.TrainConfig`, in :class:`sesame.train.recipes.Recipe`, or in the
+family's row (:mod:`sesame.families`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import SesameError
+from .families import FAMILIES, SIZES, Family, get_family, get_size
+from .options import option, split_known
+from .tasks import POOLINGS, TASKS
+from .train import TrainConfig
+from .train.recipes import Recipe
+
+# BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under a family's own (Family.finetune)
+FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32}
+SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
+
+
+def _check_length(flag: str, value: int) -> None:
+    low, high = SEQ_LENGTHS
+    if not low <= value <= high:
+        raise SesameError(f"{flag} {value}: use a length between {low} and {high}")
+
+
+def training(defaults: dict, overrides: dict) -> TrainConfig:
+    """The validated TrainConfig of ``overrides`` over ``defaults`` (a family's recipe) over TrainConfig's own."""
+    split_known(overrides, TrainConfig)  # a misspelt name is a TypeError naming the known ones
+    cfg = TrainConfig(**{**defaults, **{k: v for k, v in overrides.items() if v is not None}})
+    cfg.validate()
+    return cfg
+
+
+@dataclass(kw_only=True)
+class PretrainSpec:
+    """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one)."""
+    corpus: list[str] = option(help="text files, folders, .jsonl, or one shard directory")
+    out: str = option(help="run directory")
+    family: str = option("bert", choices=FAMILIES, help="the model family (sesame.families)")
+    size: str = option("mini", choices=SIZES, help="tiny, mini, small, medium or base")
+    valid: list[str] | None = option(None, help="validation text (default: the corpus's last 1%%)")
+    tokenizer: str | None = option(None, help="tokenizer.json to use (default: train one on the corpus)")
+    vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
+    seq_len: int = option(128, help="tokens per training window")
+    dropout: float | None = option(None, help="dropout rate (default: the family's, 0.1 for most)")
+    attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
+                                                                  "layer sees only the W nearest positions")
+    text_field: str = option("text", help="the text field of .jsonl records")
+    objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
+    objective_options: dict = option(factory=dict, cli=False,
+                                     help="the objective's options over the family's (--masking, --objective-option)")
+    static_masks: int = option(0, help="k fixed masks per sequence, as original BERT (default 0: fresh masks every "
+                                       "time)")
+    final_seq_len: int | None = option(None, help="BERT's second phase: sequences this long for the last 10%% of "
+                                                  "the budget")
+    base: str | None = option(None, cli=False, help="a pretrained run of the same family to continue (ULMFiT's "
+                                                    "target-task LM)")
+    discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
+    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the family's recipe")
+    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    progress: bool = option(True, cli=False, help="show progress bars")
+
+    def __post_init__(self) -> None:
+        self.corpus = [str(p) for p in ([self.corpus] if isinstance(self.corpus, (str, Path)) else self.corpus)]
+        self.valid = [str(p) for p in ([self.valid] if isinstance(self.valid, (str, Path)) else self.valid)] \
+            if self.valid else None
+        self.out = str(self.out)
+
+    @classmethod
+    def of(cls, corpus: list[str] | str, out: str, **options: Any) -> PretrainSpec:
+        """The spec of the Python API's keywords: spec fields, and TrainConfig fields (``lr=...``) as ``training``."""
+        spec, train = split_known(options, cls, TrainConfig)
+        return cls(corpus=corpus, out=out, **spec, training={**spec.pop("training", {}), **train})
+
+    @property
+    def fam(self) -> Family:
+        return get_family(self.family)
+
+    @property
+    def objective_name(self) -> str:
+        return self.objective or self.fam.objective
+
+    def train_config(self) -> TrainConfig:
+        return training(self.fam.recipe, self.training)
+
+    def objective_settings(self) -> dict:
+        """The objective's options: the family's (for its own objective), then the spec's."""
+        fam = self.fam
+        return {**(fam.objective_options if self.objective_name == fam.objective else {}), **self.objective_options}
+
+    def validate(self) -> None:
+        """Every check that reads no file: the family, size, objective, budget and lengths fit together."""
+        from .models import ARCHITECTURES
+        from .objectives import OBJECTIVES, objective_option_names
+
+        fam = self.fam
+        get_size(self.size)
+        if self.objective_name is None:
+            how = f"is trained by `sesame {fam.command}`" if fam.command else \
+                f"is a baseline trained from scratch: `sesame finetune --from scratch:{fam.name}:SIZE`"
+            raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
+        if self.objective_name not in OBJECTIVES:
+            raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
+        known = objective_option_names(OBJECTIVES[self.objective_name])
+        unknown = set(self.objective_settings()) - known
+        if unknown:
+            raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
+                              f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
+        self.train_config()
+        if self.discriminative < 1:
+            raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
+        _check_length("--seq-len", self.seq_len)
+        positions = max(fam.context, self.seq_len)
+        if self.final_seq_len is not None and not self.seq_len < self.final_seq_len <= positions:
+            raise SesameError(f"--final-seq-len {self.final_seq_len}: must exceed --seq-len {self.seq_len} and be at "
+                              f"most {positions} (the model's positions)")
+        if self.attention_window is not None:
+            banded = any(f.name == "attention_window" for f in fields(ARCHITECTURES[fam.arch][0]))
+            if not banded:
+                raise SesameError(f"--attention-window: banded attention is for Transformers; {fam.name} is {fam.arch}")
+            if self.attention_window < 1:
+                raise SesameError(f"--attention-window {self.attention_window}: give the band width in positions, "
+                                  "e.g. 64")
+        if self.static_masks < 0:
+            raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
+
+
+@dataclass(kw_only=True)
+class FinetuneSpec:
+    """``sesame finetune``: a model (a run, a transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``)
+    fine-tuned on a labeled task; ``task_options`` are the task's (its columns, ...), ``recipe`` says which
+    parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
+    base: str = option(flag="--from", help="run directory, transformers model directory, minilm (the installed "
+                                           "all-MiniLM-L6-v2), or scratch:FAMILY:SIZE")
+    train: str = option(help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
+    dev: str = option(help="the dev file: evaluated after every epoch, picks the kept weights")
+    out: str = option(help="run directory")
+    task: str = option("classify", choices=TASKS,
+                       help="classify: text → label; pair: two texts → label; regress: text(s) → number; tag: a label "
+                            "per word (CoNLL columns); span_qa: extractive QA (SQuAD JSON); multiple_choice: context + "
+                            "candidates → the right one (JSONL)")
+    task_options: dict = option(factory=dict, cli=False, help="the task's options (--text-column, --task-option)")
+    select: str | None = option(None, help="dev metric that picks the kept epoch (default: the task's: accuracy; "
+                                           "pearson for regress; f1 for tag and span_qa; also macro_f1, mcc, "
+                                           "spearman, exact)")
+    tokenizer: str | None = option(None, help="for scratch models: tokenizer.json or a run (default: train one)")
+    max_length: int = option(128, help="tokens per input")
+    epochs: int = option(3, help="passes over the training set (each ends with a dev evaluation)")
+    dropout: float = option(0.1, help="dropout rate of the model and head")
+    pooling: str | None = option(None, choices=POOLINGS,
+                                 help="what a sequence head reads: the first token through a tanh pooler, the last real "
+                                      "token, the mean or max over real tokens, or ULMFiT's concat pooling (default: "
+                                      "the family's)")
+    recipe: Recipe = option(factory=Recipe, cli=False, help="which parameters move and how fast")
+    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the fine-tuning defaults")
+    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    progress: bool = option(True, cli=False, help="show progress bars")
+
+    def __post_init__(self) -> None:
+        self.base, self.train, self.dev, self.out = map(str, (self.base, self.train, self.dev, self.out))
+
+    @classmethod
+    def of(cls, base: str, train: str, dev: str, out: str, **options: Any) -> FinetuneSpec:
+        """The spec of the Python API's keywords: spec fields, recipe fields (``lm_weight=0.5``), TrainConfig
+        fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
+        columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
+        spec, recipe, train_options = split_known(options, cls, Recipe, TrainConfig)
+        task_options = {**(spec.pop("task_options", None) or {}), **columns}
+        return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options,
+                   recipe=spec.pop("recipe", None) or Recipe(**recipe), training={**spec.pop("training", {}),
+                                                                                 **train_options})
+
+    def train_config(self, family: Family | None) -> TrainConfig:
+        """Fine-tuning's TrainConfig: BERT's defaults < the family's (``None``: a transformers directory) < given."""
+        return training({**FINETUNE_TRAINING, **(family.finetune if family else {})}, self.training)
+
+    def validate(self, *, processes: int = 1) -> None:
+        if self.epochs <= 0:
+            raise SesameError(f"--epochs {self.epochs}: must be positive")
+        self.recipe.validate(processes=processes)
+        _check_length("--max-length", self.max_length)
+
+
+# -- the run directory's config.json --------------------------------------------------------------------
+
+SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesame 0.1.0) read as version 0
+KINDS = ("pretrained", "finetuned")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """A run's ``config.json``, read and checked once (:meth:`read`). Common to every run: its kind, family,
+    size, backbone configuration (``model``, rebuilt by :func:`sesame.models.build_model`) and pooling;
+    then the fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
+    transformers (``hf``, what exports it back)."""
+    kind: str
+    family: str
+    model: dict
+    size: str | None = None
+    pooling: str | None = None
+    base: str | None = None  # the run or model it started from
+    train: dict | None = None  # its TrainConfig
+    hf: dict | None = None  # imported from transformers: the source's model type, config and tokenizer record
+    version: int = SCHEMA_VERSION
+    sesame_version: str = __version__
+    # pretrained
+    objective: str | None = None
+    objective_options: dict = field(default_factory=dict)
+    seq_len: int | None = None
+    static_masks: int = 0
+    final_seq_len: int | None = None
+    added_words: int = 0  # continued pre-training: the new corpus's words added to the vocabulary
+    discriminative: float = 1.0
+    shards: str | None = None
+    valid_shards: str | None = None
+    valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
+    # finetuned
+    task: str | None = None
+    task_options: dict = field(default_factory=dict)
+    select: str | None = None
+    max_length: int | None = None  # also CoVe's sentence length
+    recipe: dict | None = None  # sesame.train.recipes.Recipe
+    epochs: int | None = None
+    train_file: str | None = None
+    dev_file: str | None = None
+    # CoVe's MT-LSTM (sesame cove)
+    lowercase: bool | None = None
+    vectors: str | None = None
+    vector_coverage: float | None = None
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+
+    @classmethod
+    def parse(cls, data: object, where: str) -> RunConfig:
+        """A config from its JSON object; ``where`` names the file in errors."""
+        if not isinstance(data, dict):
+            raise SesameError(f"{where}: not a sesame run config (a JSON object is expected)")
+        version = data.get("version", 0)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
+                              f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "
+                              "(pip install -U sesame-nlp)")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SesameError(f"{where}: unknown fields {', '.join(unknown)}; this run was not written by this sesame "
+                              f"(config version {version}); upgrade sesame or recreate the run")
+        missing = [name for name in ("kind", "family", "model") if name not in data]
+        if missing or data["kind"] not in KINDS or not isinstance(data["model"], dict):
+            raise SesameError(f"{where}: a broken run config (missing {', '.join(missing) or 'nothing'}, kind "
+                              f"{data.get('kind')!r}); recreate the run")
+        return cls(**{**data, "version": SCHEMA_VERSION})  # version 0 has the same fields
+
+    def to_json(self) -> dict:
+        """The JSON object written to config.json: the common fields and those of its kind, and any other
+        field that is set."""
+        always = SECTIONS["common"] | SECTIONS[self.kind]
+        return {k: v for k, v in asdict(self).items() if k in always or (v is not None and k not in SECTIONS["kinds"])}
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.model.get("causal"))
+
+
+SECTIONS = {
+    "common": {"version", "sesame_version", "kind", "family", "size", "model", "pooling", "base", "train"},
+    "pretrained": {"objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
+                   "discriminative", "shards", "valid_shards", "valid_size"},
+    "finetuned": {"task", "task_options", "select", "max_length", "recipe", "epochs", "train_file", "dev_file"},
+}
+SECTIONS["kinds"] = SECTIONS["pretrained"] | SECTIONS["finetuned"]
