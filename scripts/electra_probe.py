@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
-from sesame.data.windows import examples as _examples, prepared as _prepared
+from sesame.data.windows import Corpus, examples
 from sesame.objectives import build_objective
 from sesame.objectives.electra import Electra
 from sesame.rundir import build_backbone, load_tokenizer, read_config
@@ -32,19 +32,19 @@ def probe(model: str, data: list[str], windows: int = 256, batch_size: int = 32)
     """The replaced-token-detection report of the ELECTRA run ``model`` on the first ``windows`` windows of ``data``."""
     config = read_config(model, "--model", ("pretrained",))
     tok = load_tokenizer(model, "--model")
-    obj = build_objective(config["objective"], build_backbone(config), tok, config.get("objective_options"))
+    obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
     if not isinstance(obj, Electra):
-        raise SystemExit(f"--model {model}: an {config['objective']} run; this probe reads ELECTRA runs")
+        raise SystemExit(f"--model {model}: an {config.objective} run; this probe reads ELECTRA runs")
     obj.load_state_dict(load_weights(Path(model) / "model.safetensors"))
     obj.eval()
     scores, labels, masked, hits = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        shards = _prepared(data, tok, Path(tmp) / "shards", "--data", "text", progress=False)
-        all_windows = shards.windows(obj.window_length(config["seq_len"]))
+        shards = Corpus.of(data, "--data").shards(tok, Path(tmp) / "shards", progress=False)
+        all_windows = shards.windows(obj.window_length(config.seq_len))
         picks = list(range(min(windows, len(all_windows))))
         for start in range(0, len(picks), batch_size):
             idx = picks[start: start + batch_size]
-            batch = _examples(obj, shards, all_windows, idx, idx, config["seq_len"], seed=1)
+            batch = examples(obj, shards, all_windows, idx, idx, config.seq_len, seed=1)
             predicted = obj.predict(batch)
             logits = torch.addmm(obj.generator_bias, predicted, obj.backbone.embed.tokens.weight.t())
             hits.append(logits.argmax(1) == batch["targets"])

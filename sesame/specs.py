@@ -8,7 +8,7 @@ family's row (:mod:`sesame.families`).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ class PretrainSpec:
     def validate(self) -> None:
         """Every check that reads no file: the family, size, objective, budget and lengths fit together."""
         from .models import ARCHITECTURES
-        from .objectives import OBJECTIVES, objective_option_names
+        from .objectives import OBJECTIVES
 
         fam = self.fam
         get_size(self.size)
@@ -109,7 +109,7 @@ class PretrainSpec:
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
-        known = objective_option_names(OBJECTIVES[self.objective_name])
+        known = set(OBJECTIVES[self.objective_name].options)
         unknown = set(self.objective_settings()) - known
         if unknown:
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
@@ -263,9 +263,10 @@ class RunConfig:
 
     def to_json(self) -> dict:
         """The JSON object written to config.json: the common fields and those of its kind, and any other
-        field that is set."""
+        field that is not at its default."""
         always = SECTIONS["common"] | SECTIONS[self.kind]
-        return {k: v for k, v in asdict(self).items() if k in always or (v is not None and k not in SECTIONS["kinds"])}
+        unset = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(self)}
+        return {k: v for k, v in asdict(self).items() if k in always or v != unset[k]}
 
     @property
     def causal(self) -> bool:
@@ -278,4 +279,3 @@ SECTIONS = {
                    "discriminative", "shards", "valid_shards", "valid_size"},
     "finetuned": {"task", "task_options", "select", "max_length", "recipe", "epochs", "train_file", "dev_file"},
 }
-SECTIONS["kinds"] = SECTIONS["pretrained"] | SECTIONS["finetuned"]

@@ -19,7 +19,7 @@ from sesame.errors import SesameError  # noqa: E402
 from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.objectives import CausalLM, Electra, Objective, build_objective  # noqa: E402
 from sesame.objectives.pairs import SentencePairs  # noqa: E402
-from sesame.rundir import build_backbone, load_tokenizer  # noqa: E402
+from sesame.rundir import build_backbone, load_tokenizer, read_config  # noqa: E402
 from sesame.train.checkpoint import load_weights, read_json, write_json  # noqa: E402
 
 from .test_interop import batch, close_at, loaded, make_hf  # noqa: E402
@@ -50,8 +50,8 @@ def make_head(folder: Path, model_type: str, cls: str, **options) -> torch.nn.Mo
 
 def objective_of(run: Path) -> Objective:
     """The run's objective with its weights, as ``sesame.evaluate`` builds it."""
-    config = read_json(run / "config.json")
-    obj = build_objective(config["objective"], build_backbone(config), load_tokenizer(run), config["objective_options"])
+    config = read_config(run, "--model")
+    obj = build_objective(config.objective, build_backbone(config), load_tokenizer(run), config.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
     return obj.eval()
 

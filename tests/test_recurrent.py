@@ -9,6 +9,7 @@ import sesame
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.tasks.classify import pool
+from sesame.rundir import load_tokenizer, read_config
 from sesame.train import recipes
 
 
@@ -154,9 +155,9 @@ def test_word_vectors_initialise_the_embedding(tmp_path):
                              str(tmp_path / "run"), epochs=1, progress=False, vectors=str(tmp_path / "vectors.txt"),
                              lr=1e-9)
     assert 0 < result["vectors_coverage"] < 0.5
-    run = sesame.api.read_config(tmp_path / "run", "--model", ("finetuned",))
-    assert run["model"]["embedding_size"] == 3
-    tok = sesame.api.load_tokenizer(tmp_path / "run")
+    run = read_config(tmp_path / "run", "--model", ("finetuned",))
+    assert run.model["embedding_size"] == 3
+    tok = load_tokenizer(tmp_path / "run")
     weights = sesame.train.checkpoint.load_weights(tmp_path / "run" / "model.safetensors")
     row = weights["backbone.embed.tokens.weight"][tok.backend.token_to_id("awful")]
     assert torch.allclose(row, torch.tensor([-1.0, -2.0, -3.0]), atol=1e-4)  # lr 1e-9: still the vector
@@ -190,8 +191,8 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     added = sorted(set(new.backend.get_vocab()) - set(old.backend.get_vocab()))
     assert added == ["again", "crew", "late", "plane", "rude", "was"]  # "once" is seen once: still <unk>
     assert all(new.backend.token_to_id(w) == i for w, i in old.backend.get_vocab().items())  # old ids kept
-    config = sesame.api.read_config(tmp_path / "target", "--model", ("pretrained",))
-    assert config["added_words"] == 6 and config["model"]["vocab_size"] == old.vocab_size + 6
+    config = read_config(tmp_path / "target", "--model", ("pretrained",))
+    assert config.added_words == 6 and config.model["vocab_size"] == old.vocab_size + 6
     before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
                      ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
     assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved

@@ -9,8 +9,10 @@ changes it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -39,32 +41,58 @@ def generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(example_seed(seed, i)) for i in indices]
 
 
-def shard_dir(paths: Sequence[str]) -> Path | None:
-    return Path(paths[0]) if len(paths) == 1 and is_shard_dir(Path(paths[0])) else None
+@dataclass(frozen=True)
+class Corpus:
+    """What ``--corpus`` (or ``--valid``, ``--data``) names, decided once: one prepared shard directory, or
+    text files, folders and JSON Lines files (``text_field`` of each record)."""
+    paths: tuple[str, ...]
+    flag: str
+    text_field: str = "text"
 
+    @classmethod
+    def of(cls, paths: Sequence[str] | str, flag: str, text_field: str = "text") -> Corpus:
+        return cls(tuple(str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)), flag, text_field)
 
-def corpus_tokenizer(corpus: Sequence[str], tokenizer: str | None, kind: str, vocab_size: int, text_field: str,
-                     progress: bool) -> TextTokenizer:
-    """The tokenizer named by --tokenizer, or the one stored with prepared shards, or one trained on the corpus."""
-    given = shard_dir(corpus) or tokenizer
-    if given:
-        tok = load_tokenizer(given, "--corpus" if given != tokenizer else "--tokenizer")
-        if tok.kind != kind:
-            raise SesameError(f"--tokenizer {given}: a {tok.kind} tokenizer, but this family uses {kind}")
-        return tok
-    return train_tokenizer(iter_texts(resolve_sources(corpus), text_field), kind, vocab_size, show_progress=progress)
+    @cached_property
+    def shard_dir(self) -> Path | None:
+        """The prepared shard directory, when that is what the paths name."""
+        return Path(self.paths[0]) if len(self.paths) == 1 and is_shard_dir(Path(self.paths[0])) else None
 
+    def texts(self) -> Iterator[str]:
+        return iter_texts(resolve_sources(self.paths, self.flag), self.text_field)
 
-def prepared(paths: Sequence[str], tok: TextTokenizer, dest: Path, flag: str, text_field: str,
-             progress: bool) -> Shards:
-    """Shards for ``paths``: a prepared shard directory made with ``tok``, or raw text prepared into ``dest``."""
-    existing = shard_dir(paths)
-    if existing is None:
-        return prepare_corpus(resolve_sources(paths, flag), tok, dest, text_field, progress)
-    shards = Shards(existing)
-    if load_tokenizer(existing, flag).backend.to_str() != tok.backend.to_str():
-        raise SesameError(f"{flag} {existing}: these shards were made with another tokenizer; prepare them again")
-    return shards
+    def tokenizer(self, given: str | None, kind: str, vocab_size: int, progress: bool) -> TextTokenizer:
+        """The tokenizer ``given`` (--tokenizer), or the one stored with prepared shards, or one trained on the text."""
+        path = self.shard_dir or given
+        if path:
+            tok = load_tokenizer(path, self.flag if path != given else "--tokenizer")
+            if tok.kind != kind:
+                raise SesameError(f"--tokenizer {path}: a {tok.kind} tokenizer, but this family uses {kind}")
+            return tok
+        return train_tokenizer(self.texts(), kind, vocab_size, show_progress=progress)
+
+    def shards(self, tok: TextTokenizer, dest: Path, progress: bool) -> Shards:
+        """The prepared shards, which must have been made with ``tok``; or the text prepared into ``dest``."""
+        if self.shard_dir is None:
+            return prepare_corpus(resolve_sources(self.paths, self.flag), tok, dest, self.text_field, progress)
+        if load_tokenizer(self.shard_dir, self.flag).backend.to_str() != tok.backend.to_str():
+            raise SesameError(f"{self.flag} {self.shard_dir}: these shards were made with another tokenizer; prepare "
+                              "them again")
+        return Shards(self.shard_dir)
+
+    def size(self) -> dict | None:
+        """The UTF-8 bytes and the characters of the text (of JSONL files, their text fields), which bits per
+        byte and per character divide by; None for a shard directory, whose text is gone."""
+        if self.shard_dir is not None:
+            return None
+        size = {"bytes": 0, "chars": 0}
+        for f in resolve_sources(self.paths, self.flag):
+            texts = iter_texts([f], self.text_field) if f.suffix in JSONL_SUFFIXES else \
+                [f.read_bytes().decode("utf-8")]
+            for text in texts:
+                size["bytes"] += len(text.encode("utf-8"))
+                size["chars"] += len(text)
+        return size
 
 
 def partners(shards: Shards, windows: list[Window], length: int) -> Callable[[int, torch.Generator], Window]:
@@ -134,20 +162,6 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
         return micro
 
     return batches
-
-
-def text_size(paths: Sequence[str], flag: str, text_field: str = "text") -> dict | None:
-    """The UTF-8 bytes and the characters of the text in ``paths`` (of JSONL files, their text fields), which
-    bits per byte and per character divide by; None for a shard directory, whose text is gone."""
-    if shard_dir(paths) is not None:
-        return None
-    size = {"bytes": 0, "chars": 0}
-    for f in resolve_sources(paths, flag):
-        texts = iter_texts([f], text_field) if f.suffix in JSONL_SUFFIXES else [f.read_bytes().decode("utf-8")]
-        for text in texts:
-            size["bytes"] += len(text.encode("utf-8"))
-            size["chars"] += len(text)
-    return size
 
 
 def training_windows(shards: Shards, valid: Shards | None, *, length: int, seq_len: int

@@ -3,7 +3,8 @@
 generator → one ``electra`` run), ``to_hf`` (a run → a directory transformers loads) and ``resolve``
 (a run, a transformers directory or ``minilm`` → a run directory, converting on the fly). See
 docs/interop.md."""
-from .hf import from_hf, to_hf
+from .hf_export import to_hf
+from .hf_import import from_hf
 from .sources import minilm_dir, resolve
 
 __all__ = ["from_hf", "to_hf", "resolve", "minilm_dir"]

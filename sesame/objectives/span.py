@@ -50,7 +50,7 @@ class SpanBERT(MaskedLM):
 
     name = "span"
     part_names = ("mlm", "sbo")
-    internal_options = ("word_starts",)
+    options = ("max_span", "p", "rate")
     maskings = ("span",)
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, word_starts: torch.Tensor, rate: float = 0.15,

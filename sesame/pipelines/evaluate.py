@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 
-from ..data.windows import prepared, text_size
+from ..data.windows import Corpus
 from ..errors import SesameError
 from ..families import FAMILIES
 from ..objectives import OBJECTIVES, build_objective
@@ -109,8 +109,9 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
     obj.eval()
     seq_len = seq_len or config.seq_len
     with tempfile.TemporaryDirectory() as tmp:
-        shards = prepared(paths, tok, Path(tmp) / "shards", "--data", text_field, progress=False)
+        corpus = Corpus.of(paths, "--data", text_field)
+        shards = corpus.shards(tok, Path(tmp) / "shards", progress=False)
         windows = shards.windows(obj.window_length(seq_len))
         if not windows:
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
-        return lm_metrics(obj, shards, windows, seq_len, text=text_size(paths, "--data", text_field))
+        return lm_metrics(obj, shards, windows, seq_len, text=corpus.size())

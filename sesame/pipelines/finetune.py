@@ -18,7 +18,6 @@ import torch
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, reading_features
-from ..models import ARCHITECTURES
 from ..models import model_config as model_config_object
 from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
 from ..sources import Source, resolve_source
@@ -183,7 +182,7 @@ def _configure(config: RunConfig, recipe: Recipe, source: Source) -> None:
     """What the recipe changes in the task model's configuration before it is built: adapters and a scalar mix
     in a Transformer, no dropout in frozen features, a word embedding as wide as ``recipe.vectors``."""
     model = config.model
-    takes = {f.name for f in fields(ARCHITECTURES[model.get("arch", "transformer")][0])}
+    takes = {f.name for f in fields(model_config_object(model))}
     if "adapter_size" in takes:
         model.update(adapter_size=recipe.adapters, scalar_mix=recipe.features)
     elif recipe.adapters or recipe.features:

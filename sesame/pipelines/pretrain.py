@@ -12,10 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..data.corpus import iter_texts, resolve_sources
 from ..data.shards import Shards, Window
-from ..data.windows import (corpus_tokenizer, examples, partners, prepared, shard_dir, text_size, training_windows,
-                            window_batches)
+from ..data.windows import Corpus, examples, partners, training_windows, window_batches
 from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
@@ -46,13 +44,14 @@ def pretrain(spec: PretrainSpec) -> dict:
     check_batch(cfg)
 
     def setup(run: Path) -> None:
+        corpus = Corpus.of(spec.corpus, "--corpus", spec.text_field)
+        held_out = Corpus.of(spec.valid, "--valid", spec.text_field) if spec.valid else None
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
-        tok = corpus_tokenizer(spec.corpus, tokenizer, fam.tokenizer, spec.vocab_size, spec.text_field, spec.progress)
-        if base is not None and fam.target_words and not shard_dir(spec.corpus):
-            tok, _ = extend_words(tok, iter_texts(resolve_sources(spec.corpus), spec.text_field), spec.vocab_size)
-        shards = prepared(spec.corpus, tok, run / "shards", "--corpus", spec.text_field, spec.progress)
-        valid = prepared(spec.valid, tok, run / "valid-shards", "--valid", spec.text_field, spec.progress) \
-            if spec.valid else None
+        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress)
+        if base is not None and fam.target_words and corpus.shard_dir is None:
+            tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
+        shards = corpus.shards(tok, run / "shards", spec.progress)
+        valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
         if base is not None:
             model = {**base.model, "vocab_size": tok.vocab_size,
                      **({"dropout": spec.dropout} if spec.dropout is not None else {})}
@@ -69,7 +68,7 @@ def pretrain(spec: PretrainSpec) -> dict:
             seq_len=spec.seq_len, base=spec.base, added_words=tok.vocab_size - base.model["vocab_size"] if base else 0,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
-            valid_size=text_size(spec.valid, "--valid", spec.text_field) if spec.valid else None, train=asdict(cfg))
+            valid_size=held_out.size() if held_out else None, train=asdict(cfg))
         _windows(config, shards, valid)  # enough text?
         tok.save(run / "tokenizer.json")
         write_config(run, config)
@@ -115,7 +114,7 @@ def _with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[s
 def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
                text: dict | None = None) -> dict:
     """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable),
-    and for a causal LM, given the size of the ``text`` (:func:`text_size`), bits per byte and per character.
+    and for a causal LM, given the size of the ``text`` (:meth:`Corpus.size`), bits per byte and per character.
 
     For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
     trained, each part's mean is reported as ``<part>_loss``, and perplexity is that of the first

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..data.labeled import read_text
 from ..errors import SesameError
-from ..models import Recurrent, Transformer
+from ..models import Recurrent, Transformer, model_config
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 from .base import Batches, TaskModel
@@ -125,10 +125,11 @@ def check_backbone(model: dict) -> None:
     """Fail, naming --from, unless the backbone (its config dict) is a bidirectional recurrent stack of
     two or more layers: the views split the first layer by direction and the primary also reads a
     higher one (§3.2)."""
-    arch = model.get("arch", "transformer")
-    if arch != "recurrent" or model["causal"] or model["layers"] < 2:
-        kind = (f"a {'causal' if model['causal'] else 'bidirectional'} {model['layers']}-layer recurrent one"
-                if arch == "recurrent" else f"a {arch}")
+    cfg = model_config(model)
+    directions = getattr(cfg, "directions", None)  # a stack whose states split into a forward and a backward run
+    if directions != 2 or cfg.layers < 2:
+        kind = (f"a {'causal' if cfg.causal else 'bidirectional'} {cfg.layers}-layer recurrent one" if directions
+                else f"a {type(cfg).__name__.removesuffix('Config').lower()}")
         raise SesameError(f"--from: cross-view training (cvt_unlabeled) needs a bidirectional recurrent backbone "
                           f"of 2 or more layers (e.g. --from scratch:bilstm:mini), but the backbone is {kind}")
 

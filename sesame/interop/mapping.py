@@ -1,0 +1,141 @@
+"""The shared name map of Hugging Face import and export: which sesame tensor is which transformers tensor
+(:class:`Entry`), the rows of an embedding that tokens were appended to or renamed in (:class:`Rows`), and
+the head entries of each pre-training objective and classifier."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import SesameError
+from ..models import Transformer, TransformerConfig
+from .architectures import Architecture
+
+# objectives with sesame's MLM head and a second head, which *ForMaskedLM lacks
+# an electra run's generator → the names of the mlm run it would be on its own (objectives/electra.py, mlm.py)
+GENERATOR_NAMES = {"generator.": "backbone.", "generator_head.": "transform.", "generator_bias": "bias"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run tensor and the checkpoint tensor(s) it is (several: concatenated along dim 0)."""
+
+    sesame: str
+    hf: tuple[str, ...]
+    transposed: bool = False
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where the checkpoint's embedding tables differ from the run's in rows."""
+
+    offset: int  # position rows before sesame's position 0 (RoBERTa: padding_idx + 1)
+    type_rows: int  # the checkpoint's token-type rows (0: none)
+    vocab: int  # the checkpoint's vocabulary
+    aliases: tuple[int, ...] = ()  # per appended token, the id whose row it copies
+
+
+def name_plan(arch: Architecture, backbone: Transformer) -> list[Entry]:
+    """One entry per backbone parameter, from the architecture's module table."""
+    linear = {name for name, m in backbone.named_modules() if isinstance(m, nn.Linear)}
+    plan = []
+    for name, _ in backbone.named_parameters():
+        module, param = name.rsplit(".", 1)
+        layer = re.fullmatch(r"(\w+)\.(\d+)\.(\w+)", module)
+        key = f"{layer[1]}.{{i}}.{layer[3]}" if layer else module
+        if key == "embed.types" and key not in arch.modules:
+            continue  # a causal run's segment row 0, folded into the positions by export_tensors
+        if key not in arch.modules:
+            raise SesameError(f"the run's {module} has no counterpart in {arch.base_class}")
+        hf = arch.modules[key]
+        plan.append(Entry(name, tuple(f"{n.format(i=layer[2] if layer else '')}.{param}"
+                                      for n in (hf if isinstance(hf, tuple) else (hf,))),
+                          arch.conv1d and module in linear and param == "weight"))
+    return plan
+
+
+def import_tensors(weights: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+    state = {}
+    for e in plan:
+        parts = [weights[n].t() if e.transposed else weights[n] for n in e.hf]
+        state[e.sesame] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    state["embed.positions.weight"] = state["embed.positions.weight"][rows.offset:]
+    if rows.type_rows == 1:
+        state["embed.types.weight"] = state["embed.types.weight"].repeat(2, 1)
+    tokens = state["embed.tokens.weight"]
+    state["embed.tokens.weight"] = torch.cat([tokens, tokens[list(rows.aliases)]])
+    return {k: v.contiguous() for k, v in state.items()}
+
+
+def export_tensors(state: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+    state = dict(state)
+    positions = state["embed.positions.weight"]
+    if "embed.types.weight" in state and not rows.type_rows:  # a causal run to GPT-2: every token reads row 0
+        positions = positions + state.pop("embed.types.weight")[0]
+    elif "embed.types.weight" in state:
+        state["embed.types.weight"] = state["embed.types.weight"][: rows.type_rows]
+    padding = torch.zeros(rows.offset, positions.shape[1], dtype=positions.dtype, device=positions.device)
+    state["embed.positions.weight"] = torch.cat([padding, positions])
+    state["embed.tokens.weight"] = state["embed.tokens.weight"][: rows.vocab]
+    out = {}
+    for e in plan:
+        for name, part in zip(e.hf, state[e.sesame].chunk(len(e.hf))):
+            out[name] = (part.t() if e.transposed else part).contiguous()
+    return out
+
+
+def dense_entries(module: str, hf_module: str) -> list[Entry]:
+    """A dense layer outside the backbone (pooler, classifier head), kept as it is."""
+    return [Entry(f"{module}.{p}", (f"{hf_module}.{p}",)) for p in ("weight", "bias")]
+
+
+def lm_entries(arch: Architecture, bias: str | None = None) -> list[Entry]:
+    """The language-model head's tensors (sesame's MLM head; none for the CLM's tied output alone);
+    ``bias`` names the checkpoint's output bias when it is stored under the decoder's name."""
+    head = arch.lm
+    entries = [e for module, hf in head.modules.items() for e in dense_entries(module, hf)]
+    return entries + ([Entry("bias", (bias or head.bias,))] if head.bias else [])
+
+
+def pair_entries(arch: Architecture, prefix: str = "") -> list[Entry]:
+    """The [CLS] pooler (inside the base model, under ``prefix``) and the sentence-pair classifier."""
+    return dense_entries("pooler.0", prefix + arch.pooler) + dense_entries(arch.pairs.module, arch.pairs.hf_module)
+
+
+def discriminator_entries(arch: Architecture) -> list[Entry]:
+    """ELECTRA's replaced-token head, sesame's ``electra`` objective's ``discriminator_head``."""
+    return [e for module, hf in arch.discriminator.items() for e in dense_entries(module, hf)]
+
+
+def head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
+    """Meta tensors shaped as sesame's pre-training heads (objectives/mlm.py, pairs.py, electra.py) for ``model``
+    with the checkpoint's ``vocab``: what a checkpoint's head must match (``decoder``: the tied output
+    layer, the token embeddings and the bias)."""
+    h, e = model["hidden"], model["embedding_size"] or model["hidden"]
+    shapes = {"transform.0.weight": (e, h), "transform.0.bias": (e,), "transform.2.weight": (e,),
+              "transform.2.bias": (e,), "bias": (vocab,), "pooler.0.weight": (h, h), "pooler.0.bias": (h,),
+              "decoder.weight": (vocab, e), "decoder.bias": (vocab,)}
+    shapes.update({f"{task}.{p}": s for task in ("nsp", "sop") for p, s in (("weight", (2, h)), ("bias", (2,)))})
+    shapes.update({"discriminator_head.0.weight": (h, h), "discriminator_head.0.bias": (h,),
+                   "discriminator_head.2.weight": (1, h), "discriminator_head.2.bias": (1,)})
+    return {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
+
+
+def check_new(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        raise SesameError(f"--out {out}: exists and is not empty; choose a new directory")
+
+
+def meta_backbone(model: dict) -> Transformer:
+    """The backbone a config describes, without memory: for names and shapes only."""
+    with torch.device("meta"):
+        return Transformer(TransformerConfig(**model))
+
+
+def identity_projection(arch: Architecture, hidden: int) -> dict[str, torch.Tensor]:
+    """ALBERT's embedding → hidden projection as the identity: what a stack with E == H computes
+    without one (sesame builds none then; ``AlbertModel`` always has one)."""
+    return {arch.modules["project"] + ".weight": torch.eye(hidden), arch.modules["project"] + ".bias": torch.zeros(hidden)}

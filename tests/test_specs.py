@@ -1,0 +1,124 @@
+"""The wiring's contracts: specs declare every option once, the CLI's flags and the Python API are read
+from them, config.json is checked against a versioned schema, and what --from names is resolved once."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from sesame import cli
+from sesame import api
+from sesame.commands import COMMANDS
+from sesame.errors import SesameError
+from sesame.families import FAMILIES
+from sesame.objectives import OBJECTIVES
+from sesame.options import add_flags, given, parse_value
+from sesame.rundir import read_config
+from sesame.sources import resolve_source
+from sesame.specs import SCHEMA_VERSION, FinetuneSpec, PretrainSpec, RunConfig
+from sesame.train import TrainConfig
+from sesame.train.recipes import Recipe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs"
+
+
+def parse(cls: type, argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, cls)
+    return given(parser.parse_args(argv), cls)
+
+
+def test_flags_come_from_the_fields_and_only_typed_ones_are_given():
+    assert parse(PretrainSpec, ["--corpus", "a.txt", "b.txt", "--out", "run", "--seq-len", "64", "--resume"]) == \
+        {"corpus": ["a.txt", "b.txt"], "out": "run", "seq_len": 64, "resume": True}
+    assert parse(FinetuneSpec, ["--from", "minilm", "--pooling", "concat"]) == {"base": "minilm", "pooling": "concat"}
+    assert parse(TrainConfig, ["--lr", "1e-3", "--schedule", "stlr"]) == {"lr": 1e-3, "schedule": "stlr"}
+    with pytest.raises(SystemExit):
+        parse(TrainConfig, ["--schedule", "cosine"])  # choices come from the field
+
+
+def test_every_pipeline_and_train_flag_of_the_cli_is_a_spec_field():
+    """finetune --vectors and every --pooling of the code's table are flags because the fields are."""
+    parser = cli._parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    finetune = {a.dest: a for a in sub.choices["finetune"]._actions}
+    for cls in (FinetuneSpec, Recipe, TrainConfig):
+        for f in fields(cls):
+            if f.metadata.get("cli"):
+                assert f.name in finetune, f.name
+    assert set(finetune["pooling"].choices) == {"cls", "last", "mean", "max", "concat"}
+    assert set(sub.choices) == {name.replace("_", "-") for name in COMMANDS}
+
+
+def test_the_python_api_splits_keywords_by_spec_and_refuses_unknown_ones():
+    spec = FinetuneSpec.of("minilm", "t.csv", "d.csv", "out", text_column="tweet", lm_weight=0.5, lr=1e-4, epochs=2)
+    assert spec.task_options == {"text_column": "tweet"} and spec.recipe.lm_weight == 0.5
+    assert spec.training == {"lr": 1e-4} and spec.epochs == 2
+    assert spec.train_config(FAMILIES["ulmfit"]).lr == 1e-4 and spec.train_config(FAMILIES["ulmfit"]).warmup == 0.1
+    assert FinetuneSpec.of("m", "t", "d", "o").train_config(FAMILIES["ulmfit"]).lr == 2e-3  # the family's default
+    with pytest.raises(TypeError, match="unknown option 'learning_rate'"):
+        PretrainSpec.of(["c.txt"], "out", learning_rate=1e-3)
+    # nothing after the files is positional: a misrouted flag cannot happen
+    assert all(p.kind == p.VAR_KEYWORD for p in list(inspect.signature(api.finetune).parameters.values())[4:])
+
+
+def test_values_are_typed_by_their_field():
+    assert parse_value(TrainConfig, "lr", "3e-4", "here") == 3e-4
+    assert parse_value(TrainConfig, "max_steps", "null", "here") is None
+    assert parse_value(FinetuneSpec, "tokenizer", "123", "here") == "123"  # a path stays a string
+    with pytest.raises(SesameError, match='here: lr=fast should be a float'):
+        parse_value(TrainConfig, "lr", "fast", "here")
+    with pytest.raises(SesameError, match="choose one of linear, stlr"):
+        parse_value(TrainConfig, "schedule", "cosine", "here")
+
+
+def test_spec_validation_names_the_flag_before_anything_is_written(tmp_path):
+    bad = [({"family": "lstm"}, "--family lstm: has no pre-training objective"),
+           ({"family": "cove"}, "is trained by `sesame cove`"),
+           ({"seq_len": 4}, "--seq-len 4"),
+           ({"attention_window": 8, "family": "ulmfit"}, "banded attention is for Transformers"),
+           ({"objective_options": {"samples": 3}}, "--objective-option samples: not an option of the mlm_nsp"),
+           ({"lr": -1.0}, "--lr: must be positive")]
+    for options, message in bad:
+        with pytest.raises(SesameError, match=message):
+            api.pretrain([str(tmp_path / "none.txt")], str(tmp_path / "run"), **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_objective_options_are_declared_and_accepted_by_the_objective():
+    for cls in OBJECTIVES.values():
+        build = {**inspect.signature(cls.build).parameters, **inspect.signature(cls.__init__).parameters}
+        takes_more = any(p.kind == p.VAR_KEYWORD for p in build.values())
+        for name in cls.options:
+            assert name in build or takes_more, (cls.name, name)
+
+
+def test_config_schema_version_and_fields_are_checked(tmp_path):
+    old = read_config(FIXTURES / "pretrained", "--model")  # written before versioning: version 0 reads as today's
+    assert old.version == SCHEMA_VERSION and old.family == "bert" and old.objective == "mlm_nsp"
+    run = tmp_path / "run"
+    run.mkdir()
+    for data, message in [({**old.to_json(), "version": SCHEMA_VERSION + 1}, "written by a newer sesame"),
+                          ({**old.to_json(), "colour": "red"}, "unknown fields colour"),
+                          ({"kind": "pretrained"}, "a broken run config .missing family, model"),
+                          ([1, 2], "a JSON object is expected")]:
+        (run / "config.json").write_text(json.dumps(data))
+        with pytest.raises(SesameError, match=message):
+            read_config(run, "--model")
+    written = RunConfig(kind="finetuned", family="bert", model={}, task="classify").to_json()
+    assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
+
+
+def test_what_from_names_is_resolved_once(tmp_path):
+    scratch = resolve_source("scratch:bilstm:tiny", "--from")
+    assert (scratch.kind, scratch.family.name, scratch.size, scratch.path) == ("scratch", "bilstm", "tiny", None)
+    run = resolve_source(FIXTURES / "classifier", "--from")
+    assert (run.kind, run.config.kind, run.family.name) == ("run", "finetuned", "bert")
+    for given_, message in [("scratch:bert", "write scratch:FAMILY:SIZE"), ("scratch:nope:tiny", "--family 'nope'"),
+                            (str(tmp_path / "missing"), "no such run directory")]:
+        with pytest.raises(SesameError, match=message):
+            resolve_source(given_, "--from")
