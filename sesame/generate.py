@@ -255,7 +255,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
         for total, flat in zip(candidates.values.tolist(), candidates.indices.tolist()):
             beam, token = divmod(flat, logp.shape[1])
             hypothesis = Continuation(lm.tokenizer, cfg.stop, lm.end)
-            hypothesis.ids = list(live[beam].ids)
+            hypothesis.ids, hypothesis.text = list(live[beam].ids), live[beam].text
             hypothesis.add(token)
             if hypothesis.finish:
                 finished.append((rank(total, t), hypothesis))
