@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -13,7 +12,8 @@ from sesame.cli import main
 from sesame.errors import SesameError
 from sesame.models.cove import CoveConfig, MTLSTM
 from sesame.train.checkpoint import load_weights, read_json
-from sesame.translate import Hypothesis, Translator, beam_search, bleu, greedy, read_parallel, train_cove
+from sesame.decoding import beam_search, greedy
+from sesame.translate import Translator, bleu, read_parallel, train_cove
 
 WORDS = "alpha beta gamma delta eps zeta eta theta".split()
 
@@ -62,40 +62,12 @@ def test_beam_of_one_is_greedy():
     model = tiny_model(1)
     ids = torch.randint(5, 20, (6, 7))
     state = model.start(ids, ids != 0)
-    greedy_hyps = greedy(model.step, state, 6, 2, 3, 9)
-    beam_hyps = beam_search(model.step, state, 6, 1, 2, 3, 9)
+    start = torch.full((6,), 2)
+    greedy_hyps = greedy(model.step, state, start, eos=3, max_len=9)
+    beam_hyps = beam_search(model.step, state, start, beam=1, eos=3, max_len=9)
     assert [h.tokens for h in beam_hyps] == [h.tokens for h in greedy_hyps]
     assert all(math.isclose(b.log_prob, g.log_prob, rel_tol=1e-5) and b.length == g.length
                for b, g in zip(beam_hyps, greedy_hyps))
-
-
-@dataclass
-class Last:
-    """A toy decoder's state: the previous token per row."""
-
-    token: torch.Tensor
-
-    def select(self, index: torch.Tensor) -> "Last":
-        return Last(self.token[index])
-
-
-# tokens: 0 <s>, 1 </s>, 2 A, 3 B. Greedy takes A (0.6), after which nothing is likely; B (0.4) is then
-# surely followed by </s>, so "B" has the better mean log-probability: (ln .4)/2 > (ln .6 + ln .34)/2.
-TABLE = torch.tensor([[0.0, 0.0, 0.6, 0.4], [0.0, 1.0, 0.0, 0.0], [0.0, 0.34, 0.33, 0.33], [0.0, 1.0, 0.0, 0.0]])
-
-
-def toy_step(previous: torch.Tensor, state: Last) -> tuple[torch.Tensor, Last]:
-    return TABLE[previous].clamp_min(1e-9).log(), Last(previous)
-
-
-def test_beam_finds_a_likelier_translation_than_greedy():
-    start = Last(torch.zeros(1, dtype=torch.long))
-    g = greedy(toy_step, start, 1, 0, 1, 5)[0]
-    b = beam_search(toy_step, start, 1, 2, 0, 1, 5)[0]
-    assert g.tokens == [2] and b.tokens == [3]
-    assert math.isclose(b.score, math.log(0.4) / 2, rel_tol=1e-5)
-    assert b.score > g.score == pytest.approx((math.log(0.6) + math.log(0.34)) / 2)
-    assert Hypothesis([2], -1.0, 2).score == -0.5
 
 
 def test_learns_to_copy_and_translate_reports_bleu(tmp_path, one_thread, capsys):
