@@ -2,7 +2,7 @@
 
 McCann et al. (2017), §3-4: the MT-LSTM (:mod:`sesame.models.cove`) is trained on English → German
 with teacher forcing, minimising the cross-entropy of each reference word given the source and the
-reference words before it; the source embedding starts from GloVe and stays fixed. Its encoder is
+reference words before it (:mod:`sesame.objectives.translation`); the source embedding starts from GloVe and stays fixed. Its encoder is
 then CoVe, the feature extractor.
 
 * Data: two line-aligned UTF-8 files per split (source, target), one sentence per line.
@@ -33,7 +33,6 @@ from typing import Sequence
 
 import sacrebleu
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
 from .data.corpus import decoded_lines
@@ -41,12 +40,12 @@ from .decoding import beam_search, greedy
 from .errors import SesameError
 from .metrics import language_model_report
 from .models.cove import COVE_SIZES, CoveConfig, MTLSTM
-from .rundir import load_tokenizer, new_run, read_config, write_config
+from .objectives import Translation, build_objective
+from .rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
 from .tasks import bucketed_batches, steps_per_epoch
 from .tasks.base import pad
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer
-from .train.checkpoint import load_weights
 from .wordvectors import WordVectors, embedding_matrix, load_vectors
 
 TARGET_TOKENIZER = "target_tokenizer.json"
@@ -93,18 +92,6 @@ def collate(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], so
             "targets": tgt[:, 1:][target_padding[:, 1:]]}
 
 
-class Translation(nn.Module):
-    """The trainer's model: ``forward(batch)`` is the summed cross-entropy of the batch's ``targets``. The
-    MT-LSTM is ``backbone``, so a run's weights are ``backbone.*`` as for the other pre-trained runs."""
-
-    def __init__(self, backbone: MTLSTM):
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.backbone.translation_loss(batch["ids"], batch["padding"], batch["target"], batch["target_padding"])
-
-
 # -- a trained model -------------------------------------------------------------------------------
 
 class Translator:
@@ -117,10 +104,7 @@ class Translator:
             raise SesameError(f"{flag} {run}: a {self.config.get('family')} run; translate needs a run of `sesame cove`")
         self.source = load_tokenizer(self.run, flag)
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
-        self.model = MTLSTM(CoveConfig(**self.config["model"]))
-        weights = load_weights(self.run / "model.safetensors")
-        self.model.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
-        self.model.eval()
+        self.model = load_backbone(self.run, flag)
 
     def translate(self, texts: Sequence[str], beam: int = 1, batch_size: int = EVAL_BATCH,
                   progress: bool = False) -> list[str]:
@@ -255,7 +239,7 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
         if resume:
             torch.manual_seed(cfg.seed)
             model = MTLSTM(CoveConfig(**config["model"]))
-        objective = Translation(model)
+        objective = build_objective(config["objective"], model, source)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
                            target.encode(dev_tgt, max_length=max_length)))

@@ -11,9 +11,11 @@ import torch
 from sesame.cli import main
 from sesame.errors import SesameError
 from sesame.models.cove import CoveConfig, MTLSTM
+from sesame.objectives import build_objective
+from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights, read_json
 from sesame.decoding import beam_search, greedy
-from sesame.translate import Translator, bleu, read_parallel, train_cove
+from sesame.translate import Translator, bleu, collate, read_parallel, train_cove
 
 WORDS = "alpha beta gamma delta eps zeta eta theta".split()
 
@@ -56,6 +58,26 @@ def test_padding_does_not_change_a_rows_encoder_outputs():
     assert torch.allclose(alone[0], together[0, :4], atol=1e-6)
     assert torch.equal(model(batch, padding=batch != 0), together)  # the backbone contract
     assert len(model.layer_modules()) == 3 and model.embed.tokens.num_embeddings == 20
+
+
+def test_translation_objective_is_the_teacher_forced_cross_entropy_of_the_decoder_steps(tmp_path, capsys):
+    model = tiny_model(2)
+    objective = build_objective("translation", model, train_tokenizer(WORDS * 3, "word", 100))
+    assert all(k.startswith("backbone.") for k in objective.state_dict())  # a run's weight names
+    source, target = [[2, 7, 8, 3], [2, 5, 3]], [[2, 4, 9, 6, 3], [2, 11, 3]]
+    batch = collate(source, target, 0, 0)
+    expected = 0.0
+    with torch.no_grad():
+        state = model.start(batch["ids"], batch["padding"])
+        for t in range(batch["target"].shape[1] - 1):
+            log_probs, state = model.step(batch["target"][:, t], state)
+            real = batch["target_padding"][:, t + 1]
+            expected -= float(log_probs[real].gather(1, batch["target"][real, t + 1, None]).sum())
+    assert objective(batch).item() == pytest.approx(expected, rel=1e-5)
+    (tmp_path / "corpus.txt").write_text(" ".join(WORDS) + "\n")
+    assert main(["pretrain", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "run"), "--family",
+                 "bert", "--size", "tiny", "--objective", "translation", "--vocab-size", "100"]) == 2
+    assert "sesame cove" in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
 def test_beam_of_one_is_greedy():

@@ -12,9 +12,11 @@ from .mlm import MaskedLM
 from .electra import Electra
 from .pairs import AlbertPretraining, BertPretraining
 from .span import SpanBERT
+from .translation import Translation
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM)
+    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM,
+                        Translation)
 }
 
 
@@ -40,4 +42,4 @@ def build_objective(name: str, backbone: Transformer, tokenizer: TextTokenizer, 
 
 
 __all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "AwdLM",
-           "BiLM", "OBJECTIVES", "build_objective", "objective_option_names"]
+           "BiLM", "Translation", "OBJECTIVES", "build_objective", "objective_option_names"]
