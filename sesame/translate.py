@@ -31,14 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
-import sacrebleu
 import torch
 from tqdm.auto import tqdm
 
 from .data.corpus import decoded_lines
 from .decoding import beam_search, greedy
 from .errors import SesameError
-from .metrics import language_model_report
+from .metrics import bleu, language_model_report
 from .models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from .objectives import Translation, build_objective
 from .rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
@@ -135,11 +134,6 @@ def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: S
             for i, hyp in zip(chunk, hyps):
                 out[i] = target.decode(hyp.tokens)
     return out
-
-
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """sacrebleu corpus BLEU (13a tokenisation, case-insensitive) of the lower-cased output against raw references."""
-    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=True, force=True).score
 
 
 def translate_file(model: str, input: str, reference: str | None = None, beam: int = 1, output: str | None = None,
