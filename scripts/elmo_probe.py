@@ -27,10 +27,11 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 from sesame.errors import SesameError
+from sesame.metrics import conll_report
 from sesame.models.elmo import Elmo
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tasks.classify import collate
-from sesame.tasks.tag import Tag, conll_report
+from sesame.tasks.tag import Tag
 
 CONLL = Path(__file__).resolve().parents[2] / "shared" / "data" / "conll2003"
 TAG_SETS = {"pos": 1, "chunk": 2, "ner": 3}  # CoNLL-2003 column of each tag set

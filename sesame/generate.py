@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from . import decoding
 from .errors import SesameError
 from .interop import resolve
 from .models import Transformer
@@ -231,57 +232,46 @@ def decode(lm: LanguageModel, prompts: list[list[int]], cfg: GenerationConfig,
     return out
 
 
+@dataclass
+class _Context:
+    """Beam search's state in generation: each row's tokens so far and the KV cache of those fed already."""
+
+    ids: torch.Tensor  # (rows, time)
+    cache: KVCache | None
+
+    def select(self, index: torch.Tensor) -> _Context:
+        if self.cache is not None:
+            self.cache.reorder(index)
+        return _Context(self.ids.index_select(0, index), self.cache)
+
+
 @torch.no_grad()
 def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> Continuation:
-    """The best of ``cfg.beams`` hypotheses by Σ log p / length^α. A hypothesis is finished by the end
-    token or a stop string; the search stops when no live hypothesis can still rank above the worst of
-    ``beams`` finished ones (Hugging Face's default criterion), or after ``max_new_tokens``."""
-    n = cfg.beams
-    ids = torch.tensor([prompt] * n)
-    cache = KVCache(lm.backbone.config, n, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
-    live = [Continuation(lm.tokenizer, cfg.stop, lm.end) for _ in range(n)]
-    scores = torch.tensor([0.0] + [float("-inf")] * (n - 1))  # the first step expands one copy of the prompt
-    finished: list[tuple[float, Continuation]] = []
-    step = ids
+    """The best of ``cfg.beams`` hypotheses by Σ log p / length^α (:func:`sesame.decoding.beam_search`). A
+    hypothesis is finished by the end token or a stop string, at any rank before the beam is full; the search
+    stops when no live hypothesis can still rank above the worst of ``beams`` finished ones (Hugging Face's
+    default criterion), or after ``max_new_tokens``."""
+    cache = KVCache(lm.backbone.config, 1, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
 
-    def rank(total: float, length: int) -> float:
-        return total / length ** cfg.length_penalty
+    def step(previous: torch.Tensor, context: _Context) -> tuple[torch.Tensor, _Context]:
+        ids = torch.cat([context.ids, previous[:, None]], 1)
+        logits = lm.logits(ids[:, cache.length:], cache=cache) if cache is not None else lm.logits(ids)
+        return penalise_repetition(logits, ids, cfg.repetition_penalty).log_softmax(-1), _Context(ids, cache)
 
-    for t in range(1, cfg.max_new_tokens + 1):
-        logits = lm.logits(step, cache=cache) if cache is not None else lm.logits(ids)
-        logp = penalise_repetition(logits, ids, cfg.repetition_penalty).log_softmax(-1)
-        candidates = (scores[:, None] + logp).flatten().topk(2 * n)
-        keep: list[tuple[float, int, int, Continuation]] = []
-        for total, flat in zip(candidates.values.tolist(), candidates.indices.tolist()):
-            beam, token = divmod(flat, logp.shape[1])
-            hypothesis = Continuation(lm.tokenizer, cfg.stop, lm.end)
-            hypothesis.ids = list(live[beam].ids)
-            hypothesis.add(token)
-            if hypothesis.finish:
-                finished.append((rank(total, t), hypothesis))
-            else:
-                keep.append((total, beam, token, hypothesis))
-            if len(keep) == n:
-                break
-        finished = sorted(finished, key=lambda f: -f[0])[:n]
-        best_live = max(rank(k[0], t) for k in keep) if keep else float("-inf")
-        if not keep or (len(finished) == n and best_live <= finished[-1][0]):
-            break
-        keep += [(float("-inf"), *keep[-1][1:])] * (n - len(keep))  # too few live candidates: fill with dead rows
-        rows = torch.tensor([k[1] for k in keep])
-        step = torch.tensor([[k[2] for k in keep]]).T
-        ids = torch.cat([ids.index_select(0, rows), step], 1)
-        scores = torch.tensor([k[0] for k in keep])
-        live = [k[3] for k in keep]
-        if cache is not None:
-            cache.reorder(rows)
-    else:
-        for total, hypothesis in zip(scores.tolist(), live):
-            hypothesis.finish = "length"
-            finished.append((rank(total, cfg.max_new_tokens), hypothesis))
-    best = max(finished, key=lambda f: f[0])[1]
-    best.shown = 0
-    return best
+    def stopped(ids: list[int]) -> bool:
+        text = lm.tokenizer.decode(ids)
+        return any(s in text for s in cfg.stop)
+
+    start = _Context(torch.tensor([prompt[:-1]], dtype=torch.long), cache)  # the last prompt token is the first step's
+    best = decoding.beam_search(step, start, torch.tensor(prompt[-1:]), beam=cfg.beams, eos=lm.end,
+                                max_len=cfg.max_new_tokens, length_penalty=cfg.length_penalty, early_stopping=False,
+                                finished_in_beam=False, stopped=stopped if cfg.stop else None)[0]
+    out = Continuation(lm.tokenizer, cfg.stop, lm.end)
+    out.ids = best.tokens[:-1]
+    if best.tokens:
+        out.add(best.tokens[-1])
+    out.finish = best.finish
+    return out
 
 
 def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None,

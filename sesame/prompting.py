@@ -35,7 +35,6 @@ run's ``seq_len``; a converted checkpoint's positions), since positions beyond i
 from __future__ import annotations
 
 import random
-import statistics
 import string
 from collections import Counter
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from tqdm.auto import tqdm
 from .data.labeled import read_fields
 from .errors import SesameError
 from .generate import LanguageModel, load_language_model
+from .metrics import accuracy, spread
 from .tasks.base import pad
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
@@ -319,12 +319,10 @@ def prompt_eval(model: str, data: str, train: str | None = None, text_column: st
                 if calibrated:
                     scores = scores[: len(prompts)] - scores[len(prompts):]
                 guesses = (scores / lengths if scoring == "mean" else scores).argmax(1)
-                accuracies.append(int((guesses == gold).sum()) / len(rows))
+                accuracies.append(accuracy(gold.tolist(), guesses.tolist()))
                 predicted.update(guesses.tolist())
             total = sum(predicted.values())
-            results.append({"k": k, "mean": statistics.fmean(accuracies),
-                            "sd": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
-                            "min": min(accuracies), "max": max(accuracies), "accuracies": accuracies,
+            results.append({"k": k, **spread(accuracies), "accuracies": accuracies,
                             "draws": len(accuracies), "n": len(rows),
                             "predicted": {label: predicted[i] / total for i, label in enumerate(labels)},
                             "shortened": shortened, "cut": cut})

@@ -2,18 +2,19 @@
 
 McCann et al. (2017), §3-4: the MT-LSTM (:mod:`sesame.models.cove`) is trained on English → German
 with teacher forcing, minimising the cross-entropy of each reference word given the source and the
-reference words before it; the source embedding starts from GloVe and stays fixed. Its encoder is
+reference words before it (:mod:`sesame.objectives.translation`); the source embedding starts from GloVe and stays fixed. Its encoder is
 then CoVe, the feature extractor.
 
 * Data: two line-aligned UTF-8 files per split (source, target), one sentence per line.
 * Tokenisation: a word vocabulary per language (:func:`sesame.tokenizer.train_tokenizer` kind
   ``word``), **lower-cased**, the ``vocab_size`` most frequent words seen at least twice; the rest are
   ``<unk>``. Sentences are encoded ``<s> words </s>`` and truncated to ``max_length`` tokens.
-* Decoding: greedy, or beam search with finished hypotheses ranked by their **mean log-probability
-  per token** (Σ log p over the generated words and ``</s>``, divided by that count; the length penalty
-  ``lp = length``, α = 1 of Wu et al. 2016's family). A hypothesis finishes when ``</s>`` ranks among
-  the beam's best k candidates of a step; a sentence is done when k hypotheses have finished, or at
-  the length limit, where the live hypotheses are ranked too.
+* Decoding (:mod:`sesame.decoding`): greedy, or beam search with finished hypotheses ranked by their
+  **mean log-probability per token** (Σ log p over the generated words and ``</s>``, divided by that
+  count; the length penalty ``lp = length``, α = 1 of Wu et al. 2016's family). A hypothesis finishes
+  when ``</s>`` ranks among the beam's best k candidates of a step (``finished_in_beam``); a sentence
+  is done when k hypotheses have finished (``early_stopping``), or at the length limit, where the live
+  hypotheses are ranked too.
 * BLEU: sacrebleu's corpus BLEU of the output (words joined by spaces, ``<unk>`` dropped) against the
   raw reference lines, with its default ``13a`` tokenisation (which splits punctuation from words, so
   "mann ," and "Mann," agree) and ``lowercase=True``, since the output is lower-cased.
@@ -26,27 +27,26 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Sequence
 
-import sacrebleu
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
 from .data.corpus import decoded_lines
+from .decoding import beam_search, greedy
 from .errors import SesameError
-from .metrics import language_model_report
-from .models.cove import COVE_SIZES, CoveConfig, DecoderState, MTLSTM
 from .families import get_family
-from .rundir import load_tokenizer, new_run, read_config, write_config
+from .metrics import bleu, language_model_report
+from .models.cove import COVE_SIZES, CoveConfig, MTLSTM
+from .objectives import Translation, build_objective
+from .rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
 from .specs import RunConfig
 from .tasks import bucketed_batches, steps_per_epoch
 from .tasks.base import pad
 from .tokenizer import TextTokenizer, train_tokenizer
 from .train import TrainConfig, Trainer
-from .train.checkpoint import load_weights
 from .wordvectors import WordVectors, embedding_matrix, load_vectors
 
 FAMILY = "cove"  # the family of the runs this module makes
@@ -94,106 +94,6 @@ def collate(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], so
             "targets": tgt[:, 1:][target_padding[:, 1:]]}
 
 
-class Translation(nn.Module):
-    """The trainer's model: ``forward(batch)`` is the summed cross-entropy of the batch's ``targets``. The
-    MT-LSTM is ``backbone``, so a run's weights are ``backbone.*`` as for the other pre-trained runs."""
-
-    def __init__(self, backbone: MTLSTM):
-        super().__init__()
-        self.backbone = backbone
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.backbone.translation_loss(batch["ids"], batch["padding"], batch["target"], batch["target_padding"])
-
-
-# -- decoding --------------------------------------------------------------------------------------
-
-class Stepper(Protocol):
-    """One decoding step: log-probabilities (N, V) of the next token given the previous ones (N,), and the new
-    state; the state's ``select(index)`` keeps (and repeats) rows."""
-
-    def __call__(self, previous: torch.Tensor, state: DecoderState) -> tuple[torch.Tensor, DecoderState]: ...
-
-
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without <s> and </s>
-    log_prob: float  # Σ log p of the tokens and, when finished, of </s>
-    length: int  # tokens scored (the words, plus </s> when finished)
-
-    @property
-    def score(self) -> float:
-        """Mean log-probability per scored token: beam search's length-normalised ranking."""
-        return self.log_prob / max(1, self.length)
-
-
-@torch.no_grad()
-def greedy(step: Stepper, state: DecoderState, rows: int, bos: int, eos: int, max_len: int) -> list[Hypothesis]:
-    """The most likely next token at each step, until ``</s>`` or ``max_len`` tokens."""
-    previous = torch.full((rows,), bos, dtype=torch.long)
-    hyps = [Hypothesis([], 0.0, 0) for _ in range(rows)]
-    live = set(range(rows))
-    for _ in range(max_len):
-        log_probs, state = step(previous, state)
-        best, previous = log_probs.max(-1)
-        for r in list(live):
-            hyps[r].log_prob += float(best[r])
-            hyps[r].length += 1
-            if int(previous[r]) == eos:
-                live.discard(r)
-            else:
-                hyps[r].tokens.append(int(previous[r]))
-        if not live:
-            break
-    return hyps
-
-
-@torch.no_grad()
-def beam_search(step: Stepper, state: DecoderState, rows: int, beam: int, bos: int, eos: int, max_len: int
-                ) -> list[Hypothesis]:
-    """Beam search with ``beam`` live hypotheses per sentence, ranked at the end by :attr:`Hypothesis.score`
-    (see the module docstring); ``beam`` = 1 is greedy decoding."""
-    k = beam
-    state = state.select(torch.arange(rows).repeat_interleave(k))
-    previous = torch.full((rows * k,), bos, dtype=torch.long)
-    totals = torch.full((rows, k), float("-inf"))
-    totals[:, 0] = 0.0  # one live hypothesis per sentence at the start
-    history: list[list[int]] = [[] for _ in range(rows * k)]
-    finished: list[list[Hypothesis]] = [[] for _ in range(rows)]
-    for t in range(max_len):
-        log_probs, state = step(previous, state)
-        vocab = log_probs.shape[-1]
-        candidates = (totals.reshape(-1, 1) + log_probs.float()).reshape(rows, k * vocab)
-        values, indices = candidates.topk(min(2 * k, k * vocab), dim=1)
-        picked: list[tuple[int, int, float]] = []  # (row, token, total) for each new live hypothesis
-        for r in range(rows):
-            live = []
-            if len(finished[r]) < k:
-                for rank, (total, index) in enumerate(zip(values[r].tolist(), indices[r].tolist())):
-                    if total == float("-inf") or len(live) == k:
-                        break
-                    row, token = r * k + index // vocab, index % vocab
-                    if token == eos:
-                        if rank < k:
-                            finished[r].append(Hypothesis(history[row], total, t + 1))
-                    else:
-                        live.append((row, token, total))
-            picked += live + [(r * k, eos, float("-inf"))] * (k - len(live))  # done or short: dead rows
-        if all(len(f) >= k for f in finished):
-            break
-        index = torch.tensor([row for row, _, _ in picked])
-        state = state.select(index)
-        previous = torch.tensor([token for _, token, _ in picked])
-        totals = torch.tensor([total for _, _, total in picked]).reshape(rows, k)
-        history = [history[row] + [token] for row, token, _ in picked]
-    else:  # the length limit: live hypotheses compete too
-        for r in range(rows):
-            if len(finished[r]) < k:
-                finished[r] += [Hypothesis(history[r * k + j], float(totals[r, j]), max_len) for j in range(k)
-                                if totals[r, j] > float("-inf")]
-    return [max(f, key=lambda h: h.score) for f in finished]
-
-
 # -- a trained model -------------------------------------------------------------------------------
 
 class Translator:
@@ -206,10 +106,7 @@ class Translator:
             raise SesameError(f"{flag} {run}: a {self.config.family} run; translate needs a run of `sesame cove`")
         self.source = load_tokenizer(self.run, flag)
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
-        self.model = MTLSTM(CoveConfig(**self.config.model))
-        weights = load_weights(self.run / "model.safetensors")
-        self.model.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
-        self.model.eval()
+        self.model = load_backbone(self.run, flag)
 
     def translate(self, texts: Sequence[str], beam: int = 1, batch_size: int = EVAL_BATCH,
                   progress: bool = False) -> list[str]:
@@ -234,17 +131,12 @@ def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: S
             batch = pad([ids[i] for i in chunk], source.specials.pad)
             padding = batch != source.specials.pad
             limit = min(2 * max_length, 2 * batch.shape[1] + 10)
-            state = model.start(batch, padding)
-            hyps = (greedy(model.step, state, len(chunk), bos, eos, limit) if beam == 1 else
-                    beam_search(model.step, state, len(chunk), beam, bos, eos, limit))
+            state, start = model.start(batch, padding), torch.full((len(chunk),), bos)
+            hyps = (greedy(model.step, state, start, eos=eos, max_len=limit) if beam == 1 else
+                    beam_search(model.step, state, start, beam=beam, eos=eos, max_len=limit))
             for i, hyp in zip(chunk, hyps):
                 out[i] = target.decode(hyp.tokens)
     return out
-
-
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """sacrebleu corpus BLEU (13a tokenisation, case-insensitive) of the lower-cased output against raw references."""
-    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=True, force=True).score
 
 
 def translate_file(model: str, input: str, reference: str | None = None, beam: int = 1, output: str | None = None,
@@ -344,7 +236,7 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
         if resume:
             torch.manual_seed(cfg.seed)
             model = MTLSTM(CoveConfig(**config.model))
-        objective = Translation(model)
+        objective = build_objective(config.objective, model, source)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
                            target.encode(dev_tgt, max_length=max_length)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -12,8 +11,12 @@ import torch
 from sesame.cli import main
 from sesame.errors import SesameError
 from sesame.models.cove import CoveConfig, MTLSTM
+from sesame.objectives import build_objective
+from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights, read_json
-from sesame.translate import Hypothesis, Translator, beam_search, bleu, greedy, read_parallel, train_cove
+from sesame.decoding import beam_search, greedy
+from sesame.metrics import bleu
+from sesame.translate import Translator, collate, read_parallel, train_cove
 
 WORDS = "alpha beta gamma delta eps zeta eta theta".split()
 
@@ -58,44 +61,36 @@ def test_padding_does_not_change_a_rows_encoder_outputs():
     assert len(model.layer_modules()) == 3 and model.embed.tokens.num_embeddings == 20
 
 
+def test_translation_objective_is_the_teacher_forced_cross_entropy_of_the_decoder_steps(tmp_path, capsys):
+    model = tiny_model(2)
+    objective = build_objective("translation", model, train_tokenizer(WORDS * 3, "word", 100))
+    assert all(k.startswith("backbone.") for k in objective.state_dict())  # a run's weight names
+    source, target = [[2, 7, 8, 3], [2, 5, 3]], [[2, 4, 9, 6, 3], [2, 11, 3]]
+    batch = collate(source, target, 0, 0)
+    expected = 0.0
+    with torch.no_grad():
+        state = model.start(batch["ids"], batch["padding"])
+        for t in range(batch["target"].shape[1] - 1):
+            log_probs, state = model.step(batch["target"][:, t], state)
+            real = batch["target_padding"][:, t + 1]
+            expected -= float(log_probs[real].gather(1, batch["target"][real, t + 1, None]).sum())
+    assert objective(batch).item() == pytest.approx(expected, rel=1e-5)
+    (tmp_path / "corpus.txt").write_text(" ".join(WORDS) + "\n")
+    assert main(["pretrain", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "run"), "--family",
+                 "bert", "--size", "tiny", "--objective", "translation", "--vocab-size", "100"]) == 2
+    assert "sesame cove" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
 def test_beam_of_one_is_greedy():
     model = tiny_model(1)
     ids = torch.randint(5, 20, (6, 7))
     state = model.start(ids, ids != 0)
-    greedy_hyps = greedy(model.step, state, 6, 2, 3, 9)
-    beam_hyps = beam_search(model.step, state, 6, 1, 2, 3, 9)
+    start = torch.full((6,), 2)
+    greedy_hyps = greedy(model.step, state, start, eos=3, max_len=9)
+    beam_hyps = beam_search(model.step, state, start, beam=1, eos=3, max_len=9)
     assert [h.tokens for h in beam_hyps] == [h.tokens for h in greedy_hyps]
     assert all(math.isclose(b.log_prob, g.log_prob, rel_tol=1e-5) and b.length == g.length
                for b, g in zip(beam_hyps, greedy_hyps))
-
-
-@dataclass
-class Last:
-    """A toy decoder's state: the previous token per row."""
-
-    token: torch.Tensor
-
-    def select(self, index: torch.Tensor) -> "Last":
-        return Last(self.token[index])
-
-
-# tokens: 0 <s>, 1 </s>, 2 A, 3 B. Greedy takes A (0.6), after which nothing is likely; B (0.4) is then
-# surely followed by </s>, so "B" has the better mean log-probability: (ln .4)/2 > (ln .6 + ln .34)/2.
-TABLE = torch.tensor([[0.0, 0.0, 0.6, 0.4], [0.0, 1.0, 0.0, 0.0], [0.0, 0.34, 0.33, 0.33], [0.0, 1.0, 0.0, 0.0]])
-
-
-def toy_step(previous: torch.Tensor, state: Last) -> tuple[torch.Tensor, Last]:
-    return TABLE[previous].clamp_min(1e-9).log(), Last(previous)
-
-
-def test_beam_finds_a_likelier_translation_than_greedy():
-    start = Last(torch.zeros(1, dtype=torch.long))
-    g = greedy(toy_step, start, 1, 0, 1, 5)[0]
-    b = beam_search(toy_step, start, 1, 2, 0, 1, 5)[0]
-    assert g.tokens == [2] and b.tokens == [3]
-    assert math.isclose(b.score, math.log(0.4) / 2, rel_tol=1e-5)
-    assert b.score > g.score == pytest.approx((math.log(0.6) + math.log(0.34)) / 2)
-    assert Hypothesis([2], -1.0, 2).score == -0.5
 
 
 def test_learns_to_copy_and_translate_reports_bleu(tmp_path, one_thread, capsys):

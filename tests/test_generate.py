@@ -95,6 +95,15 @@ def test_beam_search_finds_the_likelier_sequence_greedy_misses(tokenizer) -> Non
     assert greedy.ids[:2] == [a, 110] and beam.ids == [b, c] and beam.finish == "end"
 
 
+def test_a_beam_ended_by_the_end_token_keeps_its_text(tokenizer) -> None:
+    end = tokenizer.specials.sep
+    words = tokenizer.encode(["The cat"], special=False)[0]
+    table = {end: {words[0]: 1.0}, **{w: {n: 1.0} for w, n in zip(words, [*words[1:], end])}}
+    lm = TableModel(tiny_lm(tokenizer), table)
+    out = generate(lm, [""], GenerationConfig(max_new_tokens=len(words) + 2, beams=2, cache=False))[0]
+    assert out["finish"] == "end" and out["text"] == "The cat" and out["new_tokens"] == len(words) + 1
+
+
 def test_top_p_never_samples_outside_the_nucleus() -> None:
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     cfg = GenerationConfig(sample=True, top_p=0.8)

@@ -10,8 +10,8 @@ import torch
 from sesame.errors import SesameError
 from sesame.models import Transformer, TransformerConfig
 from sesame.tasks import make_task
-from sesame.tasks.span_qa import (answer_scores, context_windows, max_context, normalize_answer, token_f1,
-                                  tune_null_threshold, window_candidates)
+from sesame.metrics import answer_scores, normalize_answer, token_f1, tune_null_threshold
+from sesame.tasks.span_qa import context_windows, max_context, window_candidates
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import WORDS, sentences, shared_data

@@ -6,7 +6,7 @@ from torch import nn
 from .elmo import Elmo, ElmoConfig
 from .recurrent import Recurrent, RecurrentConfig
 from .transformer import Transformer, TransformerConfig
-from .cove import CoveConfig, MTLSTM  # after .transformer: cove's loss imports sesame.objectives, which imports it
+from .cove import CoveConfig, MTLSTM
 
 ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (TransformerConfig, Transformer),

@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..objectives.projection import linear_cross_entropy
 from .recurrent import Recurrent, RecurrentConfig
 
 # (embedding size, hidden size per direction); "base" is the paper's: 300-d GloVe, 300 per direction (CoVe is 600-d)
@@ -151,15 +150,12 @@ class MTLSTM(nn.Module):
         feed, state, _ = self.attention_step(previous, state)
         return self.out(self.drop(feed)).log_softmax(-1), state
 
-    def translation_loss(self, ids: torch.Tensor, padding: torch.Tensor, target: torch.Tensor,
-                         target_padding: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: Σ −log p(y_t | H, y_<t) over the real target tokens after the first (``target`` holds
-        ``<s> y_1 .. y_n </s>``; step t reads y_{t-1} and predicts y_t)."""
+    def teacher_forced(self, ids: torch.Tensor, padding: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: h̃_t after dropout, as W_out reads it, when step t reads the reference word
+        ``target[:, t]`` (``target`` holds ``<s> y_1 .. y_n </s>``): (batch, target length − 1, width)."""
         state = self.start(ids, padding)
         feeds = []
         for t in range(target.shape[1] - 1):
             feed, state, _ = self.attention_step(target[:, t], state)
             feeds.append(feed)
-        hidden = self.drop(torch.stack(feeds, 1))
-        real = target_padding[:, 1:]
-        return linear_cross_entropy(hidden[real], self.out.weight, target[:, 1:][real], self.out.bias)
+        return self.drop(torch.stack(feeds, 1))

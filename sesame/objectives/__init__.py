@@ -10,9 +10,11 @@ from .mlm import MaskedLM
 from .electra import Electra
 from .pairs import AlbertPretraining, BertPretraining
 from .span import SpanBERT
+from .translation import Translation
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM)
+    o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM,
+                        Translation)
 }
 
 
@@ -23,4 +25,4 @@ def build_objective(name: str, backbone: Transformer, tokenizer: TextTokenizer, 
 
 
 __all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "AwdLM",
-           "BiLM", "OBJECTIVES", "build_objective"]
+           "BiLM", "Translation", "OBJECTIVES", "build_objective"]

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from ..data.labeled import FORMATS, json_lines
 from ..errors import SesameError
+from ..metrics import accuracy
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, pad, register
@@ -165,8 +166,8 @@ class MultipleChoice(Task):
         return [outputs[i, : len(row["choices"])].softmax(-1) for i, row in enumerate(examples)]
 
     def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
-        right = sum(int(p.argmax()) == row["label"] for p, row in zip(self._probabilities(examples, outputs), examples))
-        return {"accuracy": right / max(1, len(examples)), "n": len(examples)}
+        predicted = [int(p.argmax()) for p in self._probabilities(examples, outputs)]
+        return {"accuracy": accuracy([row["label"] for row in examples], predicted), "n": len(examples)}
 
     def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
                     labels: list[str]) -> list[dict]:

@@ -23,17 +23,14 @@ score s_null = start[null] + end[null] is taken from the window where it is smal
 answers nothing when s_null − best span score > ``null_threshold`` (§4.3); :meth:`SpanQA.score`
 tunes that threshold on the file it scores to maximise F1 and reports it as ``null_threshold``.
 
-Metrics: the official evaluation scripts' exact match and token F1 after answer normalisation, the
-maximum over the gold answers, averaged over questions (as fractions: × 100 gives the official
-percentages).
+Metrics (:mod:`sesame.metrics`): the official evaluation scripts' exact match and token F1 after answer
+normalisation, the maximum over the gold answers, averaged over questions (as fractions: × 100 gives the
+official percentages).
 """
 from __future__ import annotations
 
 import json
 import math
-import re
-import string
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -43,72 +40,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SesameError
+from ..metrics import answer_scores, tune_null_threshold
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, pad, register
 
 VERSIONS = ("auto", "1.1", "2.0")
-PUNCTUATION = frozenset(string.punctuation)
-ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-# -- metrics (the official evaluate-v1.1.py and evaluate-v2.0.py) ----------------------------------
-
-def normalize_answer(text: str) -> str:
-    """Lower-case, drop ASCII punctuation, drop the articles a/an/the, collapse whitespace (SQuAD's
-    ``normalize_answer``, in that order)."""
-    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
-    return " ".join(ARTICLES.sub(" ", text).split())
-
-
-def exact_match(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def token_f1(prediction: str, gold: str, empty_match: bool = False) -> float:
-    """F1 of the normalised tokens' multiset overlap. With ``empty_match`` (v2.0's script) an answer
-    that normalises to nothing scores 1 against a gold that does too and 0 otherwise; v1.1's script
-    scores such pairs 0."""
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if empty_match and (not pred or not ref):
-        return float(pred == ref)
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def answer_scores(prediction: str, golds: list[str], version: str) -> tuple[float, float]:
-    """(exact match, F1) of one prediction: the maximum over the gold answers. v2.0 drops golds that
-    normalise to nothing and scores an unanswerable question against the one gold ``""``."""
-    if version == "2.0":
-        golds = [g for g in golds if normalize_answer(g)] or [""]
-    return (max(exact_match(prediction, g) for g in golds),
-            max(token_f1(prediction, g, version == "2.0") for g in golds))
-
-
-def tune_null_threshold(diffs: list[float | None], answered: list[float], unanswered: list[float]
-                        ) -> tuple[float, float]:
-    """The threshold t maximising the mean score when question i gets no answer iff diffs[i] > t
-    (diffs: s_null − best span score; ``answered``/``unanswered``: each question's score either way),
-    as the official v2.0 script's ``find_best_thresh`` searches it: t is the diff of the last question
-    still answered (ties move together), or below every diff when answering nothing is best.
-    Questions without a candidate span (diff None) get no answer whatever t is. Returns (t, mean score)."""
-    total = best = sum(unanswered)
-    threshold = None
-    order = sorted((d, a - u) for d, a, u in zip(diffs, answered, unanswered) if d is not None)
-    i = 0
-    while i < len(order):
-        diff = order[i][0]
-        while i < len(order) and order[i][0] == diff:
-            total += order[i][1]
-            i += 1
-        if total > best:
-            best, threshold = total, diff
-    if threshold is None:
-        threshold = order[0][0] - 1.0 if order else 0.0
-    return threshold, best / max(1, len(unanswered))
 
 
 # -- windows ---------------------------------------------------------------------------------------

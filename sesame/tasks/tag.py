@@ -28,16 +28,16 @@ the primary module and never reads FILE.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from ..data.labeled import read_text
 from ..errors import SesameError
+from ..metrics import conll_report
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from . import cvt
@@ -65,75 +65,6 @@ class TokenModel(TaskModel):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy summed over the labeled positions (``targets`` ≠ -100)."""
         return word_loss(self.outputs(batch), batch["targets"])
-
-
-def split_tag(tag: str) -> tuple[str, str]:
-    """conlleval's split at the first hyphen: ``B-PER`` → (``B``, ``PER``); ``O`` → (``O``, ``""``)."""
-    head, hyphen, kind = tag.partition("-")
-    return (head, kind) if hyphen else (tag, "")
-
-
-def chunk_end(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's ``endOfChunk``: does a chunk end between the previous word and this one?"""
-    return ((prev_tag, tag) in {("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"), ("E", "E"), ("E", "I"), ("E", "O")}
-            or (prev_tag not in ("O", ".") and prev_type != type_) or prev_tag in ("[", "]"))
-
-
-def chunk_start(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's ``startOfChunk``: does a chunk start at this word?"""
-    return ((prev_tag, tag) in {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
-            or (tag not in ("O", ".") and prev_type != type_) or tag in ("[", "]"))
-
-
-def _prf(correct: int, gold: int, predicted: int) -> dict:
-    precision = correct / predicted if predicted else 0.0
-    recall = correct / gold if gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1}
-
-
-def conll_report(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
-    """conlleval's counts over sentences of gold and predicted tags: entity precision, recall and F1
-    (0 when undefined), token accuracy, and the same per entity type. As in the script, the sentences
-    form one stream, each followed by a break read as an ``O`` that is not a token."""
-    found_gold: dict[str, int] = defaultdict(int)
-    found_pred: dict[str, int] = defaultdict(int)
-    correct: dict[str, int] = defaultdict(int)
-    correct_tags = tokens = 0
-    last_g, last_gt, last_p, last_pt = "O", "", "O", ""
-    in_correct = False
-    for g_sentence, p_sentence in zip(gold, predicted, strict=True):
-        if len(g_sentence) != len(p_sentence):
-            raise ValueError(f"a sentence of {len(g_sentence)} gold tags has {len(p_sentence)} predicted ones")
-        for position, (g_tag, p_tag) in enumerate([*zip(g_sentence, p_sentence), ("O", "O")]):
-            (g, gt), (p, pt) = split_tag(g_tag), split_tag(p_tag)
-            g_end, p_end = chunk_end(last_g, g, last_gt, gt), chunk_end(last_p, p, last_pt, pt)
-            if in_correct:
-                if g_end and p_end and last_pt == last_gt:
-                    in_correct = False
-                    correct[last_gt] += 1
-                elif g_end != p_end or pt != gt:
-                    in_correct = False
-            g_start, p_start = chunk_start(last_g, g, last_gt, gt), chunk_start(last_p, p, last_pt, pt)
-            if g_start and p_start and pt == gt:
-                in_correct = True
-            if g_start:
-                found_gold[gt] += 1
-            if p_start:
-                found_pred[pt] += 1
-            if position < len(g_sentence):  # a word, not the sentence break
-                correct_tags += (g, gt) == (p, pt)
-                tokens += 1
-            last_g, last_gt, last_p, last_pt = g, gt, p, pt
-    if in_correct:
-        correct[last_gt] += 1
-    types = sorted(set(found_gold) | set(found_pred))
-    return {**_prf(sum(correct.values()), sum(found_gold.values()), sum(found_pred.values())),
-            "accuracy": correct_tags / tokens if tokens else 0.0,
-            "entities": sum(found_gold.values()), "predicted_entities": sum(found_pred.values()),
-            "correct_entities": sum(correct.values()), "tokens": tokens,
-            "per_type": {t: {**_prf(correct[t], found_gold[t], found_pred[t]), "support": found_gold[t]}
-                         for t in types}}
 
 
 def _column(value: int | str, option: str) -> int:
