@@ -109,6 +109,7 @@ class PretrainSpec:
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
+        OBJECTIVES[self.objective_name].window_length(self.seq_len)  # one made of windows of a corpus?
         known = set(OBJECTIVES[self.objective_name].options)
         unknown = set(self.objective_settings()) - known
         if unknown:

@@ -122,3 +122,14 @@ def test_what_from_names_is_resolved_once(tmp_path):
                             (str(tmp_path / "missing"), "no such run directory")]:
         with pytest.raises(SesameError, match=message):
             resolve_source(given_, "--from")
+
+
+def test_a_run_whose_objective_another_command_scores_is_pointed_there(tmp_path):
+    (tmp_path / "cove").mkdir()
+    (tmp_path / "cove" / "config.json").write_text(json.dumps(
+        {"kind": "pretrained", "family": "cove", "objective": "translation", "model": {"arch": "cove"}}))
+    with pytest.raises(SesameError, match="score it with `sesame translate --model RUN"):
+        api.evaluate(str(tmp_path / "cove"), [str(tmp_path / "text.txt")])
+    with pytest.raises(SesameError, match="train it with `sesame cove`"):
+        api.pretrain([str(tmp_path / "text.txt")], str(tmp_path / "run"), objective="translation")
+    assert not (tmp_path / "run").exists()

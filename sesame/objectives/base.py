@@ -27,6 +27,7 @@ class Objective(nn.Module):
 
     name = ""
     pairs = False
+    scored_by: str | None = None  # a command that scores its runs instead of `sesame evaluate`
     options: tuple[str, ...] = ()  # the options a user may give (--objective-option), recorded in config.json
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)

@@ -21,6 +21,7 @@ from .projection import linear_cross_entropy
 
 class Translation(Objective):
     name = "translation"
+    scored_by = "sesame translate --model RUN --input SRC --reference TGT"  # BLEU, not a windowed loss
 
     def __init__(self, backbone: MTLSTM, specials: SpecialIds) -> None:
         super().__init__(backbone, specials)

@@ -13,7 +13,6 @@ import torch
 
 from ..data.windows import Corpus
 from ..errors import SesameError
-from ..families import FAMILIES
 from ..objectives import OBJECTIVES, build_objective
 from ..rundir import build_backbone, load_tokenizer, read_config
 from ..sources import opened
@@ -99,10 +98,10 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
     if config.objective is None:
         raise SesameError(f"--model {model}: converted from {config.hf['model_type']} without its pre-training "
                           "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
-    if config.objective not in OBJECTIVES:  # trained by an application (CoVe's translation), scored by it
-        fam = FAMILIES.get(config.family)
-        raise SesameError(f"--model {model}: its {config.objective} objective is scored by `sesame "
-                          f"{fam.command if fam and fam.command else config.objective}`")
+    scorer = OBJECTIVES[config.objective].scored_by
+    if scorer:
+        raise SesameError(f"--model {model}: a {config.family} run of the {config.objective} objective; score it with "
+                          f"`{scorer}`")
     tok = load_tokenizer(run, "--model")
     obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
