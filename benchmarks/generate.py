@@ -49,8 +49,9 @@ from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import SIZES  # noqa: E402
-from sesame.generate import GenerationConfig, LanguageModel, decode  # noqa: E402
+from sesame.generate import GenerationConfig, decode  # noqa: E402
 from sesame.interop import from_hf  # noqa: E402
+from sesame.language_model import LanguageModel  # noqa: E402
 from sesame.tokenizer import SPECIAL_TOKENS, TextTokenizer, train_tokenizer  # noqa: E402
 
 POSITIONS = 1024

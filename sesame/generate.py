@@ -20,17 +20,14 @@ sampling, the output is repeatable for the same prompts, seed and batch size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from . import decoding
 from .errors import SesameError
-from .interop import resolve
-from .models import Transformer
+from .language_model import LanguageModel, load_language_model
 from .models.transformer import KVCache
-from .rundir import load_backbone, load_tokenizer, read_config
 from .tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
@@ -70,54 +67,6 @@ class GenerationConfig:
             raise SesameError("--beams with --sample: beam search is deterministic; choose one")
         if any(not s for s in self.stop):
             raise SesameError("--stop: a stop string must not be empty")
-
-
-class LanguageModel:
-    """A causal backbone whose output layer is its tied input embedding, with its tokenizer.
-
-    A checkpoint imported from transformers may carry *aliases*: rows appended for sesame's special
-    roles, copies of the checkpoint's own tokens (GPT-2's ``</s>`` copies ``<|endoftext|>``,
-    :mod:`sesame.interop.hf_tokenizer`). They are left out of the output distribution (``output``), so
-    probabilities are the checkpoint's, and the document separator is the checkpoint's own (``end``)."""
-
-    def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: dict | None = None):
-        if not backbone.config.causal:
-            raise SesameError("--model: generation and prompting need a causal language model (gpt, gpt2)")
-        self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config
-        aliases = ((config.hf if config else None) or {}).get("tokenizer", {}).get("aliases", {})
-        sep = tokenizer.backend.id_to_token(tokenizer.specials.sep)
-        self.end = tokenizer.backend.token_to_id(aliases.get(sep, sep))  # ends a document, and a generation
-        self.vocab = backbone.config.vocab_size - len(aliases)  # the aliases are the last rows
-
-    @classmethod
-    def load(cls, run: str | Path, flag: str = "--model") -> LanguageModel:
-        """A pre-trained causal run (for transformers directories, see :func:`load_language_model`)."""
-        config = read_config(run, flag, ("pretrained",))
-        if not config.causal:
-            raise SesameError(f"{flag} {run}: a bidirectional {config.family} model; generation and prompting "
-                              "need a causal language model (family gpt or gpt2)")
-        return cls(load_backbone(run, flag), load_tokenizer(run, flag), config)
-
-    @property
-    def output(self) -> torch.Tensor:
-        """The output projection: the token embedding's rows, aliases left out."""
-        return self.backbone.embed.tokens.weight[: self.vocab]
-
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text as the start of a document: the separator, then its tokens (no other special tokens)."""
-        return [[self.end, *ids] for ids in self.tokenizer.encode(list(texts), special=False)]
-
-    def logits(self, ids: torch.Tensor, padding: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               cache: KVCache | None = None) -> torch.Tensor:
-        """Next-token logits at the last position of each row: (batch, vocabulary)."""
-        hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
-        return hidden[:, -1] @ self.output.T
-
-
-def load_language_model(model: str) -> LanguageModel:
-    """A run directory or a transformers directory with a causal LM head (``GPT2LMHeadModel``), loaded."""
-    with resolve(model, "--model") as run:
-        return LanguageModel.load(run)
 
 
 # -- logits processors --------------------------------------------------------------------------------

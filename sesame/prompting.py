@@ -38,21 +38,19 @@ import random
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from .data.labeled import read_fields
 from .errors import SesameError
-from .generate import LanguageModel, load_language_model
+from .language_model import continuation_logprobs, load_language_model
 from .metrics import accuracy, spread
-from .tasks.base import pad
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")
 CONTENT_FREE = "N/A"  # one of the content-free inputs of Zhao et al. 2021, §5
-BATCH_TOKENS = 8192  # token positions per forward pass (rows × padded width)
 
 
 @dataclass(frozen=True)
@@ -144,71 +142,6 @@ def assemble(start: Sequence[int], demonstrations: Sequence[Sequence[int]], quer
     cut = room < 0
     query = query[len(query) - (budget - len(start)):] if cut else query
     return [*start, *(t for demo in kept for t in demo), *query], len(demonstrations) - len(kept), cut
-
-
-def _shared_rows(continuations: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The rows to append to a prompt so that every continuation can be scored, and each one's row.
-
-    Continuation ``c`` of L tokens is read off positions P−1 … P+L−2 of a row (P: the prompt's length)
-    whose appended tokens begin with ``c[:-1]``; continuations share rows where they can (all
-    single-token verbalisers share the prompt alone)."""
-    rows: list[tuple[int, ...]] = []
-    row_of = [0] * len(continuations)
-    for c in sorted(range(len(continuations)), key=lambda c: -len(continuations[c])):
-        head = tuple(continuations[c][:-1])
-        match = next((r for r, row in enumerate(rows) if row[:len(head)] == head), None)
-        if match is None:
-            rows.append(head)
-            match = len(rows) - 1
-        row_of[c] = match
-    return rows, row_of
-
-
-def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
-                          continuations: Sequence[Sequence[int]],
-                          done: Callable[[int], object] | None = None) -> torch.Tensor:
-    """``[len(prompts), len(continuations)]``: log P(continuation | prompt), summed over its tokens, from the
-    causal language model ``lm`` (GPT, GPT-2).
-
-    Prompts of similar length are batched together, up to ``BATCH_TOKENS`` positions per forward pass;
-    rows are right-padded, which a causal model needs no mask for (no real position sees a later one).
-    Only the positions predicting a continuation token are projected onto the vocabulary.
-    ``done(n)`` hears each batch of n prompts finished."""
-    backbone, pad_id = lm.backbone, lm.tokenizer.specials.pad
-    rows, row_of = _shared_rows(continuations)
-    widest = max(map(len, rows))
-
-    def width(i: int) -> int:  # of prompt i's rows, the widest of its batch when prompts go by length
-        return len(prompts[i]) + widest
-
-    out = torch.empty(len(prompts), len(continuations))
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    output = lm.output
-    start = 0
-    with torch.no_grad():
-        while start < len(order):
-            end = start + 1
-            while end < len(order) and (end + 1 - start) * width(order[end]) * len(rows) <= BATCH_TOKENS:
-                end += 1
-            chunk = order[start:end]
-            hidden = backbone(pad([[*prompts[i], *row] for i in chunk for row in rows], pad_id))
-            where, targets, owner = [], [], []
-            for q, i in enumerate(chunk):
-                length = len(prompts[i])
-                for c, tokens in enumerate(continuations):
-                    row = q * len(rows) + row_of[c]
-                    where += [(row, length - 1 + t) for t in range(len(tokens))]
-                    targets += tokens
-                    owner += [q * len(continuations) + c] * len(tokens)
-            rows_at, positions = torch.tensor(where).T
-            logits = hidden[rows_at, positions].float() @ output.float().T
-            picked = logits.gather(1, torch.tensor(targets)[:, None])[:, 0] - logits.logsumexp(1)
-            sums = torch.zeros(len(chunk) * len(continuations)).index_add_(0, torch.tensor(owner), picked)
-            out[chunk] = sums.view(len(chunk), len(continuations))
-            if done is not None:
-                done(len(chunk))
-            start = end
-    return out
 
 
 def _read(path: str, flag: str, text_column: str, label_column: str) -> list[dict]:

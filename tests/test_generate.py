@@ -9,9 +9,9 @@ import torch
 
 from sesame import cli
 from sesame.errors import SesameError
-from sesame.generate import (Continuation, GenerationConfig, LanguageModel, beam_search, decode, generate,
-                             load_language_model,
-                             next_tokens, penalise_repetition, tldr, top_k_filter, top_p_filter)
+from sesame.generate import (Continuation, GenerationConfig, beam_search, decode, generate, next_tokens,
+                             penalise_repetition, tldr, top_k_filter, top_p_filter)
+from sesame.language_model import LanguageModel, load_language_model
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import KVCache
 from sesame.tokenizer import train_tokenizer

@@ -8,10 +8,9 @@ import torch
 
 from sesame import SesameError
 from sesame.families import backbone_config
-from sesame.generate import LanguageModel
+from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
-from sesame.prompting import (Template, assemble, continuation_logprobs, demonstration_indices, parse_verbalizers,
-                              prompt_eval)
+from sesame.prompting import Template, assemble, demonstration_indices, parse_verbalizers, prompt_eval
 from sesame.rundir import load_backbone, load_tokenizer, write_config
 from sesame.specs import RunConfig
 from sesame.tokenizer import train_tokenizer
@@ -119,7 +118,7 @@ def test_scores_match_a_direct_computation(gpt: Path, monkeypatch: pytest.Monkey
     continuations = [[40], [41, 42], [41, 43, 44], [41, 43], [45, 46, 47, 48]]
     expected = torch.tensor([[direct(backbone, p, c) for c in continuations] for p in prompts])
     for budget in (8192, 60):  # everything in one forward pass, or one prompt at a time
-        monkeypatch.setattr("sesame.prompting.BATCH_TOKENS", budget)
+        monkeypatch.setattr("sesame.language_model.BATCH_TOKENS", budget)
         torch.testing.assert_close(continuation_logprobs(lm, prompts, continuations), expected,
                                    atol=1e-4, rtol=1e-4)
 
