@@ -16,7 +16,7 @@ from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights, read_json
 from sesame.decoding import beam_search, greedy
 from sesame.metrics import bleu
-from sesame.translate import Translator, collate, read_parallel, train_cove
+from sesame.apps.cove import Translator, collate, read_parallel, train_cove
 
 WORDS = "alpha beta gamma delta eps zeta eta theta".split()
 

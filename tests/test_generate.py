@@ -9,7 +9,7 @@ import torch
 
 from sesame import cli
 from sesame.errors import SesameError
-from sesame.generate import (Continuation, GenerationConfig, beam_search, decode, generate, next_tokens,
+from sesame.apps.generate import (Continuation, GenerationConfig, beam_search, decode, generate, next_tokens,
                              penalise_repetition, tldr, top_k_filter, top_p_filter)
 from sesame.language_model import LanguageModel, load_language_model
 from sesame.models import Transformer, TransformerConfig

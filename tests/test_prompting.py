@@ -1,4 +1,5 @@
-"""In-context classification (sesame/prompting.py): demonstrations, prompt assembly, scoring, the whole evaluation."""
+"""In-context classification (sesame/apps/prompting.py): demonstrations, prompt assembly, scoring, the whole
+evaluation."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ from sesame import SesameError
 from sesame.families import backbone_config
 from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
-from sesame.prompting import Template, assemble, demonstration_indices, parse_verbalizers, prompt_eval
+from sesame.apps.prompting import Template, assemble, demonstration_indices, parse_verbalizers, prompt_eval
 from sesame.rundir import load_backbone, load_tokenizer, write_config
 from sesame.specs import RunConfig
 from sesame.tokenizer import train_tokenizer

@@ -26,7 +26,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..translate import train_cove
+    from ..apps.cove import train_cove
 
     print_metrics(train_cove(args.train_src, args.train_tgt, args.valid_src, args.valid_tgt, args.out, args.size,
                              args.vectors, args.vocab_size, args.max_length, args.dropout, args.bleu_sentences,

@@ -41,7 +41,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..generate import TLDR, GenerationConfig, generate, tldr
+    from ..apps.generate import TLDR, GenerationConfig, generate, tldr
     from ..language_model import load_language_model
 
     if args.prompts:

@@ -32,7 +32,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..prompting import DEFAULT_TEMPLATE, format_report, parse_verbalizers, prompt_eval
+    from ..apps.prompting import DEFAULT_TEMPLATE, format_report, parse_verbalizers, prompt_eval
 
     report = prompt_eval(args.model, args.data, args.train, args.text_column, args.label_column,
                          parse_verbalizers(args.verbalizers) if args.verbalizers else None,

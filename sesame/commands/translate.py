@@ -19,7 +19,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..translate import translate_file
+    from ..apps.cove import translate_file
 
     result = translate_file(args.model, args.input, args.reference, args.beam, args.output, progress)
     if not args.output:

@@ -4,7 +4,7 @@ extractor (McCann, Bradbury, Xiong & Socher 2017, "Learned in Translation: Conte
 * Encoder (§3, "MT-LSTM"): a two-layer bidirectional LSTM over word vectors, H = MT-LSTM(GloVe(w)).
   It is :class:`sesame.models.recurrent.Recurrent` with ``causal=False`` (padded rows packed, so the
   backward direction starts at each row's last real token); its embedding ``embed.tokens`` is
-  initialised from GloVe by :mod:`sesame.translate` and then kept fixed (``freeze_embedding``).
+  initialised from GloVe by :mod:`sesame.apps.cove` and then kept fixed (``freeze_embedding``).
 * Decoder (§3): a two-layer unidirectional LSTM whose input at step t is [z_{t-1}; h̃_{t-1}]
   (the previous target word's embedding and the previous context-adjusted state, "input feeding");
   attention over the source positions α_t = softmax(H(W1 s_t + b1)); h̃_t = tanh(W2 [Hᵀα_t; s_t] + b2);

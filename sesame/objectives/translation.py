@@ -2,8 +2,8 @@
 −Σ_t log p(y_t | H, y_1..y_{t−1}), the cross-entropy of each reference word given the source and the
 reference words before it.
 
-It reads sentence pairs, not windows of a token stream, so ``sesame cove`` (:mod:`sesame.translate`) trains
-it, not ``sesame pretrain``; its batches (:func:`sesame.translate.collate`) hold the source ``ids`` and
+It reads sentence pairs, not windows of a token stream, so ``sesame cove`` (:mod:`sesame.apps.cove`) trains
+it, not ``sesame pretrain``; its batches (:func:`sesame.apps.cove.collate`) hold the source ``ids`` and
 ``padding``, the reference ``target`` (``<s> y_1 .. y_n </s>``) and ``target_padding`` (masks True at real
 tokens), and ``targets``, the tokens the decoder predicts (all but each row's ``<s>``), flattened. The
 MT-LSTM is ``backbone``, so a run's weights are ``backbone.*`` as for the other objectives.

@@ -43,10 +43,10 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .data.labeled import read_fields
-from .errors import SesameError
-from .language_model import continuation_logprobs, load_language_model
-from .metrics import accuracy, spread
+from ..data.labeled import read_fields
+from ..errors import SesameError
+from ..language_model import continuation_logprobs, load_language_model
+from ..metrics import accuracy, spread
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")

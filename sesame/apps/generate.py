@@ -24,11 +24,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from . import decoding
-from .errors import SesameError
-from .language_model import LanguageModel, load_language_model
-from .models.transformer import KVCache
-from .tokenizer import TextTokenizer
+from .. import decoding
+from ..errors import SesameError
+from ..language_model import LanguageModel, load_language_model
+from ..models.transformer import KVCache
+from ..tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
 

@@ -34,20 +34,20 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .data.corpus import decoded_lines
-from .decoding import beam_search, greedy
-from .errors import SesameError
-from .families import get_family
-from .metrics import bleu, language_model_report
-from .models.cove import COVE_SIZES, CoveConfig, MTLSTM
-from .objectives import Translation, build_objective
-from .rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
-from .specs import RunConfig
-from .tasks import bucketed_batches, steps_per_epoch
-from .tasks.base import pad
-from .tokenizer import TextTokenizer, train_tokenizer
-from .train import TrainConfig, Trainer
-from .wordvectors import WordVectors, embedding_matrix, load_vectors
+from ..data.corpus import decoded_lines
+from ..decoding import beam_search, greedy
+from ..errors import SesameError
+from ..families import get_family
+from ..metrics import bleu, language_model_report
+from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
+from ..objectives import Translation, build_objective
+from ..rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
+from ..specs import RunConfig
+from ..tasks import bucketed_batches, steps_per_epoch
+from ..tasks.base import pad
+from ..tokenizer import TextTokenizer, train_tokenizer
+from ..train import TrainConfig, Trainer
+from ..wordvectors import WordVectors, embedding_matrix, load_vectors
 
 FAMILY = "cove"  # the family of the runs this module makes
 TARGET_TOKENIZER = "target_tokenizer.json"
