@@ -80,8 +80,8 @@ def main() -> None:
                 max_length=64, progress=False, **airline))
     for scoring in ("mean", "calibrated"):
         stage(results, f"prompt-eval-{scoring}", record, lambda: sesame.prompt_eval(
-            pre, airline["dev"], airline["train"], "text", "airline_sentiment", ks=(0, 1, 4, 8), draws=args.draws,
-            scoring=scoring, progress=False))
+            pre, airline["dev"], train=airline["train"], text_column="text", label_column="airline_sentiment",
+            ks=(0, 1, 4, 8), draws=args.draws, scoring=scoring, progress=False))
     write_markdown(results, args, Path(args.results))
 
 

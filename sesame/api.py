@@ -2,14 +2,16 @@
 
 ``pretrain`` and ``finetune`` take the spec's fields (:class:`sesame.specs.PretrainSpec`,
 :class:`sesame.specs.FinetuneSpec`), the recipe's (:class:`sesame.train.recipes.Recipe`) and
-TrainConfig's (``lr``, ``max_steps``, ...) as keywords; a misspelt keyword is a TypeError naming
-the known ones, as with any function.
+TrainConfig's (``lr``, ``max_steps``, ...) as keywords; ``prompt_eval`` takes
+:class:`sesame.apps.prompting.PromptSpec`'s. A misspelt keyword is a TypeError naming the known
+ones, as with any function.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from . import pipelines
+from .apps import prompting
 from .pipelines import Predictor, evaluate, load, predict
 from .specs import FinetuneSpec, PretrainSpec
 
@@ -29,4 +31,11 @@ def finetune(base: str, train: str, dev: str, out: str, **options: Any) -> dict:
     return pipelines.finetune(FinetuneSpec.of(base, train, dev, out, **options))
 
 
-__all__ = ["Predictor", "evaluate", "finetune", "load", "predict", "pretrain"]
+def prompt_eval(model: str, data: str, **options: Any) -> dict:
+    """Zero- and few-shot in-context classification accuracy of the causal language model ``model`` on the labeled
+    file ``data``; e.g. ``prompt_eval("runs/gpt2", "dev.csv", train="train.csv", ks=(0, 4))``. Returns the accuracy
+    per number of demonstrations (:func:`sesame.apps.prompting.prompt_eval`)."""
+    return prompting.prompt_eval(prompting.PromptSpec(model=model, data=data, **options))
+
+
+__all__ = ["Predictor", "evaluate", "finetune", "load", "predict", "pretrain", "prompt_eval"]

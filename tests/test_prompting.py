@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sesame import SesameError
+from sesame import SesameError, prompt_eval
+from sesame.apps.prompting import Template, assemble, demonstration_indices, parse_verbalizers
 from sesame.families import backbone_config
 from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
-from sesame.apps.prompting import Template, assemble, demonstration_indices, parse_verbalizers, prompt_eval
 from sesame.rundir import load_backbone, load_tokenizer, write_config
 from sesame.specs import RunConfig
 from sesame.tokenizer import train_tokenizer
@@ -127,7 +127,7 @@ def test_scores_match_a_direct_computation(gpt: Path, monkeypatch: pytest.Monkey
 def test_prompt_eval(gpt: Path, tmp_path: Path) -> None:
     data = write_csv(tmp_path / "dev.csv", animal_rows(12, seed=3))
     train = write_csv(tmp_path / "train.csv", animal_rows(40, seed=4))
-    report = prompt_eval(str(gpt), str(data), str(train), ks=(0, 1, 4), draws=3, progress=False)
+    report = prompt_eval(str(gpt), str(data), train=str(train), ks=(0, 1, 4), draws=3, progress=False)
     assert [(r["k"], r["draws"], r["n"]) for r in report["results"]] == [(0, 1, 12), (1, 3, 12), (4, 3, 12)]
     for r in report["results"]:
         assert len(r["accuracies"]) == r["draws"] and r["min"] <= r["mean"] <= r["max"]
@@ -137,7 +137,7 @@ def test_prompt_eval(gpt: Path, tmp_path: Path) -> None:
     assert report["verbalizers"] == {"animal": "animal", "none": "none"}
     labels = [label for _, label in animal_rows(12, seed=3)]
     assert report["majority"]["accuracy"] == max(labels.count("animal"), labels.count("none")) / 12
-    assert prompt_eval(str(gpt), str(data), str(train), ks=(0, 1, 4), draws=3, progress=False) == report
+    assert prompt_eval(str(gpt), str(data), train=str(train), ks=(0, 1, 4), draws=3, progress=False) == report
 
     # zero-shot, recomputed by hand: [sep] + "text\nSentiment:" then " yes" or " no", per-token mean or
     # total minus the total after "N/A" (calibrated)
@@ -165,7 +165,7 @@ def test_calibrated_few_shot_by_hand(gpt: Path, tmp_path: Path) -> None:
     example's prompt kept, then "N/A"."""
     rows, train_rows = animal_rows(8, seed=3), animal_rows(20, seed=4)
     data, train = write_csv(tmp_path / "dev.csv", rows), write_csv(tmp_path / "train.csv", train_rows)
-    report = prompt_eval(str(gpt), str(data), str(train), ks=(2,), draws=1, scoring="calibrated", limit=6,
+    report = prompt_eval(str(gpt), str(data), train=str(train), ks=(2,), draws=1, scoring="calibrated", limit=6,
                          max_length=64, progress=False)
     backbone, tok = load_backbone(gpt), load_tokenizer(gpt)
     words = tok.encode([" animal", " none"], special=False)

@@ -47,10 +47,50 @@ from ..data.labeled import read_fields
 from ..errors import SesameError
 from ..language_model import continuation_logprobs, load_language_model
 from ..metrics import accuracy, spread
+from ..options import option
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")
 CONTENT_FREE = "N/A"  # one of the content-free inputs of Zhao et al. 2021, §5
+
+
+@dataclass(kw_only=True)
+class PromptSpec:
+    """``sesame prompt-eval``: a causal language model classifying a labeled file from prompts, no training."""
+    model: str = option(help="a pretrained gpt/gpt2 run, or a transformers GPT-2 directory")
+    data: str = option(help="the labeled file to classify (CSV, TSV or JSONL)")
+    train: str | None = option(None, help="where demonstrations come from (needed for k > 0; never the evaluated "
+                                          "example)")
+    text_column: str = option("text", help="the column (JSONL: the field) of the text")
+    label_column: str = option("label", help="the column (JSONL: the field) of the label")
+    verbalizers: dict[str, str] | None = option(None, cli=False, help="label → word (default: the label names)")
+    template: str = option(DEFAULT_TEMPLATE, help="a demonstration, with {text} and {label} (default: "
+                                                  "'{text}\\nSentiment: {label}\\n\\n')")
+    ks: list[int] = option(factory=lambda: [0, 1, 4, 8], flag="--k", metavar="K", help="numbers of demonstrations")
+    draws: int = option(5, help="demonstration draws per k > 0 (the spread is over these)")
+    seed: int = option(0, help="seed of the demonstration draws")
+    limit: int | None = option(None, help="evaluate only the first N rows")
+    scoring: str = option("mean", choices=SCORINGS,
+                          help="compare verbalisers by mean log-probability per token (GPT-3), total, or calibrated "
+                               "against a content-free input (Zhao et al. 2021)")
+    max_length: int | None = option(None, help="prompt length in tokens (default: the model's pre-training length)")
+    progress: bool = option(True, cli=False, help="show progress bars")
+
+    def __post_init__(self) -> None:
+        self.ks = sorted(set(self.ks))
+
+    def validate(self) -> None:
+        """Every check that reads no file."""
+        if not self.ks or self.ks[0] < 0:
+            raise SesameError(f"--k {self.ks}: give one or more numbers of demonstrations, 0 or more")
+        if self.draws < 1:
+            raise SesameError(f"--draws {self.draws}: use 1 or more")
+        if self.limit is not None and self.limit < 1:
+            raise SesameError(f"--limit {self.limit}: use 1 or more, or leave it out to evaluate every row")
+        if self.scoring not in SCORINGS:
+            raise SesameError(f"--scoring {self.scoring!r}: choose one of {', '.join(SCORINGS)}")
+        if self.ks[-1] > 0 and self.train is None:
+            raise SesameError(f"--k {self.ks[-1]}: demonstrations come from a --train file; give one, or use --k 0")
 
 
 @dataclass(frozen=True)
@@ -180,45 +220,25 @@ def _context(config: dict, model: str, max_length: int | None) -> int:
     return max_length
 
 
-def prompt_eval(model: str, data: str, train: str | None = None, text_column: str = "text",
-                label_column: str = "label", verbalizers: dict[str, str] | None = None,
-                template: str = DEFAULT_TEMPLATE, ks: Sequence[int] = (0, 1, 4, 8), draws: int = 5, seed: int = 0,
-                limit: int | None = None, scoring: str = "mean", max_length: int | None = None,
-                progress: bool = True) -> dict:
+def prompt_eval(spec: PromptSpec) -> dict:
     """In-context classification accuracy of a causal language model on a labeled file, for each number
-    of demonstrations ``k`` in ``ks`` (see the module docstring; Brown et al. 2020, §2.4).
-
-    ``model``: a pretrained causal run (gpt, gpt2) or what :func:`sesame.interop.resolve` turns into one (a
-    transformers GPT-2 directory). ``data``: the labeled file evaluated (its first ``limit`` rows);
-    ``train``: where demonstrations come from (needed for k > 0; may be ``data`` itself, a row never
-    demonstrating itself). ``verbalizers``: label → word (default: the label names); ``template``: a
-    format string with ``{text}`` and ``{label}``; ``scoring``: ``mean`` (per-token log-likelihood),
-    ``sum`` or ``calibrated``; ``max_length``: the prompt's length in tokens (default: the model's pre-training length).
+    of demonstrations ``k`` in ``spec.ks`` (see the module docstring; Brown et al. 2020, §2.4).
 
     Returns, per k: accuracy ``mean``, sample ``sd``, ``min``, ``max`` and ``accuracies`` over its draws
     (``draws``, one for k = 0), ``n``, the share of predictions per label (``predicted``), and how many
     prompts lost demonstrations (``shortened``) or the start of their text (``cut``) to fit; and, for
     reference, the accuracy of always answering ``data``'s most frequent label (``majority``).
     """
-    ks = sorted(set(ks))
-    if not ks or ks[0] < 0:
-        raise SesameError(f"--k {ks}: give one or more numbers of demonstrations, 0 or more")
-    if draws < 1:
-        raise SesameError(f"--draws {draws}: use 1 or more")
-    if limit is not None and limit < 1:
-        raise SesameError(f"--limit {limit}: use 1 or more, or leave it out to evaluate every row")
-    if scoring not in SCORINGS:
-        raise SesameError(f"--scoring {scoring!r}: choose one of {', '.join(SCORINGS)}")
-    if ks[-1] > 0 and train is None:
-        raise SesameError(f"--k {ks[-1]}: demonstrations come from a --train file; give one, or use --k 0")
-    form = Template.parse(template)
-    rows = _read(data, "--data", text_column, label_column)[:limit]
-    train_rows = _read(train, "--train", text_column, label_column) if train is not None else []
-    verbalizers = _verbalizers(verbalizers, rows + train_rows)
+    spec.validate()
+    ks, train, scoring = spec.ks, spec.train, spec.scoring
+    form = Template.parse(spec.template)
+    rows = _read(spec.data, "--data", spec.text_column, spec.label_column)[:spec.limit]
+    train_rows = _read(train, "--train", spec.text_column, spec.label_column) if train is not None else []
+    verbalizers = _verbalizers(spec.verbalizers, rows + train_rows)
     labels = list(verbalizers)
-    lm = load_language_model(model)
+    lm = load_language_model(spec.model)
     tok, config = lm.tokenizer, lm.config
-    context = _context(config, model, max_length)
+    context = _context(config, spec.model, spec.max_length)
     candidates = tok.encode([form.continuation(verbalizers[label]) for label in labels], special=False)
     start = [lm.end]
     if len(start) + max(map(len, candidates)) + 1 > context:
@@ -232,14 +252,15 @@ def prompt_eval(model: str, data: str, train: str | None = None, text_column: st
     texts, train_texts = [row["text"] for row in rows], [row["text"] for row in train_rows]
     calibrated = scoring == "calibrated"
     content_free = tok.encode([form.query(CONTENT_FREE)], special=False)[0]
-    bar = tqdm(total=sum(len(rows) * (draws if k else 1) for k in ks) * (1 + calibrated), desc="prompt-eval",
-               unit="prompt", disable=not progress, dynamic_ncols=True)
+    draws = {k: spec.draws if k else 1 for k in ks}
+    bar = tqdm(total=sum(len(rows) * draws[k] for k in ks) * (1 + calibrated), desc="prompt-eval", unit="prompt",
+               disable=not spec.progress, dynamic_ncols=True)
     results = []
     with bar:
         for k in ks:
             accuracies, predicted, shortened, cut = [], Counter(), 0, 0
-            for draw in range(draws if k else 1):
-                picks = demonstration_indices(train_texts, texts, k, seed, draw, f"--train {train}")
+            for draw in range(draws[k]):
+                picks = demonstration_indices(train_texts, texts, k, spec.seed, draw, f"--train {train}")
                 prompts, references = [], []
                 for query, chosen in zip(queries, picks):
                     ids, dropped, was_cut = assemble(start, [demos[j] for j in chosen], query, budget)
@@ -260,9 +281,9 @@ def prompt_eval(model: str, data: str, train: str | None = None, text_column: st
                             "predicted": {label: predicted[i] / total for i, label in enumerate(labels)},
                             "shortened": shortened, "cut": cut})
     majority, count = Counter(row["label"] for row in rows).most_common(1)[0]
-    return {"model": str(model), "data": str(data), "train": train, "n": len(rows), "verbalizers": verbalizers,
-            "template": form.demonstration("{text}", "{label}"), "scoring": scoring, "max_length": context,
-            "majority": {"label": majority, "accuracy": count / len(rows)}, "results": results}
+    return {"model": str(spec.model), "data": str(spec.data), "train": train, "n": len(rows),
+            "verbalizers": verbalizers, "template": form.demonstration("{text}", "{label}"), "scoring": scoring,
+            "max_length": context, "majority": {"label": majority, "accuracy": count / len(rows)}, "results": results}
 
 
 def format_report(report: dict) -> str:
