@@ -16,7 +16,7 @@ from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights, read_json
 from sesame.decoding import beam_search, greedy
 from sesame.metrics import bleu
-from sesame.apps.cove import Translator, collate, read_parallel, train_cove
+from sesame.apps.cove import CoveSpec, Translator, collate, read_parallel, train_cove
 
 WORDS = "alpha beta gamma delta eps zeta eta theta".split()
 
@@ -36,6 +36,11 @@ def parallel(tmp_path, n_train: int = 1000, n_valid: int = 60) -> dict:
             paths[f"{split}_{side}"] = tmp_path / f"{split}.{side}"
             paths[f"{split}_{side}"].write_text(lines)
     return paths
+
+
+def files(paths: dict) -> dict:
+    """CoveSpec's four file fields from :func:`parallel`'s paths."""
+    return {name: str(path) for name, path in paths.items()}
 
 
 def test_attention_sums_to_one_over_real_source_positions():
@@ -96,9 +101,8 @@ def test_beam_of_one_is_greedy():
 def test_learns_to_copy_and_translate_reports_bleu(tmp_path, one_thread, capsys):
     p = parallel(tmp_path)
     out = tmp_path / "run"
-    metrics = train_cove(str(p["train_src"]), str(p["train_tgt"]), str(p["valid_src"]), str(p["valid_tgt"]),
-                         str(out), size="tiny", dropout=0.0, progress=False, max_steps=250, eval_every=250,
-                         batch_size=32, lr=1e-2)
+    metrics = train_cove(CoveSpec(**files(p), out=str(out), size="tiny", dropout=0.0, progress=False,
+                                  training=dict(max_steps=250, eval_every=250, batch_size=32, lr=1e-2)))
     assert metrics["bleu"] > 90
     config = read_json(out / "config.json")
     assert (config["kind"], config["family"], config["model"]["arch"]) == ("pretrained", "cove", "cove")
@@ -135,13 +139,13 @@ def test_file_errors_name_file_and_line(tmp_path):
 
 def test_resume_continues_the_run(tmp_path, one_thread):
     p = parallel(tmp_path, 200, 10)
-    args = [str(p["train_src"]), str(p["train_tgt"]), str(p["valid_src"]), str(p["valid_tgt"]), str(tmp_path / "run")]
-    options = dict(size="tiny", progress=False, batch_size=16, eval_every=2, save_every=2)
-    train_cove(*args, max_steps=4, **options)
+    options = dict(files(p), out=str(tmp_path / "run"), size="tiny", progress=False)
+    training = dict(batch_size=16, eval_every=2, save_every=2)
+    train_cove(CoveSpec(**options, training=dict(training, max_steps=4)))
     first = load_weights(tmp_path / "run" / "checkpoint" / "model.safetensors")
     with pytest.raises(SesameError, match="--resume"):
-        train_cove(*args, max_steps=4, **options)
-    train_cove(*args, max_steps=8, resume=True, **options)
+        train_cove(CoveSpec(**options, training=dict(training, max_steps=4)))
+    train_cove(CoveSpec(**options, training=dict(training, max_steps=8), resume=True))
     assert read_json(tmp_path / "run" / "checkpoint" / "trainer_state.json")["step"] == 8
     later = load_weights(tmp_path / "run" / "checkpoint" / "model.safetensors")
     assert not torch.equal(first["backbone.out.weight"], later["backbone.out.weight"])
@@ -154,9 +158,8 @@ def test_vectors_initialise_a_fixed_source_embedding(tmp_path, one_thread):
     p = parallel(tmp_path, 200, 10)
     glove = tmp_path / "glove.txt"
     glove.write_text("alpha 1 2 3 4\nbeta -1 0.5 0 2\n")
-    metrics = train_cove(str(p["train_src"]), str(p["train_tgt"]), str(p["valid_src"]), str(p["valid_tgt"]),
-                         str(tmp_path / "run"), size="tiny", vectors=str(glove), progress=False, max_steps=3,
-                         batch_size=16)
+    metrics = train_cove(CoveSpec(**files(p), out=str(tmp_path / "run"), size="tiny", vectors=str(glove),
+                                  progress=False, training=dict(max_steps=3, batch_size=16)))
     assert metrics["vector_coverage"] == pytest.approx(2 / len(WORDS))
     translator = Translator(tmp_path / "run")
     embedding = translator.model.embed.tokens.weight
@@ -171,8 +174,8 @@ def test_a_classifier_reads_glove_and_cove(tmp_path, one_thread):
     import sesame
 
     p = parallel(tmp_path, 200, 10)
-    train_cove(str(p["train_src"]), str(p["train_tgt"]), str(p["valid_src"]), str(p["valid_tgt"]),
-               str(tmp_path / "cove"), size="tiny", progress=False, max_steps=3, batch_size=16)
+    train_cove(CoveSpec(**files(p), out=str(tmp_path / "cove"), size="tiny", progress=False,
+                        training=dict(max_steps=3, batch_size=16)))
     rows = ["text,label"] + [f"{' '.join(WORDS[i % 3:][:3])},{'a' if i % 2 else 'b'}" for i in range(24)]
     (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
     result = sesame.finetune(str(tmp_path / "cove"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -41,8 +41,9 @@ from ..families import get_family
 from ..metrics import bleu, language_model_report
 from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
+from ..options import option
 from ..rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
-from ..specs import RunConfig
+from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
 from ..tokenizer import TextTokenizer, train_tokenizer
@@ -54,6 +55,43 @@ TARGET_TOKENIZER = "target_tokenizer.json"
 EVAL_BATCH = 64
 DEFAULTS = {"lr": 1e-3, "weight_decay": 0.0, "warmup": 0.02, "batch_size": 64, "clip": 5.0, "eval_every": 500,
             "save_every": 500}  # clip 5: OpenNMT's default, the toolkit the paper trained with
+
+
+
+@dataclass(kw_only=True)
+class CoveSpec:
+    """``sesame cove``: an MT-LSTM trained from source to target sentences (McCann et al. 2017, §3) into a run;
+    ``training`` holds TrainConfig fields over :data:`DEFAULTS`."""
+    train_src: str = option(help="source sentences, one per line (e.g. train.en)")
+    train_tgt: str = option(help="their translations, line-aligned (e.g. train.de)")
+    valid_src: str = option(help="dev source sentences")
+    valid_tgt: str = option(help="dev translations, line-aligned")
+    out: str = option(help="the run directory to create")
+    size: str = option("small", help="tiny, mini, small or base (the paper's 300-d, 300 per direction)")
+    vectors: str | None = option(None, help="GloVe/word2vec text file: initialises the source embedding, kept fixed")
+    vocab_size: int = option(10000, help="words per language (lower-cased, seen twice or more)")
+    max_length: int = option(64, help="tokens per sentence, <s> and </s> included")
+    dropout: float = option(0.2, help="dropout rate of the MT-LSTM")
+    bleu_sentences: int | None = option(None, help="dev BLEU at evaluations on the first N dev lines (default all)")
+    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over DEFAULTS")
+    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    progress: bool = option(True, cli=False, help="show progress bars")
+
+    def train_config(self) -> TrainConfig:
+        """DEFAULTS under the given TrainConfig fields; ``max_minutes`` alone lifts the default step budget."""
+        given = {k: v for k, v in self.training.items() if v is not None}
+        timed = "max_minutes" in given and "max_steps" not in given
+        return training({**DEFAULTS, **({"max_steps": None} if timed else {})}, given)
+
+    def validate(self) -> None:
+        """Every check that reads no file."""
+        self.train_config()
+        if self.size not in COVE_SIZES:
+            raise SesameError(f"--size {self.size!r} is unknown; choose one of: {', '.join(COVE_SIZES)}")
+        if not 4 <= self.max_length <= 1024:
+            raise SesameError(f"--max-length {self.max_length}: use a length between 4 and 1024")
+        if self.bleu_sentences is not None and self.bleu_sentences < 1:
+            raise SesameError(f"--bleu-sentences {self.bleu_sentences}: must be positive")
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -175,65 +213,56 @@ def _vectors(model: MTLSTM, vectors: WordVectors, source: TextTokenizer) -> floa
     return float(found[real].float().mean())
 
 
-def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, out: str, size: str = "small",
-               vectors: str | None = None, vocab_size: int = 10000, max_length: int = 64, dropout: float = 0.2,
-               bleu_sentences: int | None = None, resume: bool = False, progress: bool = True,
-               **train_options) -> dict:
-    """Train an MT-LSTM (McCann et al. 2017, §3) from ``train_src`` to ``train_tgt`` into the run ``out``.
+def _create(run: Path, spec: CoveSpec, cfg: TrainConfig, src: list[str], tgt: list[str]) -> MTLSTM:
+    """A new run's two word vocabularies, config.json and freshly initialised MT-LSTM (its source embedding from
+    ``spec.vectors`` when given)."""
+    source = train_tokenizer(src, "word", spec.vocab_size, lowercase=True)
+    target = train_tokenizer(tgt, "word", spec.vocab_size, lowercase=True)
+    embedding, hidden = COVE_SIZES[spec.size]
+    word_vectors, coverage = load_vectors(spec.vectors) if spec.vectors else None, None
+    model_cfg = CoveConfig(
+        vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
+        embedding_size=word_vectors.dim if word_vectors else embedding, hidden_size=hidden,
+        pad_id=source.specials.pad, target_pad_id=target.specials.pad, dropout=spec.dropout,
+        freeze_embedding=spec.vectors is not None)
+    torch.manual_seed(cfg.seed)
+    model = MTLSTM(model_cfg)
+    if word_vectors:
+        coverage = _vectors(model, word_vectors, source)
+    source.save(run / "tokenizer.json")
+    target.save(run / TARGET_TOKENIZER)
+    write_config(run, RunConfig(
+        kind="pretrained", family=FAMILY, size=spec.size, objective="translation", pooling=get_family(FAMILY).pooling,
+        model=model_cfg.to_dict(), max_length=spec.max_length, lowercase=True, vectors=spec.vectors,
+        vector_coverage=coverage, train_src=str(spec.train_src), train_tgt=str(spec.train_tgt),
+        valid_src=str(spec.valid_src), valid_tgt=str(spec.valid_tgt), train=asdict(cfg)))
+    return model
+
+
+def train_cove(spec: CoveSpec) -> dict:
+    """Train an MT-LSTM (McCann et al. 2017, §3) from ``spec.train_src`` to ``spec.train_tgt`` into the run
+    ``spec.out``.
 
     ``size`` picks (embedding, hidden per direction) from :data:`COVE_SIZES`; ``vectors`` (a GloVe or word2vec
     text file) sets the source embedding, which then stays fixed, and its width. Every ``eval_every`` steps
     the dev loss, perplexity and greedy BLEU (on the first ``bleu_sentences`` dev lines, default all) are
-    logged; the weights with the best dev BLEU are kept. Training options are
-    :class:`sesame.train.TrainConfig` fields over :data:`DEFAULTS` (``max_minutes`` alone lifts the default step
-    budget). Returns the kept weights' dev metrics
-    (and the GloVe coverage when ``vectors`` is given)."""
+    logged; the weights with the best dev BLEU are kept. Returns the kept weights' dev metrics (and the
+    GloVe coverage when ``vectors`` is given)."""
     started = time.time()
-    unknown = set(train_options) - {f for f in TrainConfig.__dataclass_fields__}
-    if unknown:
-        raise TypeError(f"unknown training options {sorted(unknown)}")
-    given = {k: v for k, v in train_options.items() if v is not None}
-    if "max_minutes" in given and "max_steps" not in given:
-        given["max_steps"] = None  # a time budget alone is the whole budget (not capped at TrainConfig's steps)
-    cfg = TrainConfig(**{**DEFAULTS, **given})
-    cfg.validate()
-    if size not in COVE_SIZES:
-        raise SesameError(f"--size {size!r} is unknown; choose one of: {', '.join(COVE_SIZES)}")
-    if not 4 <= max_length <= 1024:
-        raise SesameError(f"--max-length {max_length}: use a length between 4 and 1024")
-    if bleu_sentences is not None and bleu_sentences < 1:
-        raise SesameError(f"--bleu-sentences {bleu_sentences}: must be positive")
-    src, tgt = read_parallel(train_src, train_tgt, "--train-src", "--train-tgt")
-    dev_src, dev_tgt = read_parallel(valid_src, valid_tgt, "--valid-src", "--valid-tgt")
+    spec.validate()
+    cfg = spec.train_config()
+    src, tgt = read_parallel(spec.train_src, spec.train_tgt, "--train-src", "--train-tgt")
+    dev_src, dev_tgt = read_parallel(spec.valid_src, spec.valid_tgt, "--valid-src", "--valid-tgt")
 
-    with new_run(out, "pretrained", resume) as run:
-        if not resume:
-            source = train_tokenizer(src, "word", vocab_size, lowercase=True)
-            target = train_tokenizer(tgt, "word", vocab_size, lowercase=True)
-            embedding, hidden = COVE_SIZES[size]
-            word_vectors, coverage = load_vectors(vectors) if vectors else None, None
-            model_cfg = CoveConfig(
-                vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
-                embedding_size=word_vectors.dim if word_vectors else embedding, hidden_size=hidden,
-                pad_id=source.specials.pad, target_pad_id=target.specials.pad, dropout=dropout,
-                freeze_embedding=vectors is not None)
-            torch.manual_seed(cfg.seed)
-            model = MTLSTM(model_cfg)
-            if word_vectors:
-                coverage = _vectors(model, word_vectors, source)
-            source.save(run / "tokenizer.json")
-            target.save(run / TARGET_TOKENIZER)
-            write_config(run, RunConfig(
-                kind="pretrained", family=FAMILY, size=size, objective="translation", pooling=get_family(FAMILY).pooling,
-                model=model_cfg.to_dict(), max_length=max_length, lowercase=True, vectors=vectors,
-                vector_coverage=coverage, train_src=str(train_src), train_tgt=str(train_tgt),
-                valid_src=str(valid_src), valid_tgt=str(valid_tgt), train=asdict(cfg)))
+    with new_run(spec.out, "pretrained", spec.resume) as run:
+        if not spec.resume:
+            model = _create(run, spec, cfg, src, tgt)
         config = read_config(run, "--out", ("pretrained",))
         if config.objective != "translation":
             raise SesameError(f"--out {run}: a {config.family} run; --resume needs a run of `sesame cove`")
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
-        if resume:
+        if spec.resume:
             torch.manual_seed(cfg.seed)
             model = MTLSTM(CoveConfig(**config.model))
         objective = build_objective(config.objective, model, source)
@@ -242,7 +271,7 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
                            target.encode(dev_tgt, max_length=max_length)))
         per_epoch = steps_per_epoch(len(train_ids), cfg.batch_size)
         lengths = [len(s) + len(t) for s, t in train_ids]
-        shown = dev_src[:bleu_sentences] if bleu_sentences else dev_src
+        shown = dev_src[:spec.bleu_sentences] if spec.bleu_sentences else dev_src
 
         def batches(step: int, progress_fraction: float) -> list[dict[str, torch.Tensor]]:
             epoch, k = divmod(step, per_epoch)
@@ -263,8 +292,8 @@ def train_cove(train_src: str, train_tgt: str, valid_src: str, valid_tgt: str, o
                     "bleu": bleu(hyps, dev_tgt[: len(shown)])}
 
         trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
-                          progress=progress)
-        metrics = trainer.fit(resume=resume)
+                          progress=spec.progress)
+        metrics = trainer.fit(resume=spec.resume)
         coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
                 "train_sentences": len(train_ids), "source_vocab": source.vocab_size,
