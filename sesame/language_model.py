@@ -58,8 +58,8 @@ class LanguageModel:
         """Each text as the start of a document: the separator, then its tokens (no other special tokens)."""
         return [[self.end, *ids] for ids in self.tokenizer.encode(list(texts), special=False)]
 
-    def logits(self, ids: torch.Tensor, padding: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               cache: KVCache | None = None) -> torch.Tensor:
+    def logits(self, ids: torch.Tensor, *, padding: torch.Tensor | None = None,
+               positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         """Next-token logits at the last position of each row: (batch, vocabulary)."""
         hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
         return hidden[:, -1] @ self.output.T
@@ -90,7 +90,7 @@ def _shared_rows(continuations: Sequence[Sequence[int]]) -> tuple[list[tuple[int
 
 
 def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
-                          continuations: Sequence[Sequence[int]],
+                          continuations: Sequence[Sequence[int]], *,
                           done: Callable[[int], object] | None = None) -> torch.Tensor:
     """``[len(prompts), len(continuations)]``: log P(continuation | prompt), summed over its tokens, from the
     causal language model ``lm`` (GPT, GPT-2).

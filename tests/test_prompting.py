@@ -68,22 +68,22 @@ def test_demonstrations_never_include_the_evaluated_example() -> None:
     train = sentences(10, seed=2) + texts + [texts[0], f"  {texts[1]} "]
     for k in (1, 3, len(train) - 2):  # 16: every row but the two copies of texts[0]
         for draw in range(20):
-            for i, chosen in enumerate(demonstration_indices(train, texts, k, seed=0, draw=draw)):
+            for i, chosen in enumerate(demonstration_indices(train, texts, k=k, seed=0, draw=draw)):
                 assert len(chosen) == len(set(chosen)) == k
                 assert texts[i].strip() not in {train[j].strip() for j in chosen}
     with pytest.raises(SesameError, match=r"--k 17: --train t.csv has only 16 rows whose text differs from evaluated "
                                           r"example 1"):
-        demonstration_indices(train, texts, 17, 0, 0, "--train t.csv")
+        demonstration_indices(train, texts, k=17, seed=0, draw=0, train="--train t.csv")
 
 
 def test_demonstrations_are_seeded_and_differ_across_draws() -> None:
     texts, train = sentences(8, seed=1), sentences(50, seed=2)
-    first = demonstration_indices(train, texts, 4, seed=0, draw=0)
-    assert first == demonstration_indices(train, texts, 4, seed=0, draw=0)
-    assert first[:3] == demonstration_indices(train, texts[:3], 4, seed=0, draw=0)  # per example, not per batch
-    assert first != demonstration_indices(train, texts, 4, seed=0, draw=1)
-    assert first != demonstration_indices(train, texts, 4, seed=1, draw=0)
-    assert demonstration_indices(train, texts, 0, 0, 0) == [[]] * len(texts)
+    first = demonstration_indices(train, texts, k=4, seed=0, draw=0)
+    assert first == demonstration_indices(train, texts, k=4, seed=0, draw=0)
+    assert first[:3] == demonstration_indices(train, texts[:3], k=4, seed=0, draw=0)  # per example, not per batch
+    assert first != demonstration_indices(train, texts, k=4, seed=0, draw=1)
+    assert first != demonstration_indices(train, texts, k=4, seed=1, draw=0)
+    assert demonstration_indices(train, texts, k=0, seed=0, draw=0) == [[]] * len(texts)
 
 
 def test_assembly_drops_the_oldest_demonstrations_and_keeps_the_example() -> None:
@@ -171,7 +171,7 @@ def test_calibrated_few_shot_by_hand(gpt: Path, tmp_path: Path) -> None:
     words = tok.encode([" animal", " none"], special=False)
     budget = 64 - max(map(len, words)) + 1
     demos = tok.encode([f"{text}\nSentiment: {label}\n\n" for text, label in train_rows], special=False)
-    picks = demonstration_indices([t for t, _ in train_rows], [t for t, _ in rows[:6]], 2, 0, 0)
+    picks = demonstration_indices([t for t, _ in train_rows], [t for t, _ in rows[:6]], k=2, seed=0, draw=0)
     right, shortened, kept = 0, 0, 0
     for (text, label), chosen in zip(rows, picks):
         query = tok.encode([f"{text}\nSentiment:"], special=False)[0]

@@ -146,14 +146,14 @@ class Translator:
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
         self.model = load_backbone(self.run, flag)
 
-    def translate(self, texts: Sequence[str], beam: int = 1, batch_size: int = EVAL_BATCH,
+    def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = EVAL_BATCH,
                   progress: bool = False) -> list[str]:
         """Translations of ``texts`` (lower-cased words joined by spaces); ``beam`` 1 decodes greedily."""
-        return decode(self.model, self.source, self.target, texts, self.config.max_length, beam, batch_size,
-                      progress)
+        return decode(self.model, self.source, self.target, texts, max_length=self.config.max_length, beam=beam,
+                      batch_size=batch_size, progress=progress)
 
 
-def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: Sequence[str], max_length: int,
+def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: Sequence[str], *, max_length: int,
            beam: int = 1, batch_size: int = EVAL_BATCH, progress: bool = False) -> list[str]:
     """Translate ``texts`` in batches of similar length; at most 2 × source length + 10 output tokens (and
     2 × ``max_length``)."""
@@ -177,8 +177,8 @@ def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: S
     return out
 
 
-def translate_file(model: str, input: str, reference: str | None = None, beam: int = 1, output: str | None = None,
-                   progress: bool = True) -> dict:
+def translate_file(model: str, input: str, *, reference: str | None = None, beam: int = 1,
+                   output: str | None = None, progress: bool = True) -> dict:
     """Translate the lines of ``input`` (written to ``output`` if given); with ``reference``, line-aligned with
     ``input``, also the BLEU of the translations. Returns {"translations", "bleu"?, ...}."""
     translator = Translator(model)
@@ -190,7 +190,7 @@ def translate_file(model: str, input: str, reference: str | None = None, beam: i
             raise SesameError(f"--input {path}: no such file; give a text file with one sentence per line")
         sources, references = [line.strip() for _, line in decoded_lines(path)], None
     started = time.time()
-    translations = translator.translate(sources, beam, progress=progress)
+    translations = translator.translate(sources, beam=beam, progress=progress)
     result: dict = {"translations": translations, "sentences": len(sources), "beam": beam,
                     "seconds": round(time.time() - started, 1)}
     if references is not None:
@@ -287,7 +287,7 @@ def train_cove(spec: CoveSpec) -> dict:
                 total += float(m(batch))
                 count += batch["targets"].numel()
             report = language_model_report(total, count)
-            hyps = decode(m.backbone, source, target, shown, max_length)
+            hyps = decode(m.backbone, source, target, shown, max_length=max_length)
             return {"loss": report["loss"], "perplexity": report["perplexity"],
                     "bleu": bleu(hyps, dev_tgt[: len(shown)])}
 

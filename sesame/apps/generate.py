@@ -161,9 +161,9 @@ def decode(lm: LanguageModel, prompts: list[list[int]], cfg: GenerationConfig,
     step_ids, step_positions = ids, positions
     for _ in range(cfg.max_new_tokens):
         if cache is not None:
-            logits = lm.logits(step_ids, padding, step_positions, cache)
+            logits = lm.logits(step_ids, padding=padding, positions=step_positions, cache=cache)
         else:
-            logits = lm.logits(ids, padding, positions)
+            logits = lm.logits(ids, padding=padding, positions=positions)
         context = torch.where(padding, ids, ids[:, -1:])  # the pads stand in for a real token of their row
         tokens = next_tokens(penalise_repetition(logits, context, cfg.repetition_penalty), cfg, generator)
         for row, token in enumerate(tokens.tolist()):
@@ -223,7 +223,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
     return out
 
 
-def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None,
+def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None, *,
              batch_size: int = 8, on_text: Callable[[int, str], None] | None = None) -> list[dict]:
     """Continue each prompt; ``model`` is a run or transformers directory, or a loaded :class:`LanguageModel`.
     Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}`` (``finish``: end, stop or length).

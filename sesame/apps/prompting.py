@@ -147,7 +147,7 @@ def parse_verbalizers(spec: str) -> dict[str, str]:
     return verbalizers
 
 
-def demonstration_indices(train_texts: Sequence[str], texts: Sequence[str], k: int, seed: int, draw: int,
+def demonstration_indices(train_texts: Sequence[str], texts: Sequence[str], *, k: int, seed: int, draw: int,
                           train: str = "--train") -> list[list[int]]:
     """For each evaluated text, ``k`` distinct rows of the training texts in random order, drawn uniformly
     from those whose text (spaces stripped) differs from it, by a generator seeded with (seed, draw,
@@ -260,7 +260,8 @@ def prompt_eval(spec: PromptSpec) -> dict:
         for k in ks:
             accuracies, predicted, shortened, cut = [], Counter(), 0, 0
             for draw in range(draws[k]):
-                picks = demonstration_indices(train_texts, texts, k, spec.seed, draw, f"--train {train}")
+                picks = demonstration_indices(train_texts, texts, k=k, seed=spec.seed, draw=draw,
+                                              train=f"--train {train}")
                 prompts, references = [], []
                 for query, chosen in zip(queries, picks):
                     ids, dropped, was_cut = assemble(start, [demos[j] for j in chosen], query, budget)
@@ -269,7 +270,7 @@ def prompt_eval(spec: PromptSpec) -> dict:
                     if calibrated:  # the demonstrations the prompt kept, then "N/A"
                         references.append(assemble(start, [demos[j] for j in chosen[dropped:]], content_free,
                                                     budget)[0])
-                scores = continuation_logprobs(lm, prompts + references, candidates, bar.update)
+                scores = continuation_logprobs(lm, prompts + references, candidates, done=bar.update)
                 if calibrated:
                     scores = scores[: len(prompts)] - scores[len(prompts):]
                 guesses = (scores / lengths if scoring == "mean" else scores).argmax(1)

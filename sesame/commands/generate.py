@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> None:
     for start in tqdm(range(0, len(prompts), args.batch_size), desc="generate", unit="batch", disable=not progress,
                       file=sys.stderr):
         chunk = slice(start, start + args.batch_size)
-        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, args.batch_size)):
+        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, batch_size=args.batch_size)):
             record = {**result, "prompt": prompt}
             if args.tldr:
                 record["summary"] = tldr(result["text"])

@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
     from ..apps.cove import translate_file
 
-    result = translate_file(args.model, args.input, args.reference, args.beam, args.output, progress)
+    result = translate_file(args.model, args.input, reference=args.reference, beam=args.beam, output=args.output,
+                            progress=progress)
     if not args.output:
         for line in result["translations"]:
             print(line)
