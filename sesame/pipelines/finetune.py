@@ -23,11 +23,11 @@ from ..models import model_config as model_config_object
 from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
 from ..sources import Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig
-from ..tasks import TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens, steps_per_epoch
-from ..tasks.base import Task, check_auxiliary_lm
+from ..tasks import Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer, recipes
+from ..train.auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
 from ..train.checkpoint import load_weights, write_json
 from ..train.recipes import Recipe
 from ..train.trainer import loss_counts, world
