@@ -55,14 +55,14 @@ def test_gpt_fine_tuning_adds_the_three_tokens_and_reloads(data, tmp_path, one_t
     assert tok.encode(["The cat sleeps."], ["A dog runs."]) == [[start, *a, delim, *b, extract]]
     assert tok.encode(["The cat sleeps."], ["A dog runs."], max_length=5)[0][-1] == extract  # kept when truncating
     config = read_config(run, "--model", ("finetuned",))
-    assert config["model"]["vocab_size"] == base_vocab + 3
+    assert config.model["vocab_size"] == base_vocab + 3
     assert load_weights(run / "model.safetensors")["backbone.embed.tokens.weight"].shape[0] == base_vocab + 3
     tokenizer_json = (run / "tokenizer.json").read_text()
 
     sesame.finetune(str(data / "gpt"), str(data / "train.csv"), str(data / "dev.csv"), str(run), task="pair",
                     task_options={"symmetric": True}, lm_weight=0.5, resume=True, **{**FAST, "epochs": 2})
     assert (run / "tokenizer.json").read_text() == tokenizer_json  # --resume adds nothing
-    assert read_config(run, "--model", ("finetuned",))["model"]["vocab_size"] == base_vocab + 3
+    assert read_config(run, "--model", ("finetuned",)).model["vocab_size"] == base_vocab + 3
     predictions = sesame.load(run).predict([{"text": "The cat sleeps.", "pair": "The dog runs."}])
     assert set(predictions[0]["probabilities"]) == {"longer", "not"}
 
@@ -133,7 +133,7 @@ def test_scratch_gpt_multiple_choice_uses_the_tokens(tmp_path, one_thread):
                     task="multiple_choice", **FAST)
     tok = load_tokenizer(run)
     start, delim, extract = (tok.backend.token_to_id(t) for t in INPUT_TOKENS)
-    assert read_config(run, "--model", ("finetuned",))["model"]["vocab_size"] == tok.vocab_size == extract + 1
+    assert read_config(run, "--model", ("finetuned",)).model["vocab_size"] == tok.vocab_size == extract + 1
     task = make_task("multiple_choice")
     feature = task.features(task.read(str(tmp_path / "dev.jsonl"))[:1], tok, 24, [], causal=True)[0]
     assert all(ids[0] == start and ids[-1] == extract and ids.count(delim) == 1 for ids in feature["ids"])
