@@ -225,7 +225,7 @@ def test_auxiliary_lm_adds_the_next_token_loss_of_the_task_inputs():
     import torch.nn.functional as F
 
     from sesame.errors import SesameError
-    from sesame.tasks import add_auxiliary_lm, next_tokens
+    from sesame.train.auxiliary_lm import add_auxiliary_lm, next_tokens
 
     model = classifier(causal=True, dropout=0.0)
     model.pooling = "last"

@@ -21,7 +21,9 @@
   attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
   sublayer is stored once, so checkpoints hold each tensor once.
 
-Two additions for fine-tuning recipes, off by default:
+Two additions that fine-tuning recipes switch on by recording them in the configuration (the techniques
+:class:`~sesame.train.recipes.Adapters` and :class:`~sesame.train.recipes.Features`), off by default; a
+run's config.json thus rebuilds them wherever it is read:
 
 * ``adapter_size`` m: a bottleneck adapter (Houlsby et al. 2019, §2.1) on the output of every
   attention and feed-forward sublayer, before its residual connection: ``y + W_up·GELU(W_down·y)``,

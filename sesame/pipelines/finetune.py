@@ -3,7 +3,8 @@
 The model it starts from is resolved once (:func:`sesame.sources.resolve_source`): a run, a
 transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``. Its configuration becomes the task
 model's through the family's hooks (GPT's input tokens; a frozen feature extractor read beside new
-embeddings), the recipe (:class:`sesame.train.recipes.Recipe`) says what trains, the task
+embeddings), the recipe's techniques (:meth:`sesame.train.recipes.Recipe.techniques`: what the backbone
+carries, what trains, how fast, which losses are added) are driven through one protocol, the task
 (:mod:`sesame.tasks`) reads the files and builds the head, and the trainer keeps the best dev epoch.
 """
 from __future__ import annotations
@@ -11,25 +12,23 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, reading_features
-from ..models import model_config as model_config_object
 from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
 from ..sources import Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig
-from ..tasks import TaskModel, add_auxiliary_lm, bucketed_batches, infer, make_task, next_tokens, steps_per_epoch
-from ..tasks.base import Task, check_auxiliary_lm
+from ..tasks import Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
-from ..train.recipes import Recipe
-from ..train.trainer import loss_counts, world
+from ..train.recipes import Recipe, Techniques
+from ..train.trainer import world
 from ..wordvectors import embedding_matrix, load_vectors
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
@@ -58,7 +57,8 @@ def finetune(spec: FinetuneSpec) -> dict:
         config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         job.check_model(config.model)
-        _configure(config, spec.recipe, source)
+        spec.recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
+        _word_vectors(config, spec.recipe, source)
         if spec.max_length > config.model.get("max_positions", spec.max_length):
             raise SesameError(f"--max-length {spec.max_length} exceeds the model's {config.model['max_positions']} "
                               "positions")
@@ -78,6 +78,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         torch.manual_seed(cfg.seed)
         model = job.build(build_backbone(config), len(labels), config.pooling, spec.dropout)
         recipe = Recipe(**config.recipe)
+        techniques = recipe.techniques()
         coverage = {}
         if not spec.resume:
             if not source.scratch:
@@ -85,11 +86,9 @@ def finetune(spec: FinetuneSpec) -> dict:
             if recipe.vectors:
                 coverage["vectors_coverage"] = _embed_vectors(model.backbone, recipe.vectors, tok)
         recipes.freeze_features(model.backbone)
-        trainable = recipes.train_only(model, model.backbone, recipe.frozen) if recipe.frozen else \
-            sum(p.numel() for p in model.parameters() if p.requires_grad)
-        if recipe.lm_weight:
-            add_auxiliary_lm(model, recipe.lm_weight)
-        trainer = _trainer(run, spec, cfg, model, data, tok, recipe, started)
+        techniques.prepare(model)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        trainer = _trainer(run, spec, cfg, model, data, tok, techniques, started)
         metrics = trainer.fit(resume=spec.resume)
         if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config.task_options["null_threshold"] = metrics["null_threshold"]
@@ -109,8 +108,9 @@ class _Data:
 
 
 def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
-             recipe: Recipe, started: float) -> Trainer:
-    """The trainer over length-bucketed batches of the training features, evaluating on dev after every epoch."""
+             techniques: Techniques, started: float) -> Trainer:
+    """The trainer over length-bucketed batches of the training features, evaluating on dev after every epoch,
+    with the recipe's parameter groups, per-step actions and loss counts."""
     job, labels = data.job, data.labels
     causal = model.backbone.config.causal
     train_features = job.features(data.train, tok, spec.max_length, labels, causal)
@@ -126,9 +126,8 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
         per_micro = math.ceil(len(mine) / cfg.accumulate)
         micro = [job.collate([train_features[i] for i in mine[j: j + per_micro]], tok.specials.pad)
                  for j in range(0, len(mine), per_micro)]
-        if recipe.lm_weight:
-            for batch in micro:
-                batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
+        for batch in micro:
+            techniques.count(batch)
         return micro
 
     batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
@@ -141,12 +140,9 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
         return {k: v for k, v in job.score(data.dev, dev_features, outputs, labels).items()
                 if isinstance(v, (int, float))}
 
-    groups = recipes.layer_groups(model, model.backbone)
-    rates = recipes.discriminative_param_groups(groups, cfg.lr, cfg.weight_decay, recipe.discriminative)
-    unfreeze = (lambda step: recipes.gradual_unfreezing(groups, step // per_epoch)) if recipe.gradual_unfreezing \
-        else None
     return Trainer(model, run, cfg, batches, select=data.select, started=started, progress=spec.progress,
-                   param_groups=rates if recipe.discriminative != 1 else None, before_step=unfreeze,
+                   param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
+                   before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch),
                    evaluate=evaluate_dev)
 
 
@@ -178,29 +174,19 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
     return config, load_tokenizer(base_dir, "--from")
 
 
-def _configure(config: RunConfig, recipe: Recipe, source: Source) -> None:
-    """What the recipe changes in the task model's configuration before it is built: adapters and a scalar mix
-    in a Transformer, no dropout in frozen features, a word embedding as wide as ``recipe.vectors``."""
-    model = config.model
-    takes = {f.name for f in fields(model_config_object(model))}
-    if "adapter_size" in takes:
-        model.update(adapter_size=recipe.adapters, scalar_mix=recipe.features)
-    elif recipe.adapters or recipe.features:
-        raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and --from {source.given} is a "
-                          f"{config.family} model (ELMo and CoVe runs are read as frozen features already)")
-    if recipe.features:
-        model["dropout"] = 0.0  # frozen features are computed as at inference
-    if recipe.lm_weight:
-        check_auxiliary_lm(model_config_object(model))
-    if recipe.vectors:
-        fam: Family | None = FAMILIES.get(config.family)
-        if fam is None or not fam.word_vectors or not (source.scratch or fam.feature_extractor):
-            if fam is not None and fam.feature_extractor:
-                raise SesameError(f"--vectors {recipe.vectors}: a {fam.name} task model reads the extractor's own word "
-                                  f"vectors; give the vectors to `sesame {fam.command} --vectors` instead")
-            raise SesameError(f"--vectors {recipe.vectors}: initialises the word embedding of a new recurrent task "
-                              "model; use it with --from scratch:lstm|gru|bilstm:SIZE or an elmo run")
-        model["embedding_size"] = load_vectors(recipe.vectors).dim
+def _word_vectors(config: RunConfig, recipe: Recipe, source: Source) -> None:
+    """A new recurrent task model's word embedding made as wide as ``recipe.vectors`` (GloVe/word2vec text),
+    which it starts from (:func:`_embed_vectors`); refused for models whose embedding is already trained."""
+    if not recipe.vectors:
+        return
+    fam: Family | None = FAMILIES.get(config.family)
+    if fam is None or not fam.word_vectors or not (source.scratch or fam.feature_extractor):
+        if fam is not None and fam.feature_extractor:
+            raise SesameError(f"--vectors {recipe.vectors}: a {fam.name} task model reads the extractor's own word "
+                              f"vectors; give the vectors to `sesame {fam.command} --vectors` instead")
+        raise SesameError(f"--vectors {recipe.vectors}: initialises the word embedding of a new recurrent task "
+                          "model; use it with --from scratch:lstm|gru|bilstm:SIZE or an elmo run")
+    config.model["embedding_size"] = load_vectors(recipe.vectors).dim
 
 
 def load_pretrained(model: TaskModel, run: Path) -> None:

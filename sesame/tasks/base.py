@@ -22,7 +22,6 @@ from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer
-from ..objectives.projection import linear_cross_entropy
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 
@@ -138,53 +137,6 @@ def make_task(name: str, options: dict | None = None) -> Task:
         raise SesameError(f"{', '.join(unknown)}: not an option of --task {name} (it takes: "
                           f"{', '.join(sorted(known)) or 'nothing'})")
     return cls(**given)
-
-
-def add_auxiliary_lm(model: TaskModel, weight: float) -> None:
-    """GPT's auxiliary objective while fine-tuning (Radford et al. 2018, §3.2, eq. 5): L = L_task + λ·L_LM,
-    with L_LM the next-token loss on the task's own inputs through the backbone's tied embeddings (its
-    LM head), computed from the same forward pass as the task loss. The model's training forward then
-    returns ``{"loss": task, "lm": lm}``; each batch must count the LM's terms in ``counts["lm"]``
-    (the :func:`next_tokens` positions). The LM reads the first backbone call of a forward and the batch's ``ids``
-    and ``padding``, which every task model passes to it first."""
-    check_auxiliary_lm(model.backbone.config)
-    first: list[torch.Tensor] = []
-
-    def keep_hidden(backbone: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        if backbone.training and not first:
-            first.append(output)
-
-    def forget(module: nn.Module, args: tuple) -> None:
-        first.clear()
-
-    def add_lm(module: nn.Module, args: tuple, task_loss: torch.Tensor) -> torch.Tensor | dict:
-        if not module.training:
-            return task_loss
-        batch, hidden = args[0], first.pop()
-        real = next_tokens(batch["padding"])
-        lm = linear_cross_entropy(hidden[:, :-1][real], model.backbone.embed.tokens.weight, batch["ids"][:, 1:][real])
-        return {"loss": task_loss, "lm": lm}
-
-    model.backbone.register_forward_hook(keep_hidden)
-    model.register_forward_pre_hook(forget)
-    model.register_forward_hook(add_lm)
-    model.part_names, model.part_weights = ("loss", "lm"), {"lm": weight}
-
-
-def check_auxiliary_lm(config) -> None:
-    """Fail unless a backbone (its config object) can carry GPT's auxiliary LM: causal, its output as wide as
-    its embedding, which is the LM head."""
-    if not config.causal:
-        raise SesameError("--lm-weight: the auxiliary LM needs a causal backbone whose LM head is its tied "
-                          "embedding (gpt, gpt2, ulmfit)")
-    if config.embedding_width != config.hidden:
-        raise SesameError("--lm-weight: the backbone's embedding width differs from its hidden size (an untied "
-                          "model has no LM head)")
-
-
-def next_tokens(padding: torch.Tensor) -> torch.Tensor:
-    """Where a padded batch predicts a next token: positions t < W − 1 whose token and successor are real."""
-    return padding[:, 1:] & padding[:, :-1]
 
 
 def label_vocabulary(labels: Iterable[str], path: str, column: str) -> list[str]:

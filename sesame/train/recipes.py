@@ -1,7 +1,11 @@
-"""Fine-tuning recipes: which parameters move and how fast. ULMFiT's (Howard & Ruder 2018, §3.2) over
-a model's layer groups: discriminative learning rates and gradual unfreezing; and training only
-adapters (Houlsby et al. 2019) or only a scalar mix over frozen features (ELMo). Slanted triangular
-rates live with the other schedules, in :mod:`sesame.train.optim`.
+"""Fine-tuning recipes: which parameters move and how fast.
+
+:class:`Recipe` holds the settings (a fine-tuned run's config.json ``recipe``) and builds the
+:class:`Technique` objects the fine-tuning pipeline drives without knowing which they are: ULMFiT's
+discriminative rates and gradual unfreezing (Howard & Ruder 2018, §3.2) over a model's layer groups;
+training only adapters (Houlsby et al. 2019, §2.1) or only a scalar mix over frozen features (Peters et
+al. 2018, eq. 1); GPT's auxiliary LM loss (Radford et al. 2018, eq. 5, :mod:`sesame.train.auxiliary_lm`).
+Slanted triangular rates live with the other schedules, in :mod:`sesame.train.optim`.
 
 Layer groups run bottom to top: the backbone's embeddings, one group per Transformer or recurrent
 layer, then the task head. Frozen parameters stay in the optimizer's groups; AdamW skips a parameter whose ``.grad``
@@ -9,14 +13,16 @@ is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from torch import nn
 
 from ..errors import SesameError
-from ..options import option
-
+from ..models import model_config
 from ..models.transformer import Adapter, ScalarMix
+from ..options import option
+from .auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
+from .trainer import Batch, loss_counts
 
 
 @dataclass(kw_only=True)
@@ -52,10 +58,153 @@ class Recipe:
         if self.lm_weight < 0:
             raise SesameError(f"--lm-weight {self.lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
 
-    @property
-    def frozen(self) -> str | None:
-        """What alone trains besides the head: ``adapters``, ``features`` (a scalar mix), or None (everything)."""
-        return "adapters" if self.adapters else "features" if self.features else None
+    def techniques(self) -> Techniques:
+        """The techniques these settings switch on, driven as one. ``vectors`` is none: it chooses where the
+        word embedding starts, not what trains, and stays with the pipeline's starting point."""
+        parts: list[Technique] = []
+        if self.discriminative != 1:
+            parts.append(Discriminative(factor=self.discriminative))
+        if self.gradual_unfreezing:
+            parts.append(GradualUnfreezing())
+        if self.adapters:
+            parts.append(Adapters(size=self.adapters))
+        if self.features:
+            parts.append(Features())
+        if self.lm_weight:
+            parts.append(AuxiliaryLM(weight=self.lm_weight))
+        return Techniques(parts)
+
+
+class Technique:
+    """One technique of a fine-tuning recipe. The fine-tuning pipeline calls every hook of every technique at
+    its moment, knowing none by name; a hook a technique does not need does nothing."""
+
+    def configure(self, model: dict, *, source: str) -> None:
+        """Before the task model is built: change its backbone configuration ``model`` (config.json's
+        ``model``, so a run rebuilds with what a technique adds); ``source`` names the starting model in errors."""
+
+    def prepare(self, model: nn.Module) -> None:
+        """After the task model's weights load: choose which of its parameters train; add losses."""
+
+    def param_groups(self, model: nn.Module, *, lr: float, weight_decay: float) -> list[dict] | None:
+        """AdamW's parameter groups, or None for its default two (:func:`sesame.train.optim.adamw`)."""
+        return None
+
+    def before_step(self, *, step: int, epoch: int) -> None:
+        """Before optimizer step ``step``, in epoch ``epoch`` (both from 0)."""
+
+    def count(self, batch: Batch) -> None:
+        """Count the terms of the losses this technique adds in ``batch["counts"]``."""
+
+
+@dataclass
+class Techniques(Technique):
+    """A recipe's techniques as one: each hook calls theirs in order; the first parameter groups given win
+    (:meth:`Recipe.validate` lets at most one technique give them)."""
+    parts: list[Technique] = field(default_factory=list)
+
+    def configure(self, model: dict, *, source: str) -> None:
+        """Also switches off the backbone additions of the run fine-tuned from (a fine-tuned run's adapters)."""
+        if _carries_additions(model):
+            model.update(ADDITIONS)
+        for part in self.parts:
+            part.configure(model, source=source)
+
+    def prepare(self, model: nn.Module) -> None:
+        for part in self.parts:
+            part.prepare(model)
+
+    def param_groups(self, model: nn.Module, *, lr: float, weight_decay: float) -> list[dict] | None:
+        given = (part.param_groups(model, lr=lr, weight_decay=weight_decay) for part in self.parts)
+        return next((groups for groups in given if groups is not None), None)
+
+    def before_step(self, *, step: int, epoch: int) -> None:
+        for part in self.parts:
+            part.before_step(step=step, epoch=epoch)
+
+    def count(self, batch: Batch) -> None:
+        for part in self.parts:
+            part.count(batch)
+
+
+# what techniques add to a backbone's configuration (a Transformer's), switched off
+ADDITIONS = {"adapter_size": None, "scalar_mix": False}
+
+
+def _carries_additions(model: dict) -> bool:
+    """Whether the backbone configuration ``model`` (a dict) has every field of :data:`ADDITIONS`."""
+    return set(ADDITIONS) <= {f.name for f in fields(model_config(model))}
+
+
+def _add(model: dict, name: str, value: object, source: str) -> None:
+    """Record the backbone addition ``name`` = ``value`` in ``model``, refusing a backbone without additions."""
+    if not _carries_additions(model):
+        raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and {source} (ELMo and "
+                          "CoVe runs are read as frozen features already)")
+    model[name] = value
+
+
+@dataclass(kw_only=True)
+class Discriminative(Technique):
+    """ULMFiT's discriminative fine-tuning (Howard & Ruder 2018, §3.2, eq. 2): each layer group trains at the
+    rate of the group above divided by ``factor``."""
+    factor: float
+
+    def param_groups(self, model: nn.Module, *, lr: float, weight_decay: float) -> list[dict]:
+        return discriminative_param_groups(layer_groups(model, model.backbone), lr, weight_decay, self.factor)
+
+
+@dataclass
+class GradualUnfreezing(Technique):
+    """ULMFiT's gradual unfreezing (Howard & Ruder 2018, §3.2): the head alone in the first epoch, then one
+    more layer group each epoch."""
+    groups: list[list[nn.Parameter]] = field(default_factory=list, repr=False)
+
+    def prepare(self, model: nn.Module) -> None:
+        self.groups = layer_groups(model, model.backbone)
+
+    def before_step(self, *, step: int, epoch: int) -> None:
+        gradual_unfreezing(self.groups, epoch)
+
+
+@dataclass(kw_only=True)
+class Adapters(Technique):
+    """Houlsby et al. (2019, §2.1): a bottleneck adapter of width ``size`` after every attention and
+    feed-forward sublayer; only the adapters, the LayerNorms and the task head train."""
+    size: int
+
+    def configure(self, model: dict, *, source: str) -> None:
+        _add(model, "adapter_size", self.size, source)
+
+    def prepare(self, model: nn.Module) -> None:
+        train_only(model, model.backbone, "adapters")
+
+
+class Features(Technique):
+    """ELMo-style frozen features (Peters et al. 2018, §3.3, eq. 1): the backbone frozen and run without
+    dropout, as at inference; only a scalar mix of its layers and the task head train."""
+
+    def configure(self, model: dict, *, source: str) -> None:
+        _add(model, "scalar_mix", True, source)
+        model["dropout"] = 0.0
+
+    def prepare(self, model: nn.Module) -> None:
+        train_only(model, model.backbone, "features")
+
+
+@dataclass(kw_only=True)
+class AuxiliaryLM(Technique):
+    """GPT's auxiliary LM loss, weighted ``weight`` (λ; Radford et al. 2018, §3.2, eq. 5)."""
+    weight: float
+
+    def configure(self, model: dict, *, source: str) -> None:
+        check_auxiliary_lm(model_config(model))
+
+    def prepare(self, model: nn.Module) -> None:
+        add_auxiliary_lm(model, self.weight)
+
+    def count(self, batch: Batch) -> None:
+        batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
 
 
 def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Parameter]]:
