@@ -187,7 +187,7 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), max_steps=2, **common)
     sesame.pretrain([str(tmp_path / "target.txt")], str(tmp_path / "target"), max_steps=1, lr=1e-12,
                     base=str(tmp_path / "lm"), **common)
-    old, new = (sesame.rundir.load_tokenizer(tmp_path / run) for run in ("lm", "target"))
+    old, new = (load_tokenizer(tmp_path / run) for run in ("lm", "target"))
     added = sorted(set(new.backend.get_vocab()) - set(old.backend.get_vocab()))
     assert added == ["again", "crew", "late", "plane", "rude", "was"]  # "once" is seen once: still <unk>
     assert all(new.backend.token_to_id(w) == i for w, i in old.backend.get_vocab().items())  # old ids kept
