@@ -12,9 +12,9 @@ import signal
 
 import pytest
 
-import sesame.compare as compare_module
+import sesame.apps.compare as compare_module
 from sesame import api
-from sesame.compare import (COLUMNS, Task, _prior_training, _scratch_twins, add_parser, compare, parse_approach, run,
+from sesame.apps.compare import (COLUMNS, Task, _prior_training, _scratch_twins, add_parser, compare, parse_approach, run,
                             tfidf_baseline)
 from sesame.errors import SesameError
 from sesame.families import FAMILIES

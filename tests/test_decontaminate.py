@@ -4,7 +4,7 @@ import json
 import pytest
 
 from sesame.cli import main
-from sesame.decontaminate import decontaminate, normalize, read_eval
+from sesame.apps.decontaminate import decontaminate, normalize, read_eval
 from sesame.errors import SesameError
 
 WORDS = [f"w{i}" for i in range(30)]

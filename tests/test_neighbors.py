@@ -8,7 +8,7 @@ import torch
 from sesame import pretrain
 from sesame.cli import main
 from sesame.errors import SesameError
-from sesame.neighbors import (contextual_vectors, find_occurrences, format_neighbors, neighbors, spherical_kmeans,
+from sesame.apps.neighbors import (contextual_vectors, find_occurrences, format_neighbors, neighbors, spherical_kmeans,
                               static_neighbors)
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tokenizer import train_tokenizer

@@ -15,7 +15,7 @@ from sesame.objectives import build_objective
 from sesame.objectives.clm import AwdLM, bptt_length
 from sesame.tokenizer import SpecialIds
 from sesame.train import Interrupted, Trainer
-from sesame.ulmfit import STAGES, ulmfit
+from sesame.apps.ulmfit import STAGES, ulmfit
 
 from .conftest import sentences
 

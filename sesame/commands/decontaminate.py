@@ -23,7 +23,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..decontaminate import decontaminate, format_report
+    from ..apps.decontaminate import decontaminate, format_report
 
     report = decontaminate(args.corpus, args.eval, args.n, args.out_corpus, args.text_field, args.show, progress)
     print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))

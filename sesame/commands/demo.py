@@ -13,6 +13,6 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ..demo import run_demo
+    from ..apps.demo import run_demo
 
     run_demo(Path(args.out), seed=args.seed, progress=not args.no_progress)

@@ -24,7 +24,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..interop import resolve
-    from ..neighbors import format_neighbors, neighbors
+    from ..apps.neighbors import format_neighbors, neighbors
 
     with resolve(args.model, "--model") as run:
         result = neighbors(run, args.word, args.corpus, args.forms.split(","), args.k, args.layer, args.clusters,

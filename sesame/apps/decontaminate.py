@@ -26,10 +26,10 @@ from typing import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from .data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_sources
-from .data.labeled import FORMATS, json_object, read_fields, read_text
-from .errors import SesameError
-from .train.checkpoint import temporary_dir
+from ..data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_sources
+from ..data.labeled import FORMATS, json_object, read_fields, read_text
+from ..errors import SesameError
+from ..train.checkpoint import temporary_dir
 
 _NON_WORD = re.compile(r"[\W_]+")
 EVAL_HELP = ("PATH[:COLUMN[,COLUMN2]]: a .csv/.tsv/.jsonl file and its text column(s) (numbers for a "
@@ -77,7 +77,7 @@ def read_eval(spec: str) -> EvalSet:
         rows = read_fields(path, {c: (c, f"--eval {spec}") for c in columns})
         return EvalSet(spec, [f"line {r['line']}" for r in rows], [[r[c] for c in columns] for r in rows])
     if suffix == ".json":
-        from .tasks.span_qa import SpanQA
+        from ..tasks.span_qa import SpanQA
 
         if columns:
             raise SesameError(f"--eval {spec}: a SQuAD file is read whole (question + context); "
@@ -87,7 +87,7 @@ def read_eval(spec: str) -> EvalSet:
         return EvalSet(spec, [e["id"] for e in examples], [[e["question"], e["context"]] for e in examples])
     reading = columns[0] if len(columns) == 1 else "lines" if not columns else ""
     if suffix in TEXT_SUFFIXES and reading == "conll":
-        from .tasks.tag import Tag
+        from ..tasks.tag import Tag
 
         examples = Tag().read(str(path), labeled=False)
         return EvalSet(spec, [f"line {e['line']}" for e in examples], [[e["text"]] for e in examples])

@@ -27,10 +27,10 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .data.corpus import decoded_lines
-from .errors import SesameError
-from .rundir import load_backbone, load_tokenizer
-from .tokenizer import TextTokenizer
+from ..data.corpus import decoded_lines
+from ..errors import SesameError
+from ..rundir import load_backbone, load_tokenizer
+from ..tokenizer import TextTokenizer
 
 WORD = re.compile(r"\w+(?:['-]\w+)*")
 BATCH = 32

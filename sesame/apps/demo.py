@@ -20,7 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .api import finetune, pretrain
+from ..api import finetune, pretrain
 
 ONSETS = ["bl", "cr", "d", "f", "gl", "j", "k", "m", "pl", "qu", "r", "sn", "st", "tr", "v", "z", "w", "br"]
 VOWELS = ["a", "e", "i", "o", "u", "oo", "ee", "ai"]

@@ -34,20 +34,20 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import api
-from .data.corpus import resolve_sources
-from .errors import SesameError
-from .families import Family, backbone_config, get_family, get_size
-from .interop.sources import MINILM, minilm_dir, transformers_config
-from .metrics import classification_report
-from .tasks import POOLINGS, make_task
-from .options import defaults as option_defaults
-from .rundir import read_config
-from .sources import resolve_source
-from .specs import FinetuneSpec, PretrainSpec, RunConfig
-from .train import Interrupted, TrainConfig
-from .train.recipes import Recipe
-from .train.checkpoint import checkpoint_dir, read_json, write_json
+from ... import api
+from ...data.corpus import resolve_sources
+from ...errors import SesameError
+from ...families import Family, backbone_config, get_family, get_size
+from ...interop.sources import MINILM, minilm_dir, transformers_config
+from ...metrics import classification_report
+from ...tasks import POOLINGS, make_task
+from ...options import defaults as option_defaults
+from ...rundir import read_config
+from ...sources import resolve_source
+from ...specs import FinetuneSpec, PretrainSpec, RunConfig
+from ...train import Interrupted, TrainConfig
+from ...train.recipes import Recipe
+from ...train.checkpoint import checkpoint_dir, read_json, write_json
 
 RECORD = "compare.json"
 NO_STEP_CAP = 10**9  # the time budget ends pre-training, not a step count

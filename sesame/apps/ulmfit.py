@@ -37,15 +37,15 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import api
+from .. import api
 from .compare import NO_STEP_CAP, Task, check_task, duration, run_cell, trainer_state
-from .data.shards import Shards, prepare_corpus
-from .errors import SesameError
-from .families import get_family, get_size
-from .objectives import OBJECTIVES
-from .rundir import load_tokenizer, read_config
-from .tokenizer import extend_words
-from .train.checkpoint import checkpoint_dir, read_json, write_json
+from ..data.shards import Shards, prepare_corpus
+from ..errors import SesameError
+from ..families import get_family, get_size
+from ..objectives import OBJECTIVES
+from ..rundir import load_tokenizer, read_config
+from ..tokenizer import extend_words
+from ..train.checkpoint import checkpoint_dir, read_json, write_json
 
 FAMILY = "ulmfit"
 DISCRIMINATIVE = 2.6  # §3.2: η^{l−1} = η^l / 2.6
