@@ -14,8 +14,8 @@ import pytest
 
 import sesame.apps.compare as compare_module
 from sesame import api
-from sesame.apps.compare import (COLUMNS, Task, _prior_training, _scratch_twins, add_parser, compare, parse_approach, run,
-                            tfidf_baseline)
+from sesame.apps.compare import (COLUMNS, CompareTask, _prior_training, _scratch_twins, add_parser, compare,
+                                 parse_approach, run, tfidf_baseline)
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.train import Interrupted, Trainer
@@ -187,7 +187,7 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
 
 def test_tfidf_baseline_beats_chance(labeled):
     train, dev = labeled
-    result = tfidf_baseline(Task("animals", str(train), str(dev)))
+    result = tfidf_baseline(CompareTask("animals", str(train), str(dev)))
     dev_labels = [line.rsplit(",", 1)[1] for line in dev.read_text().splitlines()[1:]]
     majority = max(dev_labels.count(label) for label in set(dev_labels)) / len(dev_labels)
     assert result["dev"]["accuracy"] >= max(0.85, majority + 0.1)
@@ -196,10 +196,11 @@ def test_tfidf_baseline_beats_chance(labeled):
 
 
 def test_tfidf_baseline_reads_pairs_through_what_they_share(data):
-    pairs = Task("pairs", str(data / "pairs-train.tsv"), str(data / "pairs-dev.tsv"), "sentence1", "label", "sentence2")
+    pairs = CompareTask("pairs", str(data / "pairs-train.tsv"), str(data / "pairs-dev.tsv"), "sentence1", "label",
+                        "sentence2")
     result = tfidf_baseline(pairs)
     assert result["dev"]["accuracy"] >= 0.75  # half the pairs name the same animal: chance is 0.5
-    alone = tfidf_baseline(Task("first", pairs.train, pairs.dev, "sentence1", "label"))
+    alone = tfidf_baseline(CompareTask("first", pairs.train, pairs.dev, "sentence1", "label"))
     assert alone["dev"]["accuracy"] < 0.65  # the first text alone says nothing about the label
 
 
@@ -279,7 +280,8 @@ def test_fine_tuning_options_precedence():
     common = {"epochs": 2, "lr": 1e-3, "batch_size": 16, "max_length": 32, "seed": 0}
     family = FAMILIES["lstm"].finetune
     assert family["lr"] != common["lr"]
-    plain, mine = Task("plain", "train.csv", "dev.csv"), Task("mine", "train.csv", "dev.csv", options={"lr": 0.05})
+    plain = CompareTask("plain", "train.csv", "dev.csv")
+    mine = CompareTask("mine", "train.csv", "dev.csv", options={"lr": 0.05})
     assert parse_approach("gpt:tiny").fine_tuning(common, plain) == common
     lstm = parse_approach("lstm:tiny:finetune.warmup=0.2:finetune.gradual_unfreezing=true")
     assert lstm.kind == "baseline" and not lstm.pretrains and not lstm.has_twin

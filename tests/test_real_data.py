@@ -69,7 +69,7 @@ def test_compare_reads_the_built_in_pair_tasks(data):
     from sesame.apps.compare import resolve_tasks
 
     rte, mrpc = resolve_tasks(["rte:epochs=1", "mrpc"], str(data), {"epochs": 3})
-    assert (rte.kind, rte.options, mrpc.kind, mrpc.options) == ("pair", {"epochs": 1}, "pair", {})
+    assert (rte.task, rte.options, mrpc.task, mrpc.options) == ("pair", {"epochs": 1}, "pair", {})
     rows = rte.read(rte.dev)
     assert len(rows) == 249 and {r["label"] for r in rows} == {"entailment", "not_entailment"}
     assert all(r["text"] and r["pair"] for r in rows + mrpc.read(mrpc.dev))

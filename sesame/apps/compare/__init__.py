@@ -27,12 +27,11 @@ import inspect
 import json
 import re
 import shlex
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ... import api
 from ...data.corpus import resolve_sources
@@ -40,17 +39,16 @@ from ...errors import SesameError
 from ...families import Family, backbone_config, get_family, get_size
 from ...interop.sources import MINILM, minilm_dir, transformers_config
 from ...metrics import classification_report
-from ...tasks import POOLINGS, make_task
+from ...tasks import POOLINGS
 from ...options import defaults as option_defaults
+from ...pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, trainer_state
 from ...rundir import read_config
 from ...sources import resolve_source
 from ...specs import FinetuneSpec, PretrainSpec, RunConfig
-from ...train import Interrupted, TrainConfig
+from ...train import TrainConfig
 from ...train.recipes import Recipe
-from ...train.checkpoint import checkpoint_dir, read_json, write_json
+from ...train.checkpoint import checkpoint_dir, write_json
 
-RECORD = "compare.json"
-NO_STEP_CAP = 10**9  # the time budget ends pre-training, not a step count
 C_GRID = (0.25, 1.0, 4.0, 16.0)  # logistic regression's inverse regularisation, picked on dev
 SHORTCUTS = {  # name: the task's files (relative to --data) and columns
     "airline": {"train": "airline/train.csv", "dev": "airline/dev.csv", "text_column": "text",
@@ -119,7 +117,7 @@ class Approach:
         """The run it fine-tunes: its ``from=`` run, or its directory under ``pretrained``."""
         return Path(self.base) if self.base else pretrained / self.slug
 
-    def fine_tuning(self, common: dict, task: "Task") -> dict:
+    def fine_tuning(self, common: dict, task: "CompareTask") -> dict:
         """Its fine-tuning options on ``task``: the command's ``common`` ones < the family's defaults
         (``Family.finetune``) < the task's own < the approach's ``finetune.KEY=VALUE`` items."""
         return {**common, **get_family(self.family).finetune, **task.options, **self.finetune}
@@ -131,29 +129,10 @@ def _slug(name: str) -> str:
 
 
 @dataclass
-class Task:
-    """A labeled train/dev pair of files: text (or, with ``pair_column``, text-pair) classification.
-    ``options`` are the fine-tuning settings (of ``FINETUNE_OPTIONS``) this task sets for itself."""
-    name: str
-    train: str
-    dev: str
-    text_column: str = "text"
-    label_column: str = "label"
-    pair_column: str | None = None
+class CompareTask(LabeledFiles):
+    """A task of the comparison: its labeled files, and ``options``, the fine-tuning settings (of
+    ``FINETUNE_OPTIONS``) it sets for itself."""
     options: dict = field(default_factory=dict)
-
-    @property
-    def kind(self) -> str:
-        return "pair" if self.pair_column else "classify"
-
-    @property
-    def columns(self) -> dict:
-        return {"text_column": self.text_column, "label_column": self.label_column,
-                **({"pair_column": self.pair_column} if self.pair_column else {})}
-
-    def read(self, path: str) -> list[dict]:
-        """The rows of ``path``: ``text``, ``label`` and, for pairs, ``pair``."""
-        return make_task(self.kind, self.columns).read(path)
 
 
 def _recipe_defaults() -> dict:
@@ -303,7 +282,7 @@ def parse_approach(spec: str) -> Approach:
     return approach
 
 
-def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None) -> list[Task]:
+def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None) -> list[CompareTask]:
     """Tasks from ``NAME[:KEY=VALUE...]`` specs. NAME is built in (resolved against ``data``) or a JSON file
     holding one task object or a list of them: ``{"name", "train", "dev", "text_column", "label_column",
     "pair_column"}`` and optionally fine-tuning settings, paths relative to the file. KEY=VALUE items set a
@@ -319,7 +298,7 @@ def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None)
                 raise SesameError(f"--tasks {spec}: {item!r} should be KEY=VALUE with KEY one of "
                                   f"{', '.join(FINETUNE_OPTIONS)}, each once, e.g. sst2:epochs=1")
             options[key] = _typed(f"--tasks {spec}", key, text, defaults.get(key))
-        tasks += [Task(**{**asdict(task), "options": {**task.options, **options}}) for task in _named_tasks(name, data)]
+        tasks += [CompareTask(**{**asdict(task), "options": {**task.options, **options}}) for task in _named_tasks(name, data)]
     for task in tasks:
         task.options = {k: _checked(f"--tasks (task {task.name})", k, v, defaults.get(k))
                         for k, v in task.options.items()}
@@ -332,11 +311,11 @@ def resolve_tasks(specs: Sequence[str], data: str, defaults: dict | None = None)
     return tasks
 
 
-def _named_tasks(spec: str, data: str) -> list[Task]:
+def _named_tasks(spec: str, data: str) -> list[CompareTask]:
     """The built-in task ``spec`` or the tasks of the JSON file ``spec``."""
     if spec in SHORTCUTS:
         files = {k: str(Path(data) / SHORTCUTS[spec][k]) for k in ("train", "dev")}
-        return [Task(spec, **{**SHORTCUTS[spec], **files})]
+        return [CompareTask(spec, **{**SHORTCUTS[spec], **files})]
     path = Path(spec)
     if not path.is_file():
         raise SesameError(f"--tasks {spec}: neither a built-in task ({', '.join(SHORTCUTS)}) nor a JSON task "
@@ -346,7 +325,7 @@ def _named_tasks(spec: str, data: str) -> list[Task]:
         entries = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise SesameError(f"--tasks {spec}: not valid JSON ({err})") from None
-    names = {f.name for f in fields(Task)} - {"options"}
+    names = {f.name for f in fields(CompareTask)} - {"options"}
     tasks = []
     for entry in entries if isinstance(entries, list) else [entries]:
         if not isinstance(entry, dict) or not {"name", "train", "dev"} <= set(entry) or \
@@ -354,23 +333,18 @@ def _named_tasks(spec: str, data: str) -> list[Task]:
             raise SesameError(f"--tasks {spec}: each task is an object with name, train, dev and optionally "
                               f"text_column, label_column, pair_column, {', '.join(FINETUNE_OPTIONS)}")
         relative = {k: str(path.parent / entry[k]) for k in ("train", "dev")}
-        tasks.append(Task(**{k: v for k, v in {**entry, **relative}.items() if k in names},
+        tasks.append(CompareTask(**{k: v for k, v in {**entry, **relative}.items() if k in names},
                           options={k: entry[k] for k in FINETUNE_OPTIONS if k in entry}))
     return tasks
 
 
-def check_task(task: Task) -> None:
+def check_task(task: CompareTask) -> None:
     """Read both files now, so a bad column or label fails before any training."""
     hint = f" (task {task.name}; check --data)" if task.name in SHORTCUTS else f" (task {task.name})"
     for path in (task.train, task.dev):
         if not Path(path).is_file():
             raise SesameError(f"--tasks: {path}: no such file{hint}")
-    train = {row["label"] for row in task.read(task.train)}
-    dev = {row["label"] for row in task.read(task.dev)}
-    if len(train) < 2:
-        raise SesameError(f"{task.train}: column {task.label_column!r} has only one label; a classifier needs two")
-    if dev - train:
-        raise SesameError(f"{task.dev}: labels {sorted(dev - train)[:5]} never occur in {task.train}")
+    task.check_labels()
 
 
 # -- cells -----------------------------------------------------------------------------------------
@@ -380,37 +354,6 @@ def _say(where: str, name: str, record: dict, reused: bool) -> None:
             else f"{record['steps']:,} steps, {record['tokens']:,} tokens")
     print(f"{where:<10} {name:<36} {what} in {duration(record['seconds'])}{'  (reused)' if reused else ''}",
           file=sys.stderr, flush=True)
-
-
-def run_cell(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict, bool]:
-    """(record, reused): the record of a finished cell made with ``settings``, or of ``work(resume)`` run now.
-
-    An unfinished cell resumes when it holds a run with a checkpoint; otherwise it starts afresh.
-    """
-    settings = json.loads(json.dumps(settings))
-    if (run / RECORD).is_file():
-        record = read_json(run / RECORD)
-        changed = sorted(k for k in settings.keys() | record["settings"].keys()
-                         if settings.get(k) != record["settings"].get(k))
-        if changed:
-            raise SesameError(f"{run}: made with other settings ({', '.join(changed)}); choose another --out, "
-                              f"or delete {run} to redo it")
-        return record, True
-    resume = (run / "config.json").is_file() and checkpoint_dir(run) is not None
-    if not resume:
-        shutil.rmtree(run, ignore_errors=True)
-    try:
-        record = {"settings": settings, **work(resume)}
-    except Interrupted:
-        raise Interrupted(f"{run}: interrupted; it is saved, run the same command again to continue") from None
-    run.mkdir(parents=True, exist_ok=True)
-    write_json(run / RECORD, record)
-    return record, False
-
-
-def trainer_state(run: Path) -> dict:
-    """The trainer_state.json of ``run``'s last checkpoint (step, elapsed seconds, training config)."""
-    return read_json(checkpoint_dir(run) / "trainer_state.json")
 
 
 def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str] | None, minutes: float,
@@ -428,7 +371,7 @@ def _pretrain(approach: Approach, run: Path, corpus: list[str], valid: list[str]
 
     settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": minutes,
                 "max_steps": max_steps, "seed": seed}
-    return run_cell(run, settings, work)
+    return cached_stage(run, settings, work)
 
 
 def _prior_training(base: str) -> dict:
@@ -445,7 +388,7 @@ def _prior_training(base: str) -> dict:
         state = trainer_state(path)
         seconds += state["elapsed"]
         tokens = tokens + state["step"] * state["config"]["batch_size"] * config.seq_len \
-            if tokens is not None and "seq_len" in config else None
+            if tokens is not None and config.seq_len is not None else None
         path = Path(config.base) if config.base else None
     return {"seconds": round(seconds, 3), "tokens": tokens}
 
@@ -460,13 +403,13 @@ def _origin(base: str) -> dict:
             "fingerprint": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files}}
 
 
-def _finetune(base: str, run: Path, task: Task, origin: dict, options: dict, tokenizer: str | None,
+def _finetune(base: str, run: Path, task: CompareTask, origin: dict, options: dict, tokenizer: str | None,
               progress: bool, spec: str | None = None) -> tuple[dict, bool]:
     """Fine-tune ``base``; ``origin`` (the records it depends on) is part of the cell's settings. An error
     names the approach ``spec``, when given."""
     def work(resume: bool) -> dict:
         try:
-            dev = api.finetune(base, task.train, task.dev, str(run), task=task.kind, task_options=task.columns,
+            dev = api.finetune(base, task.train, task.dev, str(run), task=task.task, task_options=task.columns,
                                tokenizer=tokenizer, resume=resume, progress=progress, **options)
         except SesameError as err:
             raise SesameError(f"--approaches {spec} (task {task.name}): {err}" if spec else str(err)) from None
@@ -475,7 +418,7 @@ def _finetune(base: str, run: Path, task: Task, origin: dict, options: dict, tok
                 "seconds": round(trainer_state(run)["elapsed"], 3), "train": _scores(model.evaluate(task.train)),
                 "dev": _scores(dev)}
 
-    return run_cell(run, {"from": origin, "task": asdict(task), **options}, work)
+    return cached_stage(run, {"from": origin, "task": asdict(task), **options}, work)
 
 
 def _scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
@@ -504,7 +447,7 @@ def _scores(report: dict) -> dict:
     return {"accuracy": round(report["accuracy"], 6), "macro_f1": round(report["macro_f1"], 6)}
 
 
-def tfidf_baseline(task: Task, seed: int = 0) -> dict:
+def tfidf_baseline(task: CompareTask, seed: int = 0) -> dict:
     """TF-IDF word 1–2-grams and character 2–5-grams (within words) → logistic regression.
 
     A text pair (u, v) is represented as InferSent's (u, v, |u − v|, u ∗ v) (Conneau et al. 2017, §3.3),
@@ -598,7 +541,7 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
     scratch = _scratch_twins(plan, out / "pretrain")
     rows = []
 
-    def add(task: Task, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict,
+    def add(task: CompareTask, name: str, kind: str, slug: str, record: dict, reused: bool, pre: dict,
             **extra: object) -> None:
         rows.append({"task": task.name, "approach": name, "kind": kind, "parameters": record["parameters"],
                      "pretrain_seconds": pre["seconds"], "pretrain_tokens": pre["tokens"],
@@ -621,7 +564,7 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
                 f"scratch:{a.family}:{a.size}", out / task.name / _slug(name), task,
                 {"scratch": name, "tokenizer": origins[a.spec]}, tuned, str(a.run(out / "pretrain")), progress, name),
                 no_pretraining, twin_of=[a.spec, *(o.spec for o in others)], finetune=tuned)
-        add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *run_cell(
+        add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", *cached_stage(
             out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": seed},
             lambda resume: tfidf_baseline(task, seed)), no_pretraining)
     _write_results(out, rows, task_list, command, minutes, options)
@@ -629,10 +572,6 @@ def compare(approaches: Sequence[str], corpus: Sequence[str], tasks: Sequence[st
 
 
 # -- outputs ---------------------------------------------------------------------------------------
-
-def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
-
 
 def _count(n: int) -> str:
     for unit, name in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -673,7 +612,7 @@ def _own_settings(rows: list[dict], common: dict, shared: list[str]) -> str:
     return "; ".join(f"`{_short(name, shared)}` ({', '.join(diff)})" for name, diff in own if diff)
 
 
-def _write_results(out: Path, rows: list[dict], tasks: list[Task], command: str, minutes: float,
+def _write_results(out: Path, rows: list[dict], tasks: list[CompareTask], command: str, minutes: float,
                   options: dict) -> None:
     """results.json (command and rows), results.csv, results.md (a table per task) and results.png."""
     out.mkdir(parents=True, exist_ok=True)
