@@ -59,9 +59,9 @@ def test_glue_tsv_is_read_without_quote_handling(data, tmp_path):
 
 
 def test_the_demo_shows_transfer(tmp_path):
-    from sesame.apps.demo import run_demo
+    from sesame.apps.demo import DemoSpec, run_demo
 
-    result = run_demo(tmp_path / "demo", progress=False)
+    result = run_demo(DemoSpec(out=tmp_path / "demo", progress=False))
     assert result["pretrained_dev_accuracy"] >= result["scratch_dev_accuracy"] + 0.2
 
 
