@@ -10,7 +10,7 @@ Three kinds, one wrapper:
   classes ("dog." "dog!" "dog?" all share "dog"), and every byte is representable (no unknowns).
 * ``unigram``: SentencePiece's unigram LM (Kudo 2018) with metaspace pre-tokenisation.
 * ``word``: a word vocabulary (the recurrent families: ULMFiT, ELMo, CoVe, the LSTM baselines), the
-  ``vocab_size`` most frequent words split as :data:`sesame.wordvectors.WORD` splits them (so GloVe
+  ``vocab_size`` most frequent words split as :data:`sesame.data.vectors.WORD` splits them (so GloVe
   vectors line up); other words are ``<unk>`` (WikiText's literal ``<unk>`` included).
 
 Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
@@ -31,7 +31,7 @@ import torch
 from tokenizers import Encoding, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .errors import SesameError
-from .wordvectors import WORD
+from .data.vectors import WORD
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 SPECIAL_TOKENS: dict[str, dict[str, str]] = {

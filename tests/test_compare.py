@@ -2,7 +2,6 @@
 made elsewhere, per-approach fine-tuning options, bad input."""
 import argparse
 import csv
-import functools
 import hashlib
 import json
 import os
@@ -12,10 +11,11 @@ import signal
 
 import pytest
 
-import sesame.compare as compare_module
+import sesame.apps.compare as compare_module
 from sesame import api
-from sesame.compare import (COLUMNS, Task, _prior_training, _scratch_twins, add_parser, compare, parse_approach, run,
-                            tfidf_baseline)
+from sesame.apps.compare import COLUMNS, CompareSpec, CompareTask, parse_approach, tfidf_baseline
+from sesame.apps.compare.cells import prior_training, scratch_twins
+from sesame.commands.compare import add, run
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.train import Interrupted, Trainer
@@ -29,6 +29,10 @@ SETTINGS = dict(minutes=1, max_steps=3, epochs=2, lr=1e-3, batch_size=16, max_le
 BASELINES = ["scratch:gpt:tiny", "tf-idf + logistic regression"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread is fastest on a shared CPU
+
+
+def compare(approaches, corpus, tasks, out, **settings):
+    return compare_module.compare(CompareSpec(approaches=approaches, corpus=corpus, tasks=tasks, out=out, **settings))
 
 
 ANIMALS = ["otter", "heron", "lynx", "newt"]  # none of them in the sentences' words
@@ -123,7 +127,6 @@ def test_a_second_call_reuses_every_cell(done, data, monkeypatch, capsys):
     before = snapshot(out)
 
     for module, name in ((api, "pretrain"), (api, "finetune"), (compare_module, "tfidf_baseline")):
-        @functools.wraps(getattr(module, name))  # compare reads pretrain's signature
         def retrain(*args, **kwargs):
             raise AssertionError("a finished cell was run again")
         monkeypatch.setattr(module, name, retrain)
@@ -167,7 +170,6 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
     for name in ("pretrain", "finetune"):
         real = getattr(api, name)
 
-        @functools.wraps(real)  # compare reads pretrain's signature
         def spy(*a, _name=name, _real=real, **k):
             calls.append((_name, k["resume"]))
             return _real(*a, **k)
@@ -187,7 +189,7 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
 
 def test_tfidf_baseline_beats_chance(labeled):
     train, dev = labeled
-    result = tfidf_baseline(Task("animals", str(train), str(dev)))
+    result = tfidf_baseline(CompareTask("animals", str(train), str(dev)))
     dev_labels = [line.rsplit(",", 1)[1] for line in dev.read_text().splitlines()[1:]]
     majority = max(dev_labels.count(label) for label in set(dev_labels)) / len(dev_labels)
     assert result["dev"]["accuracy"] >= max(0.85, majority + 0.1)
@@ -196,10 +198,11 @@ def test_tfidf_baseline_beats_chance(labeled):
 
 
 def test_tfidf_baseline_reads_pairs_through_what_they_share(data):
-    pairs = Task("pairs", str(data / "pairs-train.tsv"), str(data / "pairs-dev.tsv"), "sentence1", "label", "sentence2")
+    pairs = CompareTask("pairs", str(data / "pairs-train.tsv"), str(data / "pairs-dev.tsv"), "sentence1", "label",
+                        "sentence2")
     result = tfidf_baseline(pairs)
     assert result["dev"]["accuracy"] >= 0.75  # half the pairs name the same animal: chance is 0.5
-    alone = tfidf_baseline(Task("first", pairs.train, pairs.dev, "sentence1", "label"))
+    alone = tfidf_baseline(CompareTask("first", pairs.train, pairs.dev, "sentence1", "label"))
     assert alone["dev"]["accuracy"] < 0.65  # the first text alone says nothing about the label
 
 
@@ -209,7 +212,7 @@ def test_one_scratch_twin_per_architecture_and_tokenizer(tmp_path):
     for a, tokenizer in zip(plan, ("wordpiece", "wordpiece", "wordpiece", "bpe", "wordpiece", "other")):
         (tmp_path / a.slug).mkdir()
         (tmp_path / a.slug / "tokenizer.json").write_text(tokenizer)
-    twins = {name: [a.spec for a in approaches] for name, approaches in _scratch_twins(plan, tmp_path).items()}
+    twins = {name: [a.spec for a in approaches] for name, approaches in scratch_twins(plan, tmp_path).items()}
     assert twins == {"scratch:bert:mini": ["bert:mini", "spanbert:mini", "electra:mini"],
                      "scratch:roberta:mini": ["roberta:mini"],
                      "scratch:albert:mini": ["albert:mini"],  # factorised, shared layers: another architecture
@@ -263,7 +266,7 @@ def test_recipes_parse_into_pretrain_and_objective_options():
 ])
 def test_bad_input_is_a_sesame_error_naming_the_flag(flags, message, data, tmp_path):
     parser = argparse.ArgumentParser(prog="sesame")
-    add_parser(parser.add_subparsers(dest="command"))
+    add(parser.add_subparsers(dest="command"))
     given = {"--approaches": ["gpt:tiny"], "--corpus": [str(data / "corpus.txt")],
              "--tasks": [str(data / "animals.json")], "--minutes": ["1"], "--out": [str(tmp_path / "out")], **flags}
     args = parser.parse_args(["compare"] + [x for flag, values in given.items()
@@ -279,7 +282,8 @@ def test_fine_tuning_options_precedence():
     common = {"epochs": 2, "lr": 1e-3, "batch_size": 16, "max_length": 32, "seed": 0}
     family = FAMILIES["lstm"].finetune
     assert family["lr"] != common["lr"]
-    plain, mine = Task("plain", "train.csv", "dev.csv"), Task("mine", "train.csv", "dev.csv", options={"lr": 0.05})
+    plain = CompareTask("plain", "train.csv", "dev.csv")
+    mine = CompareTask("mine", "train.csv", "dev.csv", options={"lr": 0.05})
     assert parse_approach("gpt:tiny").fine_tuning(common, plain) == common
     lstm = parse_approach("lstm:tiny:finetune.warmup=0.2:finetune.gradual_unfreezing=true")
     assert lstm.kind == "baseline" and not lstm.pretrains and not lstm.has_twin
@@ -297,8 +301,8 @@ def test_feature_extractors_baselines_and_outside_runs_get_no_twin(tmp_path):
     plan = [parse_approach(spec) for spec in ("elmo:tiny", "lstm:tiny", "bilstm:tiny", f"bert:tiny:from={hf}")]
     assert [a.kind for a in plan] == ["pretrained", "baseline", "baseline", "pretrained"]
     assert [a.pretrains for a in plan] == [True, False, False, False]
-    assert _scratch_twins(plan, tmp_path) == {}
-    assert _prior_training(str(hf)) == {"seconds": None, "tokens": None}
+    assert scratch_twins(plan, tmp_path) == {}
+    assert prior_training(str(hf)) == {"seconds": None, "tokens": None}
 
 
 def test_prior_training_sums_the_runs_a_run_continued(tmp_path):
@@ -313,11 +317,11 @@ def test_prior_training_sums_the_runs_a_run_continued(tmp_path):
 
     general = fake_run("general-lm", {"seq_len": 70, "base": None}, 100, 64, 600.0)
     target = fake_run("target-lm", {"seq_len": 70, "base": general}, 10, 64, 30.5)
-    assert _prior_training(target) == {"seconds": 630.5, "tokens": 110 * 64 * 70}
+    assert prior_training(target) == {"seconds": 630.5, "tokens": 110 * 64 * 70}
     cove = fake_run("cove", {}, 5, 32, 12.0)  # translation pairs: no seq_len, so no token count
-    assert _prior_training(cove) == {"seconds": 12.0, "tokens": None}
+    assert prior_training(cove) == {"seconds": 12.0, "tokens": None}
     (tmp_path / "general-lm" / "checkpoint" / "trainer_state.json").unlink()
-    assert _prior_training(target) == {"seconds": None, "tokens": None}  # half the story is no story
+    assert prior_training(target) == {"seconds": None, "tokens": None}  # half the story is no story
 
 
 @pytest.fixture(scope="module")
@@ -373,7 +377,6 @@ def test_a_run_from_elsewhere_is_fine_tuned_with_its_own_pretraining_time(elsewh
 def test_a_changed_run_from_elsewhere_is_noticed(elsewhere, data, monkeypatch):
     out, gpt, approaches, rows = elsewhere
     for module, name in ((api, "pretrain"), (api, "finetune"), (compare_module, "tfidf_baseline")):
-        @functools.wraps(getattr(module, name))  # compare reads finetune's signature
         def retrain(*args, **kwargs):
             raise AssertionError("a finished cell was run again")
         monkeypatch.setattr(module, name, retrain)

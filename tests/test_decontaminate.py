@@ -1,10 +1,10 @@
-"""`sesame decontaminate`: GPT-3 style n-gram overlap (sesame/decontaminate.py)."""
+"""`sesame decontaminate`: GPT-3 style n-gram overlap (sesame/apps/decontaminate.py)."""
 import json
 
 import pytest
 
 from sesame.cli import main
-from sesame.decontaminate import decontaminate, normalize, read_eval
+from sesame.apps.decontaminate import DecontaminateSpec, decontaminate, normalize, read_eval
 from sesame.errors import SesameError
 
 WORDS = [f"w{i}" for i in range(30)]
@@ -43,7 +43,8 @@ def test_a_shared_13_gram_is_flagged_and_12_words_are_not(corpus, tmp_path):
         ("x " + sentence(WORDS[17:29]) + " y", "c d"),           # only 12 words shared with b.txt
         ("short one", sentence(WORDS[:13])),                     # the second field overlaps
         ("tiny", "pair")])                                        # shorter than n in every field
-    report = decontaminate([str(corpus)], [f"{dev}:sentence,other"], progress=False)
+    report = decontaminate(DecontaminateSpec(corpus=[str(corpus)], evals=[f"{dev}:sentence,other"],
+                                             progress=False))
     (r,) = report["eval"]
     assert (r["examples"], r["short"], r["overlapping"], r["percent"]) == (4, 1, 2, 50.0)
     assert [s["example"] for s in r["samples"]] == ["line 2", "line 4"]
@@ -51,18 +52,20 @@ def test_a_shared_13_gram_is_flagged_and_12_words_are_not(corpus, tmp_path):
     assert report["documents"] == 4
     assert [d["document"] for d in report["documents_with_overlap"]] == [f"{corpus / 'a.txt'}",
                                                                          f"{corpus / 'c.jsonl'}:3"]
-    assert decontaminate([str(corpus)], [f"{dev}:sentence,other"], n=12, progress=False)["eval"][0]["overlapping"] == 3
+    spec = DecontaminateSpec(corpus=[str(corpus)], evals=[f"{dev}:sentence,other"], n=12, progress=False)
+    assert decontaminate(spec)["eval"][0]["overlapping"] == 3
 
 
 def test_out_corpus_drops_exactly_the_overlapping_documents(corpus, tmp_path):
     dev = evalset(tmp_path, [(sentence(WORDS[:13]), "a")])
     out = tmp_path / "clean"
-    decontaminate([str(corpus)], [f"{dev}:sentence"], out_corpus=str(out), progress=False)
+    spec = DecontaminateSpec(corpus=[str(corpus)], evals=[f"{dev}:sentence"], out_corpus=str(out), progress=False)
+    decontaminate(spec)
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == ["c.jsonl", "sub/b.txt"]
     assert (out / "sub" / "b.txt").read_text() == (corpus / "sub" / "b.txt").read_text()
     assert (out / "c.jsonl").read_text() == json.dumps({"text": "nothing here"}) + "\n"
     with pytest.raises(SesameError, match="--out-corpus .*not an empty folder"):
-        decontaminate([str(corpus)], [f"{dev}:sentence"], out_corpus=str(out), progress=False)
+        decontaminate(spec)
 
 
 def test_eval_readers(tmp_path):
@@ -91,7 +94,7 @@ def test_errors_name_the_flag(tmp_path, monkeypatch, spec, message):
     with pytest.raises(SesameError, match=message):
         read_eval(spec)
     with pytest.raises(SesameError, match="--n 0"):
-        decontaminate(["dev.txt"], ["dev.txt"], n=0)
+        decontaminate(DecontaminateSpec(corpus=["dev.txt"], evals=["dev.txt"], n=0))
 
 
 def test_cli_prints_one_json_object(corpus, tmp_path, capsys):

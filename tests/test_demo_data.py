@@ -1,7 +1,7 @@
 import csv
 import random
 
-from sesame.demo import make_world, write_data
+from sesame.apps.demo import make_world, write_data
 
 
 def test_dev_words_never_appear_in_labeled_training(tmp_path):

@@ -8,8 +8,8 @@ import torch
 from sesame import pretrain
 from sesame.cli import main
 from sesame.errors import SesameError
-from sesame.neighbors import (contextual_vectors, find_occurrences, format_neighbors, neighbors, spherical_kmeans,
-                              static_neighbors)
+from sesame.apps.neighbors import (NeighborsSpec, contextual_vectors, find_occurrences, format_neighbors, neighbors,
+                                   spherical_kmeans, static_neighbors)
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tokenizer import train_tokenizer
 
@@ -65,7 +65,8 @@ def test_json_structure(run: Path, small: Path, capsys) -> None:
 
 
 def test_k_is_capped_and_clusters_can_be_off(run: Path, small: Path) -> None:
-    result = neighbors(run, "play", small, ["plays", "played"], k=10, clusters=0, layer=0)
+    result = neighbors(NeighborsSpec(model=run, word="play", corpus=small, forms="plays,played", k=10, clusters=0,
+                                     layer=0))
     assert result["k"] == 3 and all(len(o["neighbors"]) == 3 for o in result["occurrences"])
     assert result["clusters"] == [] and result["occurrences"][0]["cluster"] is None
     assert len(result["static"]) == 10
@@ -74,7 +75,8 @@ def test_k_is_capped_and_clusters_can_be_off(run: Path, small: Path) -> None:
 def test_static_list_ignores_context_contextual_vectors_do_not(run: Path, small: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.txt"
     other.write_text("Green trees play under a large cloud.\nA small fish and a stone play.\n")
-    assert neighbors(run, "play", small)["static"] == neighbors(run, "play", other)["static"]
+    assert neighbors(NeighborsSpec(model=run, word="play", corpus=small))["static"] == \
+        neighbors(NeighborsSpec(model=run, word="play", corpus=other))["static"]
     backbone, tok = load_backbone(run), load_tokenizer(run)
     alone, padded = tmp_path / "alone.txt", tmp_path / "padded.txt"  # the same sentence unpadded and padded
     alone.write_text("The cat plays.\n")
@@ -122,15 +124,15 @@ def test_wrong_run_and_long_lines(run: Path, small: Path, tmp_path: Path) -> Non
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text('{"kind": "compare"}')
     with pytest.raises(SesameError, match="holds a 'compare' run, but a pretrained or finetuned run is needed"):
-        neighbors(tmp_path / "other", "play", small)
+        neighbors(NeighborsSpec(model=tmp_path / "other", word="play", corpus=small))
     unknown = tmp_path / "unknown.txt"
     unknown.write_text("A xylophone.\nTwo xylophone sounds.\n")
     with pytest.raises(SesameError, match=r"--word 'xylophone': the tokenizer's vocabulary does not cover it \(it becomes \[UNK\]"):
-        neighbors(run, "xylophone", unknown)
+        neighbors(NeighborsSpec(model=run, word="xylophone", corpus=unknown))
     long = tmp_path / "long.txt"
     long.write_text("play now\n" + "the cat " * 300 + "plays\n")
     with pytest.raises(SesameError, match=r"long.txt:2: the line is 603 tokens, more than the model's 512 positions"):
-        neighbors(run, "play", long, ["plays"])
+        neighbors(NeighborsSpec(model=run, word="play", corpus=long, forms="plays"))
 
 
 def agreement(groups: list[int]) -> float:
@@ -143,7 +145,8 @@ def test_minilm_separates_the_senses_of_play(tmp_path: Path, one_thread) -> None
     from sesame.interop import from_hf
 
     from_hf(minilm(), tmp_path / "minilm")
-    result = neighbors(tmp_path / "minilm", "play", PLAY, ["plays", "played"], k=3)
+    result = neighbors(NeighborsSpec(model=tmp_path / "minilm", word="play", corpus=PLAY, forms="plays,played",
+                                     k=3))
     occ = result["occurrences"]
     assert [o["line"] for o in occ] == list(range(1, 27))  # one occurrence per line; "playwright" is not one
     same = [SENSES[n["index"]] == SENSES[i] for i, o in enumerate(occ) for n in o["neighbors"]]
@@ -152,5 +155,6 @@ def test_minilm_separates_the_senses_of_play(tmp_path: Path, one_thread) -> None
     assert last >= 0.85
     assert {s["token"] for s in result["static"]} <= {"plays", "playing", "played", "game", "player", "players"}
     # at the embedding layer the vectors group by surface form (play vs plays/played), not by sense
-    first = neighbors(tmp_path / "minilm", "play", PLAY, ["plays", "played"], k=3, layer=0)
+    first = neighbors(NeighborsSpec(model=tmp_path / "minilm", word="play", corpus=PLAY, forms="plays,played", k=3,
+                                    layer=0))
     assert agreement([o["cluster"] for o in first["occurrences"]]) < last - 0.2

@@ -59,17 +59,17 @@ def test_glue_tsv_is_read_without_quote_handling(data, tmp_path):
 
 
 def test_the_demo_shows_transfer(tmp_path):
-    from sesame.demo import run_demo
+    from sesame.apps.demo import DemoSpec, run_demo
 
-    result = run_demo(tmp_path / "demo", progress=False)
+    result = run_demo(DemoSpec(out=tmp_path / "demo", progress=False))
     assert result["pretrained_dev_accuracy"] >= result["scratch_dev_accuracy"] + 0.2
 
 
 def test_compare_reads_the_built_in_pair_tasks(data):
-    from sesame.compare import resolve_tasks
+    from sesame.apps.compare import resolve_tasks
 
     rte, mrpc = resolve_tasks(["rte:epochs=1", "mrpc"], str(data), {"epochs": 3})
-    assert (rte.kind, rte.options, mrpc.kind, mrpc.options) == ("pair", {"epochs": 1}, "pair", {})
+    assert (rte.task, rte.options, mrpc.task, mrpc.options) == ("pair", {"epochs": 1}, "pair", {})
     rows = rte.read(rte.dev)
     assert len(rows) == 249 and {r["label"] for r in rows} == {"entailment", "not_entailment"}
     assert all(r["text"] and r["pair"] for r in rows + mrpc.read(mrpc.dev))

@@ -15,7 +15,7 @@ from sesame.objectives import build_objective
 from sesame.objectives.clm import AwdLM, bptt_length
 from sesame.tokenizer import SpecialIds
 from sesame.train import Interrupted, Trainer
-from sesame.ulmfit import STAGES, ulmfit
+from sesame.apps.ulmfit import STAGES, UlmfitSpec, ulmfit
 
 from .conftest import sentences
 
@@ -85,8 +85,8 @@ def data(tmp_path_factory):
 
 
 def run_pipeline(data, out, **extra):
-    return ulmfit(str(data / "train.csv"), str(data / "dev.csv"), str(out), corpus=[str(data / "corpus.txt")],
-                  **{**SETTINGS, **extra})
+    return ulmfit(UlmfitSpec(train=str(data / "train.csv"), dev=str(data / "dev.csv"), out=str(out),
+                             corpus=[str(data / "corpus.txt")], **{**SETTINGS, **extra}))
 
 
 def without_time(rows):
@@ -149,8 +149,8 @@ def test_an_interruption_at_any_stage_resumes_to_the_uninterrupted_result(stage,
         real = getattr(api, name)
 
         @functools.wraps(real)
-        def spy(*a, _real=real, _out=1 if name == "pretrain" else 3, **k):
-            calls.append((a[_out], k["resume"]))
+        def spy(*a, _real=real, **k):
+            calls.append((k["out"], k["resume"]))
             return _real(*a, **k)
         monkeypatch.setattr(api, name, spy)
     result = run_pipeline(data, out)
@@ -187,13 +187,15 @@ def test_bad_input_is_a_sesame_error_naming_the_flag(extra, message, data, tmp_p
 def test_the_lm_must_be_a_pretrained_ulmfit_run(done, data, tmp_path):
     out, _ = done
     with pytest.raises(SesameError, match="--lm .*finetuned"):
-        ulmfit(str(data / "train.csv"), str(data / "dev.csv"), str(tmp_path / "o"), lm=str(out / "classifier"))
+        ulmfit(UlmfitSpec(train=str(data / "train.csv"), dev=str(data / "dev.csv"), out=str(tmp_path / "o"),
+                          lm=str(out / "classifier")))
 
 
 def test_the_family_pretrains_with_variable_length_bptt(done):
     out, _ = done
     config = json.loads((out / "general-lm" / "config.json").read_text())
     assert config["objective"] == "awd_lm"
-    from sesame.rundir import build_backbone, load_tokenizer
-    obj = build_objective(config["objective"], build_backbone(config), load_tokenizer(out / "general-lm"))
+    from sesame.rundir import build_backbone, load_tokenizer, read_config
+    obj = build_objective(config["objective"], build_backbone(read_config(out / "general-lm", "--lm")),
+                          load_tokenizer(out / "general-lm"))
     assert isinstance(obj, AwdLM)

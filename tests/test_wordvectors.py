@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from sesame.errors import SesameError
-from sesame.wordvectors import (Vocabulary, WordVectors, build_vocabulary, cooccurrence, embedding_matrix, glove,
-                                glove_weight, load_vectors, train_glove, words)
+from sesame.apps.vectors import (GloveSpec, Vocabulary, build_vocabulary, cooccurrence, glove, glove_weight, nearest,
+                                 train_glove)
+from sesame.data.vectors import WordVectors, embedding_matrix, load_vectors, words
 
 from .conftest import shared_data
 
@@ -70,8 +71,8 @@ def structured(tmp_path: Path) -> Path:
 def test_glove_learns_shared_contexts(tmp_path, one_thread):
     corpus = structured(tmp_path)
     vocab = build_vocabulary([corpus])
-    vectors, losses = train_glove(cooccurrence([corpus], vocab, 4), vocab, dim=16, epochs=30, batch_size=32,
-                                  progress=False)
+    vectors, losses = train_glove(cooccurrence([corpus], vocab, 4), vocab,
+                                  GloveSpec(corpus=[corpus], out="", dim=16, epochs=30, batch_size=32, progress=False))
     assert losses[-1] < 0.5 * losses[0]
     unit = F.normalize(vectors.vectors, dim=1)
 
@@ -126,8 +127,8 @@ def test_embedding_matrix_rows_and_coverage():
 def test_glove_on_wikitext2_valid(tmp_path):
     """The whole path on real text (WikiText-2 valid, 217k tokens): counts, 3 epochs, a file that loads back."""
     data = shared_data()
-    report = glove([data / "wikitext2/valid.txt"], tmp_path / "v.txt", dim=50, epochs=3, lower=True, min_count=3,
-                   progress=False)
+    report = glove(GloveSpec(corpus=[data / "wikitext2/valid.txt"], out=tmp_path / "v.txt", dim=50, epochs=3,
+                             lower=True, min_count=3, progress=False))
     assert report["losses"][-1] < report["losses"][0] and report["nonzero_pairs"] > 500_000
     vectors = load_vectors(tmp_path / "v.txt")
     assert len(vectors.words) == report["words"] and vectors.dim == 50
@@ -139,12 +140,12 @@ def test_bad_settings_name_the_flag(tmp_path):
     with pytest.raises(SesameError, match="--window 0"):
         cooccurrence([corpus], vocab, 0)
     with pytest.raises(SesameError, match="--dim 0"):
-        train_glove(cooccurrence([corpus], vocab), vocab, dim=0)
+        train_glove(cooccurrence([corpus], vocab), vocab, GloveSpec(corpus=[corpus], out="", dim=0))
     lonely = write(tmp_path, "l.txt", "a\nb\n")  # no two words share a line
     with pytest.raises(SesameError, match="no two known words share a window"):
-        glove([lonely], tmp_path / "v.txt", progress=False)
+        glove(GloveSpec(corpus=[lonely], out=tmp_path / "v.txt", progress=False))
     with pytest.raises(SesameError, match="'zebra' has no vector"):
-        WordVectors(["a", "b"], torch.eye(2)).nearest("zebra")
+        nearest(WordVectors(["a", "b"], torch.eye(2)), "zebra", 10)
 
 
 def test_cli_trains_vectors_and_lists_neighbours(tmp_path, capsys, one_thread):

@@ -1,1 +1,6 @@
-"""Applications built on the library; none imports another's internals."""
+"""Applications built on the library: compare, ulmfit, decontaminate, neighbors, vectors, demo, generate,
+prompting, cove.
+
+Each uses the library (``sesame.pipelines``, ``sesame.data``, ...) and never another application's
+internals; what two of them share lives in the library (``sesame.pipelines.stages``).
+"""

@@ -48,7 +48,7 @@ from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer
-from ..wordvectors import WordVectors, embedding_matrix, load_vectors
+from ..data.vectors import WordVectors, embedding_matrix, load_vectors
 
 FAMILY = "cove"  # the family of the runs this module makes
 TARGET_TOKENIZER = "target_tokenizer.json"

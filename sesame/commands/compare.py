@@ -1,16 +1,26 @@
-"""``sesame compare``: flags and run in :mod:`sesame.compare`."""
+"""``sesame compare``: flags → :class:`sesame.apps.compare.CompareSpec` → :func:`sesame.apps.compare.compare`."""
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from ..options import add_flags, given
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    from .. import compare
+    from ..apps.compare import CompareSpec
 
-    compare.add_parser(sub).set_defaults(run=run)
+    p = sub.add_parser("compare", help="pre-training approaches at equal compute, against baselines")
+    add_flags(p, CompareSpec, required=("approaches", "corpus", "tasks", "out", "minutes"))
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> None:
-    from .. import compare
+    """Run the comparison, then print the rows (``--json``) or where the tables went."""
+    from ..apps.compare import CompareSpec, compare
 
-    compare.run(args)
+    spec = CompareSpec(**given(args, CompareSpec), progress=not getattr(args, "no_progress", False))
+    rows = compare(spec)
+    print(json.dumps(rows) if args.json else f"wrote {Path(spec.out) / 'results.md'} (and .csv, .json, .png)")

@@ -1,29 +1,28 @@
-"""``sesame decontaminate``: n-gram overlap with evaluation sets."""
+"""``sesame decontaminate``: flags → :class:`sesame.apps.decontaminate.DecontaminateSpec` →
+:func:`sesame.apps.decontaminate.decontaminate`."""
 from __future__ import annotations
 
 import argparse
 import json
 
+from ..options import add_flags, given
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    from ..apps.decontaminate import DecontaminateSpec
+
     p = sub.add_parser("decontaminate", help="n-gram overlap between a pre-training corpus and evaluation sets, "
                                              "GPT-3 style (docs/decontamination.md)")
-    p.add_argument("--corpus", nargs="+", required=True, help="text files, folders or .jsonl files")
+    add_flags(p, DecontaminateSpec, required=("corpus",))
     p.add_argument("--eval", action="append", required=True, help="an evaluation set (repeat the flag): "
                                                                   "see docs/decontamination.md")
-    p.add_argument("--n", type=int, default=13, help="n-gram length in normalised words")
-    p.add_argument("--out-corpus", metavar="DIR", help="write the corpus without the overlapping documents to this "
-                                                       "new folder")
-    p.add_argument("--text-field", default="text", help="the text field of .jsonl records")
-    p.add_argument("--show", type=int, default=3, help="overlapping examples shown per set")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> None:
-    progress = not args.no_progress
-    from ..decontaminate import decontaminate, format_report
+    from ..apps.decontaminate import DecontaminateSpec, decontaminate, format_report
 
-    report = decontaminate(args.corpus, args.eval, args.n, args.out_corpus, args.text_field, args.show, progress)
+    spec = DecontaminateSpec(**given(args, DecontaminateSpec), evals=args.eval, progress=not args.no_progress)
+    report = decontaminate(spec)
     print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))

@@ -27,9 +27,9 @@ from ..tasks.inputs import add_input_tokens, grow_token_embedding
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
+from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
 from ..train.trainer import world
-from ..wordvectors import embedding_matrix, load_vectors
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
 
@@ -218,7 +218,7 @@ def load_pretrained(model: TaskModel, run: Path) -> None:
 
 def _embed_vectors(backbone: torch.nn.Module, path: str, tok: TextTokenizer) -> float:
     """Copy word vectors (GloVe/word2vec text) into the backbone's word embedding; returns the share of the
-    vocabulary found (the rest start at random, :func:`sesame.wordvectors.embedding_matrix`)."""
+    vocabulary found (the rest start at random, :func:`sesame.data.vectors.embedding_matrix`)."""
     vocabulary = [tok.backend.id_to_token(i) for i in range(tok.vocab_size)]
     matrix, found = embedding_matrix(load_vectors(path), vocabulary)
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Static word vectors: train GloVe on a corpus, read and write GloVe / word2vec text files.
+"""``sesame vectors``: train GloVe on a corpus, and look up a word's nearest neighbours in a vectors file.
 
 GloVe (Pennington, Socher & Manning 2014): count how often word j appears near word i, X_ij, within a
 symmetric window, each co-occurrence weighted by 1/d for words d apart (§4.2); then fit
@@ -13,38 +13,51 @@ Deviations from the paper and its tool, all deliberate:
   not Hogwild per-pair updates; the accumulators start at 1, as the GloVe tool's do.
 * Windows do not cross line ends (as the tool's ``cooccur``); words outside the vocabulary keep their
   place (distances count them) but their pairs are not counted (the tool drops them from the stream).
-* Words are tokens of :func:`words`: runs of letters/digits (with inner ' and -), runs of punctuation,
-  and ``<...>`` markers such as WikiText's ``<unk>``.
+* Words are tokens of :func:`sesame.data.vectors.words`: runs of letters/digits (with inner ' and -),
+  runs of punctuation, and ``<...>`` markers such as WikiText's ``<unk>``.
 
-Pre-trained vectors load from GloVe text (``word v1 ... vd`` per line) or word2vec text (a first
-line ``count dim``, then the same rows); the format is detected. Nothing is unpickled.
-docs/wordvectors.md shows training on WikiText-2 and its nearest neighbours.
+The vectors are written in GloVe text format; reading GloVe/word2vec files and turning vectors into
+embedding rows is the library's (:mod:`sesame.data.vectors`). docs/wordvectors.md shows training on
+WikiText-2 and its nearest neighbours.
 """
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .data.corpus import decoded_lines, iter_pieces, resolve_sources
-from .errors import SesameError
+from ..data.corpus import iter_pieces, resolve_sources
+from ..data.vectors import PAD, UNK, WordVectors, words
+from ..errors import SesameError
+from ..options import option
 
-PAD, UNK = "<pad>", "<unk>"
-WORD = re.compile(r"<\w+>|\w+(?:['’-]\w+)*|[^\w\s]+")
 
-
-def words(text: str, lower: bool = False) -> list[str]:
-    """The word tokens of a text (see the module docstring), optionally lower-cased."""
-    return WORD.findall(text.lower() if lower else text)
+@dataclass(kw_only=True)
+class GloveSpec:
+    """``sesame vectors train``: the corpus, the vocabulary and window of the counts, and GloVe's training."""
+    corpus: list[str] = option(help="text files, folders or .jsonl files")
+    out: str = option(help="the vectors, in GloVe text format")
+    dim: int = option(100, help="vector dimensions")
+    window: int = option(10, help="co-occurrence window (words each side; weight 1/d)")
+    epochs: int = option(15, help="passes over the nonzero counts")
+    min_count: int = option(1, help="keep words seen this often")
+    max_size: int | None = option(None, help="keep the most frequent words only")
+    lower: bool = option(False, help="lower-case the text")
+    lr: float = option(0.05, help="AdaGrad's learning rate")
+    x_max: float = option(100.0, help="f(x) = (x/x_max)^alpha, capped at 1")
+    alpha: float = option(0.75, help="the weighting's exponent")
+    batch_size: int = option(4096, help="co-occurrence pairs per AdaGrad step")
+    seed: int = option(0, help="seed of the initial vectors and the order of pairs")
+    text_field: str = option("text", help="the text field of .jsonl records")
+    progress: bool = option(True, cli=False, help="show progress bars")
 
 
 @dataclass
@@ -133,51 +146,16 @@ def glove_weight(x: torch.Tensor, x_max: float = 100.0, alpha: float = 0.75) -> 
     return (x / x_max).pow(alpha).clamp(max=1.0)
 
 
-@dataclass
-class WordVectors:
-    """One vector per word (row i of ``vectors`` is ``words[i]``)."""
-
-    words: list[str]
-    vectors: torch.Tensor  # [n, dim] float32
-    index: dict[str, int] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.index = {}
-        for i, w in enumerate(self.words):
-            self.index.setdefault(w, i)  # a repeated word keeps its first row
-
-    @property
-    def dim(self) -> int:
-        return self.vectors.shape[1]
-
-    def nearest(self, word: str, k: int = 10) -> list[tuple[str, float]]:
-        """The ``k`` words nearest to ``word`` by cosine (the word itself left out)."""
-        if word not in self.index:
-            raise SesameError(f"--word {word!r} has no vector; pick a word from the vocabulary")
-        unit = F.normalize(self.vectors, dim=1)
-        cosines = unit @ unit[self.index[word]]
-        cosines[self.index[word]] = -2.0
-        top = cosines.topk(min(k, len(self.words) - 1))
-        return [(self.words[i], float(c)) for c, i in zip(top.values, top.indices)]
-
-    def save(self, path: str | Path) -> None:
-        """Write GloVe text format: one ``word v1 ... vd`` line per word (6 significant digits)."""
-        with open(path, "w", encoding="utf-8") as fh:
-            for w, row in zip(self.words, self.vectors.tolist()):
-                fh.write(w + " " + " ".join(f"{v:.6g}" for v in row) + "\n")
-
-
-def train_glove(cooc: Cooccurrence, vocab: Vocabulary, dim: int = 100, epochs: int = 15, lr: float = 0.05,
-                x_max: float = 100.0, alpha: float = 0.75, batch_size: int = 4096, seed: int = 0,
-                progress: bool = True) -> tuple[WordVectors, list[float]]:
+def train_glove(cooc: Cooccurrence, vocab: Vocabulary, spec: GloveSpec) -> tuple[WordVectors, list[float]]:
     """Fit GloVe to the nonzero counts (module docstring); returns the vectors W + W̃ of the vocabulary's words
     (specials left out) and the mean weighted squared error of each epoch."""
+    dim, epochs, lr, batch_size = spec.dim, spec.epochs, spec.lr, spec.batch_size
     for flag, value in (("--dim", dim), ("--epochs", epochs), ("--batch-size", batch_size)):
         if value < 1:
             raise SesameError(f"{flag} {value}: must be 1 or more")
     if len(cooc.counts) == 0:
         raise SesameError("--corpus: no two known words share a window; give more text or lower --min-count")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(spec.seed)
     size = cooc.size
     # the GloVe tool's start: uniform in ±0.5/dim, biases likewise
     params = [torch.nn.Parameter((torch.rand(size, n, generator=gen) - 0.5) / dim) for n in (dim, dim, 1, 1)]
@@ -187,13 +165,13 @@ def train_glove(cooc: Cooccurrence, vocab: Vocabulary, dim: int = 100, epochs: i
     rows, cols = torch.from_numpy(cooc.rows), torch.from_numpy(cooc.cols)
     counts = torch.from_numpy(cooc.counts)
     log_x = counts.log().float()
-    weight = glove_weight(counts, x_max, alpha).float()
+    weight = glove_weight(counts, spec.x_max, spec.alpha).float()
     losses = []
     for epoch in range(epochs):
         order = torch.randperm(len(counts), generator=gen)
         total = 0.0
         for first in tqdm(range(0, len(order), batch_size), desc=f"glove {epoch + 1}/{epochs}", unit="batch",
-                          disable=not progress, leave=False):
+                          disable=not spec.progress, leave=False):
             k = order[first: first + batch_size]
             i, j = rows[k], cols[k]
             pred = ((F.embedding(i, w, sparse=True) * F.embedding(j, w_tilde, sparse=True)).sum(1)
@@ -210,79 +188,27 @@ def train_glove(cooc: Cooccurrence, vocab: Vocabulary, dim: int = 100, epochs: i
     return WordVectors(vocab.words[2:], vectors), losses
 
 
-def glove(corpus: Sequence[str | Path], out: str | Path, dim: int = 100, window: int = 10, epochs: int = 15,
-          min_count: int = 1, max_size: int | None = None, lower: bool = False, lr: float = 0.05,
-          x_max: float = 100.0, alpha: float = 0.75, batch_size: int = 4096, seed: int = 0,
-          text_field: str = "text", progress: bool = True) -> dict:
-    """``sesame vectors train``: vocabulary, counts, GloVe, then ``out`` in GloVe text format; returns a report
+def glove(spec: GloveSpec) -> dict:
+    """``sesame vectors train``: vocabulary, counts, GloVe, then ``spec.out`` in GloVe text format; returns a report
     (sizes, per-epoch loss, seconds per stage)."""
-    files = resolve_sources(corpus)
+    files = resolve_sources(spec.corpus)
     start = time.perf_counter()
-    vocab = build_vocabulary(files, lower, min_count, max_size, text_field)
-    cooc = cooccurrence(files, vocab, window, text_field)
+    vocab = build_vocabulary(files, spec.lower, spec.min_count, spec.max_size, spec.text_field)
+    cooc = cooccurrence(files, vocab, spec.window, spec.text_field)
     counted = time.perf_counter()
-    vectors, losses = train_glove(cooc, vocab, dim, epochs, lr, x_max, alpha, batch_size, seed, progress)
+    vectors, losses = train_glove(cooc, vocab, spec)
     trained = time.perf_counter()
-    vectors.save(out)
-    return {"out": str(out), "words": len(vectors.words), "dim": dim, "nonzero_pairs": len(cooc.counts),
+    vectors.save(spec.out)
+    return {"out": str(spec.out), "words": len(vectors.words), "dim": spec.dim, "nonzero_pairs": len(cooc.counts),
             "losses": losses, "count_seconds": round(counted - start, 1), "train_seconds": round(trained - counted, 1)}
 
 
-def _row(parts: list[str], where: str, dim: int | None) -> np.ndarray:
-    """The floats of one text row (``parts`` = word then values); wrong counts or non-numbers name ``where``."""
-    if dim is not None and len(parts) - 1 != dim:
-        raise SesameError(f"{where}: {len(parts) - 1} values, but the file's vectors have {dim}; "
-                          "fix or remove the line (a word with a space in it breaks the format)")
-    try:
-        return np.asarray(parts[1:], dtype=np.float32)
-    except ValueError:
-        raise SesameError(f"{where}: a value is not a number; fix or remove the line") from None
-
-
-def load_vectors(path: str | Path) -> WordVectors:
-    """Read GloVe text (``word v1 ... vd``) or word2vec text (first line ``count dim``), told apart by the first
-    line; bad UTF-8, ragged rows, non-numbers and a wrong count name the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise SesameError(f"--vectors {path}: no such file")
-    names: list[str] = []
-    rows: list[np.ndarray] = []
-    dim = header = None
-    for lineno, line in decoded_lines(path):
-        parts = line.split()
-        where = f"{path}:{lineno}"
-        if not parts:
-            continue
-        if lineno == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-            header, dim = int(parts[0]), int(parts[1])  # word2vec's "count dim"
-            continue
-        if len(parts) < 2:
-            raise SesameError(f"{where}: a word without values; fix or remove the line")
-        rows.append(_row(parts, where, dim))
-        dim = len(parts) - 1
-        names.append(parts[0])
-    if not rows:
-        raise SesameError(f"--vectors {path}: no vectors in the file; expected 'word v1 v2 ...' lines")
-    if header is not None and header != len(rows):
-        raise SesameError(f"{path}:1: the header says {header} vectors but the file has {len(rows)}; fix the count")
-    return WordVectors(names, torch.from_numpy(np.stack(rows)))
-
-
-def embedding_matrix(vectors: WordVectors, vocab: Iterable[str], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows for a vocabulary, to initialise an embedding: each word's vector (exact match, else its lower-case
-    form); ``<pad>`` zero; others drawn from N(0, σ²), σ the standard deviation of the found rows' entries, so they
-    start at the same scale (0.02 when fewer than two are found). Returns the matrix and a bool mask of the rows
-    found (coverage = mask.float().mean())."""
-    names = list(vocab)
-    gen = torch.Generator().manual_seed(seed)
-    found = torch.zeros(len(names), dtype=torch.bool)
-    picked = torch.full((len(names),), -1, dtype=torch.long)
-    for r, w in enumerate(names):
-        i = vectors.index.get(w, vectors.index.get(w.lower(), -1))
-        if i >= 0:
-            picked[r], found[r] = i, True
-    sigma = float(vectors.vectors[picked[found]].std()) if found.sum() > 1 else 0.02
-    matrix = torch.randn(len(names), vectors.dim, generator=gen) * sigma
-    matrix[found] = vectors.vectors[picked[found]].float()
-    matrix[[r for r, w in enumerate(names) if w == PAD]] = 0.0
-    return matrix, found
+def nearest(vectors: WordVectors, word: str, k: int) -> list[tuple[str, float]]:
+    """``sesame vectors neighbors``: the ``k`` words nearest to ``word`` by cosine (the word itself left out)."""
+    if word not in vectors.index:
+        raise SesameError(f"--word {word!r} has no vector; pick a word from the vocabulary")
+    unit = F.normalize(vectors.vectors, dim=1)
+    cosines = unit @ unit[vectors.index[word]]
+    cosines[vectors.index[word]] = -2.0
+    top = cosines.topk(min(k, len(vectors.words) - 1))
+    return [(vectors.words[i], float(c)) for c, i in zip(top.values, top.indices)]

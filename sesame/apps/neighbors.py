@@ -27,14 +27,30 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .data.corpus import decoded_lines
-from .errors import SesameError
-from .rundir import load_backbone, load_tokenizer
-from .tokenizer import TextTokenizer
+from ..data.corpus import decoded_lines
+from ..errors import SesameError
+from ..options import option
+from ..rundir import load_backbone, load_tokenizer
+from ..sources import opened
+from ..tokenizer import TextTokenizer
 
 WORD = re.compile(r"\w+(?:['-]\w+)*")
 BATCH = 32
 RESTARTS = 10
+
+
+@dataclass(kw_only=True)
+class NeighborsSpec:
+    """``sesame neighbors``: a model, a word (and its other forms), a corpus, and what to list."""
+    model: str = option(help="a pretrained or fine-tuned run, a transformers model directory, or minilm (the "
+                             "installed all-MiniLM-L6-v2)")
+    word: str = option(help="the word to look up (whole word, any case)")
+    corpus: str = option(help="a text file, one sentence per line")
+    forms: str = option("", help="other forms to count as the word, comma-separated, e.g. plays,played")
+    k: int = option(3, help="neighbours per list")
+    layer: int | None = option(None, help="hidden layer of the contextual vectors: 0 = embeddings (default: last)")
+    clusters: int = option(2, help="group the occurrences into N by k-means (0 = off)")
+    seed: int = option(0, help="seed of the k-means restarts")
 
 
 @dataclass
@@ -149,12 +165,16 @@ def spherical_kmeans(x: torch.Tensor, k: int, seed: int, iterations: int = 100) 
     return [order[c] for c in best]
 
 
-def neighbors(run: str | Path, word: str, corpus: str | Path, forms: Sequence[str] = (), k: int = 3,
-              layer: int | None = None, clusters: int = 2, seed: int = 0, flag: str = "--model") -> dict:
-    """Static and contextual nearest neighbours of ``word`` (and ``forms``) in ``corpus`` for a
-    pretrained or fine-tuned run: a JSON-able dict (see docs/neighbors.md)."""
-    corpus, word = Path(corpus), word.strip()
-    forms = list(dict.fromkeys([word] + [f.strip() for f in forms if f.strip()]))
+def neighbors(spec: NeighborsSpec) -> dict:
+    """Static and contextual nearest neighbours of ``spec.word`` (and its ``forms``) in ``spec.corpus`` for a
+    pretrained or fine-tuned model: a JSON-able dict (see docs/neighbors.md)."""
+    with opened(spec.model, "--model") as (_, run):
+        return _neighbors(run, spec)
+
+
+def _neighbors(run: Path, spec: NeighborsSpec) -> dict:
+    corpus, word, k, clusters = Path(spec.corpus), spec.word.strip(), spec.k, spec.clusters
+    forms = list(dict.fromkeys([word] + [f.strip() for f in spec.forms.split(",") if f.strip()]))
     for form in forms:
         if not WORD.fullmatch(form):
             raise SesameError(f"--word/--forms {form!r}: not a single word; give letters and digits "
@@ -170,10 +190,10 @@ def neighbors(run: str | Path, word: str, corpus: str | Path, forms: Sequence[st
     if clusters and not 2 <= clusters <= len(occurrences):
         raise SesameError(f"--clusters {clusters}: give 0 (none) or 2 to {len(occurrences)}, the number of "
                           "occurrences")
-    backbone = load_backbone(run, flag)
-    tok = load_tokenizer(run, flag)
+    backbone = load_backbone(run, "--model")
+    tok = load_tokenizer(run, "--model")
     depth = backbone.config.layers
-    layer = depth if layer is None else layer
+    layer = depth if spec.layer is None else spec.layer
     if not 0 <= layer <= depth:
         raise SesameError(f"--layer {layer}: this model has layers 0 (embeddings) to {depth}")
     static = static_neighbors(backbone.embed.tokens.weight.detach(), tok, word, k)
@@ -181,7 +201,7 @@ def neighbors(run: str | Path, word: str, corpus: str | Path, forms: Sequence[st
     similarity = (vectors @ vectors.T).fill_diagonal_(-float("inf"))
     k_near = min(k, len(occurrences) - 1)
     top = similarity.topk(k_near, dim=1)
-    groups = spherical_kmeans(vectors, clusters, seed) if clusters else None
+    groups = spherical_kmeans(vectors, clusters, spec.seed) if clusters else None
     return {
         "word": word, "forms": forms, "corpus": str(corpus), "layer": layer, "layers": depth, "k": k_near,
         "static": static,

@@ -18,9 +18,11 @@ import json
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .api import finetune, pretrain
+from ..api import finetune, pretrain
+from ..options import option
 
 ONSETS = ["bl", "cr", "d", "f", "gl", "j", "k", "m", "pl", "qu", "r", "sn", "st", "tr", "v", "z", "w", "br"]
 VOWELS = ["a", "e", "i", "o", "u", "oo", "ee", "ai"]
@@ -38,6 +40,14 @@ CONTEXT = {
 NEUTRAL = ["i saw a {w} near the barn .", "there is a {w} over there .", "my friend told me about the {w} .",
            "look at that {w} !", "the {w} is in the shed .", "someone mentioned a {w} yesterday .",
            "have you ever seen a {w} ?", "a {w} was in the picture ."]
+
+
+@dataclass(kw_only=True)
+class DemoSpec:
+    """``sesame demo``: where to write the data and the three runs, and the seed of everything."""
+    out: str = option("runs/demo", help="folder of the generated data, the runs and result.json")
+    seed: int = option(0, help="seed of the generated world and of training")
+    progress: bool = option(True, cli=False, help="show progress bars")
 
 
 def make_world(rng: random.Random, per_class: int = 40) -> dict[str, list[str]]:
@@ -70,10 +80,10 @@ def write_data(out: Path, seed: int = 0, sentences: int = 30000, labeled: int = 
     return paths
 
 
-def run_demo(out: Path, seed: int = 0, progress: bool = True) -> dict:
+def run_demo(spec: DemoSpec) -> dict:
     """Pre-train a tiny GPT, fine-tune it and a from-scratch twin on 400 labels, print both accuracies."""
     started = time.time()
-    out = Path(out)
+    out, seed, progress = Path(spec.out), spec.seed, spec.progress
     paths = write_data(out / "data", seed)
     print(f"data in {out / 'data'}: an unlabeled corpus and 400 labeled sentences (dev words never seen in training)")
     common = dict(train=str(paths["train"]), dev=str(paths["dev"]), text_column="text", label_column="label",
@@ -81,12 +91,12 @@ def run_demo(out: Path, seed: int = 0, progress: bool = True) -> dict:
     for name in ("pretrained", "pretrained-finetuned", "scratch-finetuned"):  # a demo starts afresh
         shutil.rmtree(out / name, ignore_errors=True)
     print("1/3 pre-training a tiny GPT (causal LM) on the unlabeled corpus ...")
-    pretrain([str(paths["corpus"])], str(out / "pretrained"), family="gpt", size="tiny", vocab_size=1000,
+    pretrain(corpus=[str(paths["corpus"])], out=str(out / "pretrained"), family="gpt", size="tiny", vocab_size=1000,
              seq_len=64, max_steps=600, batch_size=32, lr=1e-3, eval_every=200, seed=seed, progress=progress)
     print("2/3 fine-tuning it ...")
-    transfer = finetune(str(out / "pretrained"), out=str(out / "pretrained-finetuned"), **common)
+    transfer = finetune(base=str(out / "pretrained"), out=str(out / "pretrained-finetuned"), **common)
     print("3/3 fine-tuning a randomly initialised twin (same architecture and tokenizer) ...")
-    scratch = finetune("scratch:gpt:tiny", out=str(out / "scratch-finetuned"),
+    scratch = finetune(base="scratch:gpt:tiny", out=str(out / "scratch-finetuned"),
                        tokenizer=str(out / "pretrained"), **common)
     result = {"pretrained_dev_accuracy": transfer["accuracy"], "scratch_dev_accuracy": scratch["accuracy"],
               "minutes": round((time.time() - started) / 60, 2)}

@@ -26,15 +26,29 @@ from typing import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from .data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_sources
-from .data.labeled import FORMATS, json_object, read_fields, read_text
-from .errors import SesameError
-from .train.checkpoint import temporary_dir
+from ..data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_sources
+from ..data.labeled import FORMATS, json_object, read_fields, read_text
+from ..errors import SesameError
+from ..options import option
+from ..train.checkpoint import temporary_dir
 
 _NON_WORD = re.compile(r"[\W_]+")
 EVAL_HELP = ("PATH[:COLUMN[,COLUMN2]]: a .csv/.tsv/.jsonl file and its text column(s) (numbers for a "
              "headerless file), a SQuAD .json file (question + context), or a text file read as "
              "PATH:lines (one example per non-blank line, the default) or PATH:conll (one sentence per example)")
+
+
+@dataclass(kw_only=True)
+class DecontaminateSpec:
+    """``sesame decontaminate``: the corpus, the evaluation sets (:data:`EVAL_HELP`), n, and what to write."""
+    corpus: list[str] = option(help="text files, folders or .jsonl files")
+    evals: list[str] = option(cli=False, help="evaluation sets (--eval, repeated)")
+    n: int = option(13, help="n-gram length in normalised words")
+    out_corpus: str | None = option(None, metavar="DIR", help="write the corpus without the overlapping documents to "
+                                                              "this new folder")
+    text_field: str = option("text", help="the text field of .jsonl records")
+    show: int = option(3, help="overlapping examples shown per set")
+    progress: bool = option(True, cli=False, help="show a progress bar")
 
 
 def normalize(text: str) -> list[str]:
@@ -77,7 +91,7 @@ def read_eval(spec: str) -> EvalSet:
         rows = read_fields(path, {c: (c, f"--eval {spec}") for c in columns})
         return EvalSet(spec, [f"line {r['line']}" for r in rows], [[r[c] for c in columns] for r in rows])
     if suffix == ".json":
-        from .tasks.span_qa import SpanQA
+        from ..tasks.span_qa import SpanQA
 
         if columns:
             raise SesameError(f"--eval {spec}: a SQuAD file is read whole (question + context); "
@@ -87,7 +101,7 @@ def read_eval(spec: str) -> EvalSet:
         return EvalSet(spec, [e["id"] for e in examples], [[e["question"], e["context"]] for e in examples])
     reading = columns[0] if len(columns) == 1 else "lines" if not columns else ""
     if suffix in TEXT_SUFFIXES and reading == "conll":
-        from .tasks.tag import Tag
+        from ..tasks.tag import Tag
 
         examples = Tag().read(str(path), labeled=False)
         return EvalSet(spec, [f"line {e['line']}" for e in examples], [[e["text"]] for e in examples])
@@ -148,27 +162,27 @@ def _out_names(corpus: Sequence[str]) -> dict[Path, Path]:
     return names
 
 
-def decontaminate(corpus: Sequence[str], evals: Sequence[str], n: int = 13, out_corpus: str | None = None,
-                  text_field: str = "text", show: int = 3, progress: bool = True) -> dict:
-    """Report which evaluation examples share an ``n``-gram with the corpus; optionally write the
-    corpus without the overlapping documents to ``out_corpus`` (a new or empty folder)."""
+def decontaminate(spec: DecontaminateSpec) -> dict:
+    """Report which evaluation examples share an n-gram with the corpus; optionally write the corpus without the
+    overlapping documents to ``spec.out_corpus`` (a new or empty folder)."""
+    n, corpus = spec.n, spec.corpus
     if n < 1:
         raise SesameError(f"--n {n}: must be a positive whole number (GPT-3 used 13)")
-    if not evals:
+    if not spec.evals:
         raise SesameError("--eval: give at least one evaluation set")
     files = resolve_sources(corpus)
-    out = Path(out_corpus) if out_corpus else None
+    out = Path(spec.out_corpus) if spec.out_corpus else None
     if out is not None:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise SesameError(f"--out-corpus {out}: exists and is not an empty folder; choose a new folder")
         names = _out_names(corpus)
-    index = _Index(n, [read_eval(spec) for spec in evals])
+    index = _Index(n, [read_eval(e) for e in spec.evals])
     hits: dict[tuple[int, int], tuple[str, str]] = {}  # (set, example) → (first n-gram, document)
     documents, dirty_docs = 0, []
     clean: dict[Path, list[int | None]] = {}
     bar = tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="decontaminate",
-               disable=not progress)
-    for path, record, lines in _documents(files, text_field):
+               disable=not spec.progress)
+    for path, record, lines in _documents(files, spec.text_field):
         documents += 1
         name = f"{path}:{record}" if record is not None else str(path)
         window: list[str] = []
@@ -195,7 +209,7 @@ def decontaminate(corpus: Sequence[str], evals: Sequence[str], n: int = 13, out_
             "eval": eval_set.name, "examples": total, "short": index.short[s], "overlapping": len(dirty),
             "percent": round(100 * len(dirty) / total, 2),
             "samples": [{"example": eval_set.ids[e], "text": " | ".join(eval_set.fields[e])[:120],
-                         "ngram": hits[s, e][0], "document": hits[s, e][1]} for e in dirty[:show]]})
+                         "ngram": hits[s, e][0], "document": hits[s, e][1]} for e in dirty[:spec.show]]})
     if out is not None:
         _write_corpus(out, names, clean)
         report["out_corpus"] = str(out)

@@ -1,0 +1,231 @@
+"""The approach language of ``sesame compare --approaches``: ``FAMILY:SIZE[:KEY=VALUE...]``.
+
+KEY is a pre-training option (a :class:`sesame.specs.PretrainSpec` or TrainConfig field, e.g. ``seq_len``,
+``lr``, ``accumulate``), or else an option of the family's objective (e.g. ``masking``); ``from=RUN``
+fine-tunes RUN instead of pre-training; ``finetune.KEY=VALUE`` sets a fine-tuning option (a
+:class:`sesame.specs.FinetuneSpec`, Recipe or TrainConfig field) for the approach's rows. Every item is
+typed and checked when parsed, so a bad one fails before any training.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import SesameError
+from ...families import Family, get_family, get_size
+from ...interop.sources import MINILM, minilm_dir, transformers_config
+from ...options import defaults as option_defaults
+from ...sources import resolve_source
+from ...specs import FINETUNE_TRAINING, FinetuneSpec, PretrainSpec, RunConfig
+from ...tasks import POOLINGS
+from ...train import TrainConfig
+from ...train.recipes import Recipe
+
+if TYPE_CHECKING:
+    from .tasks import CompareTask
+
+# set by compare itself, the same for every approach
+RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "training",
+            "max_minutes", "max_steps", "seed"}
+FINETUNE = "finetune."  # an approach's item finetune.KEY=VALUE sets api.finetune's KEY for its rows
+# api.finetune keywords compare sets itself: the task's files and columns, the run, the seed (the same for every
+# row) and the budget (whole epochs, evaluated and saved after each)
+FINETUNE_RESERVED = {"base", "train", "dev", "out", "task", "text_column", "label_column", "task_options", "tokenizer",
+                     "recipe", "training", "resume", "progress", "select", "seed", "max_steps", "max_minutes",
+                     "eval_every", "save_every"}
+
+
+@dataclass
+class Approach:
+    """One approach: a family, a size, pre-training options (or an existing run to start from) and
+    fine-tuning options of its own."""
+    spec: str  # as written: FAMILY:SIZE[:KEY=VALUE...]
+    family: str
+    size: str
+    options: dict  # keyword arguments for sesame.pretrain
+    finetune: dict = field(default_factory=dict)  # keyword arguments for sesame.finetune (finetune.KEY=VALUE)
+    base: str | None = None  # from=RUN: fine-tune this run instead of pre-training
+
+    @property
+    def slug(self) -> str:
+        return dir_name(self.spec)
+
+    @property
+    def kind(self) -> str:
+        """``pretrained``, or ``baseline`` for a family without pre-training (trained from scratch)."""
+        return "pretrained" if self.base or get_family(self.family).objective else "baseline"
+
+    @property
+    def pretrains(self) -> bool:
+        """Whether compare pre-trains it (not a baseline, not ``from=`` a run)."""
+        return self.kind == "pretrained" and not self.base
+
+    @property
+    def has_twin(self) -> bool:
+        """Whether a from-scratch twin measures its pre-training: not for baselines (scratch already), feature
+        extractors (their task model is a BiLSTM, not their own network) or a run sesame did not make (whose
+        architecture ``scratch:FAMILY:SIZE`` may not be)."""
+        fam = get_family(self.family)
+        return fam.objective is not None and not fam.feature_extractor and \
+            (self.base is None or run_config(self.base) is not None)
+
+    def run_dir(self, pretrained: Path) -> Path:
+        """The run it fine-tunes: its ``from=`` run, or its directory under ``pretrained``."""
+        return Path(self.base) if self.base else pretrained / self.slug
+
+    def fine_tuning(self, common: dict, task: CompareTask) -> dict:
+        """Its fine-tuning options on ``task``: the command's ``common`` ones < the family's defaults
+        (``Family.finetune``) < the task's own < the approach's ``finetune.KEY=VALUE`` items."""
+        return {**common, **get_family(self.family).finetune, **task.options, **self.finetune}
+
+
+def dir_name(name: str) -> str:
+    """``name`` as a directory name: ``:`` and anything unusual become ``-``."""
+    return re.sub(r"[^\w.=+-]+", "-", name.replace(":", "-"))
+
+
+def _pretraining_defaults() -> dict:
+    """Every pre-training option an approach may name, with its default: PretrainSpec's and TrainConfig's fields,
+    but those compare sets itself (``RESERVED``)."""
+    defaults = {**option_defaults(PretrainSpec), **option_defaults(TrainConfig)}
+    return {k: v for k, v in defaults.items() if k not in RESERVED}
+
+
+def typed(where: str, key: str, text: str, default: object, shown: bool = True) -> object:
+    """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``
+    (named in the error when ``shown``)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = text
+    return checked(where, key, value, default, shown)
+
+
+def checked(where: str, key: str, value: object, default: object, shown: bool = True) -> object:
+    """``value``, if it has the type of ``default`` (an int passes for a float); else an error naming ``where``."""
+    if isinstance(default, float) and type(value) is int:
+        value = float(value)
+    if default is not None and type(value) is not type(default):
+        raise SesameError(f"{where}: {key}={json.dumps(value)} should be a {type(default).__name__}"
+                          + (f", like the default {key}={json.dumps(default)}" if shown else ""))
+    return value
+
+
+def _finetune_defaults() -> dict:
+    """Every option a ``finetune.KEY`` item may name, with its default: sesame.finetune's keywords and
+    TrainConfig's fields, but those compare sets itself (``FINETUNE_RESERVED``)."""
+    defaults = {**option_defaults(FinetuneSpec), **option_defaults(Recipe), **option_defaults(TrainConfig)}
+    return {k: v for k, v in defaults.items() if k not in FINETUNE_RESERVED}
+
+
+def run_config(base: str) -> RunConfig | None:
+    """The config.json of ``base`` if it is a run sesame made (pretrained or fine-tuned), else None."""
+    source = resolve_source(base, "from=") if (Path(base) / "config.json").is_file() else None
+    return source.config if source is not None else None
+
+
+def _check_base(spec: str, fam: Family, size: str, base: str) -> None:
+    """``from=base``: a run of this family and size, a transformers directory or ``minilm``."""
+    where = f"--approaches {spec}: from={base}"
+    if base == MINILM:
+        try:
+            minilm_dir()  # installed?
+        except SesameError as err:
+            raise SesameError(f"{where}: {err}") from None
+        return
+    if not Path(base).is_dir():
+        raise SesameError(f"{where}: no such directory; give a run (of sesame pretrain, sesame cove, sesame "
+                          "ulmfit's target-lm), a transformers model directory or minilm")
+    config = run_config(base)
+    if config is None:
+        if transformers_config(Path(base)) is None:
+            raise SesameError(f"{where}: neither a sesame run nor a transformers model directory (no config.json "
+                              "with kind or model_type)")
+        return
+    if (config.family, config.size) != (fam.name, size):
+        raise SesameError(f"{where}: a {config.family} {config.size} run; write "
+                          f"{config.family}:{config.size}:from={base}")
+
+
+def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
+    """The ``finetune.KEY=VALUE`` items of ``spec``, typed like the fine-tuning defaults and checked now,
+    so a bad one fails before any training."""
+    where, known, options = f"--approaches {spec}", _finetune_defaults(), {}
+    text_options = {f.name for cls in (FinetuneSpec, Recipe) for f in fields(cls)
+                    if str(f.type).startswith("str")}  # paths and names, never read as JSON
+    for key, text in items.items():
+        if key in FINETUNE_RESERVED:
+            raise SesameError(f"{where}: finetune.{key} is set by compare for every row alike (the task, --seed, "
+                              "epochs as the budget)")
+        if key not in known:
+            raise SesameError(f"{where}: finetune.{key} is not a fine-tuning option; use one of "
+                              f"{', '.join(sorted(known))}")
+        # compare's and the family's defaults differ from FinetuneSpec's, so none is shown as "the default"
+        options[key] = text if key in text_options else typed(where, f"finetune.{key}", text, known[key], False)
+    if "vectors" in options:
+        if not (fam.word_vectors and (fam.feature_extractor or kind == "baseline")):
+            raise SesameError(f"{where}: finetune.vectors initialises the word embedding of a new recurrent task "
+                              "model: for lstm, gru, bilstm or elmo approaches (a cove run brings its own)")
+        if not Path(options["vectors"]).is_file():
+            raise SesameError(f"{where}: finetune.vectors={options['vectors']}: no such file (GloVe or word2vec text)")
+    if options.get("pooling") is not None and options["pooling"] not in POOLINGS:
+        raise SesameError(f"{where}: finetune.pooling={options['pooling']}: choose one of {', '.join(POOLINGS)}")
+    train = {k: v for k, v in options.items() if k in {f.name for f in fields(TrainConfig)}}
+    try:
+        TrainConfig(**{**FINETUNE_TRAINING, **fam.finetune, **train}).validate()
+    except SesameError as err:
+        raise SesameError(f"{where}: fine-tuning {err} (set it with finetune.KEY=VALUE)") from None
+    return options
+
+
+def parse_approach(spec: str) -> Approach:
+    """One approach (module docstring); ``from=RUN`` takes anything ``sesame finetune --from`` takes."""
+    parts = spec.split(":")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise SesameError(f"--approaches {spec!r}: write FAMILY:SIZE[:KEY=VALUE...], e.g. bert:mini or "
+                          "roberta:mini:accumulate=4")
+    family, size, *items = parts
+    try:
+        fam = get_family(family)
+        get_size(size)
+    except SesameError as err:
+        raise SesameError(f"--approaches {spec}: {err}") from None
+    given: dict[str, str] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key or key in given:
+            raise SesameError(f"--approaches {spec}: {item!r} should be KEY=VALUE, each KEY once, e.g. lr=1e-3")
+        given[key] = text
+    base = given.pop("from", None)
+    tuning = {k[len(FINETUNE):]: v for k, v in given.items() if k.startswith(FINETUNE)}
+    pretraining = {k: v for k, v in given.items() if not k.startswith(FINETUNE)}
+    if base is None and fam.objective is None and fam.feature_extractor:
+        raise SesameError(f"--approaches {spec}: {family} is not pre-trained by compare; train it with "
+                          f"`sesame {family}` and give the run: {family}:{size}:from=RUN")
+    if pretraining and (base is not None or fam.objective is None):
+        why = f"starts from {base}" if base is not None else f"({family}) is a baseline without pre-training"
+        raise SesameError(f"--approaches {spec}: {', '.join(pretraining)}: pre-training options, but this approach "
+                          f"{why}; give fine-tuning options as finetune.KEY=VALUE, e.g. finetune.lr=1e-3")
+    if base is not None:
+        _check_base(spec, fam, size, base)
+    known, options, objective = _pretraining_defaults(), {}, {}
+    for key, text in pretraining.items():
+        if key in RESERVED:
+            raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
+                              "(--minutes, --max-steps, --seed, --corpus, --valid)")
+        if key in known:
+            options[key] = typed(f"--approaches {spec}", key, text, known[key])
+        else:  # the objective checks these when pre-training starts
+            objective[key] = typed(f"--approaches {spec}", key, text, None)
+    try:
+        train = {f.name for f in fields(TrainConfig)}
+        TrainConfig(**{**fam.recipe, **{k: v for k, v in options.items() if k in train}}).validate()
+    except SesameError as err:
+        raise SesameError(f"--approaches {spec}: {err}") from None
+    approach = Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})},
+                        base=base)
+    approach.finetune = _parse_finetune(spec, fam, approach.kind, tuning)
+    return approach

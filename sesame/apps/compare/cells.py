@@ -1,0 +1,123 @@
+"""The cells of ``sesame compare``: one resumable stage (:mod:`sesame.pipelines.stages`) per pre-training
+and per fine-tuning, what a cell depends on (its origin), and the from-scratch twins."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ... import api
+from ...errors import SesameError
+from ...families import backbone_config
+from ...interop.sources import MINILM, minilm_dir
+from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, trainer_state
+from ...rundir import read_config
+from ...train.checkpoint import checkpoint_dir
+from .approaches import FINETUNE, Approach, run_config
+from .baselines import scores
+from .tasks import CompareTask
+
+if TYPE_CHECKING:
+    from . import CompareSpec
+
+
+def say(where: str, name: str, record: dict, reused: bool) -> None:
+    """One line on stderr per cell: what it measured, how long it took, whether it was reused."""
+    what = (f"dev accuracy {record['dev']['accuracy']:.4f}" if "dev" in record
+            else f"{record['steps']:,} steps, {record['tokens']:,} tokens")
+    print(f"{where:<10} {name:<36} {what} in {duration(record['seconds'])}{'  (reused)' if reused else ''}",
+          file=sys.stderr, flush=True)
+
+
+def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dict, bool]:
+    """Pre-train ``approach`` into ``run`` on the comparison's corpus and budget: (its record, reused)."""
+    corpus = [str(Path(p).resolve()) for p in spec.corpus]
+    valid = [str(Path(p).resolve()) for p in spec.valid] if spec.valid else None
+
+    def work(resume: bool) -> dict:
+        try:
+            api.pretrain(corpus=corpus, out=str(run), family=approach.family, size=approach.size, valid=valid,
+                         resume=resume, progress=spec.progress, max_minutes=spec.minutes,
+                         max_steps=spec.max_steps or NO_STEP_CAP, seed=spec.seed, **approach.options)
+        except SesameError as err:
+            raise SesameError(f"--approaches {approach.spec}: {err}") from None
+        state, config = trainer_state(run), read_config(run, "--out")
+        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config.seq_len,
+                "seconds": round(state["elapsed"], 3)}
+
+    settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": spec.minutes,
+                "max_steps": spec.max_steps, "seed": spec.seed}
+    return cached_stage(run, settings, work)
+
+
+def prior_training(base: str) -> dict:
+    """``{"seconds", "tokens"}`` spent pre-training the run ``base``, read from its checkpoint and summed over
+    the runs it continued (``config.base``: ULMFiT's target LM continues the general one); tokens are
+    steps × batch × sequence length. None for what the runs do not record (a transformers directory, MiniLM,
+    a run without checkpoint; tokens of a ``sesame cove`` run, whose examples are sentence pairs)."""
+    seconds, tokens, path, seen = 0.0, 0, Path(base), set()
+    while path is not None:
+        config = run_config(str(path))
+        if config is None or config.kind != "pretrained" or checkpoint_dir(path) is None or path.resolve() in seen:
+            return {"seconds": None, "tokens": None}
+        seen.add(path.resolve())
+        state = trainer_state(path)
+        seconds += state["elapsed"]
+        tokens = tokens + state["step"] * state["config"]["batch_size"] * config.seq_len \
+            if tokens is not None and config.seq_len is not None else None
+        path = Path(config.base) if config.base else None
+    return {"seconds": round(seconds, 3), "tokens": tokens}
+
+
+def origin(base: str) -> dict:
+    """What a cell fine-tuned from the run ``base`` depends on: its path and a fingerprint of its weights and
+    config (size and modification time), so that a changed run is noticed."""
+    path = minilm_dir() if base == MINILM else Path(base)
+    files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin")
+                                                                 or p.name == "config.json"))
+    return {"from": base if base == MINILM else str(path.resolve()),
+            "fingerprint": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files}}
+
+
+def finetune_cell(base: str, run: Path, task: CompareTask, *, origin: dict, options: dict, tokenizer: str | None,
+                  progress: bool, name: str | None = None) -> tuple[dict, bool]:
+    """Fine-tune ``base`` on ``task`` into ``run``: (its record, reused). ``origin`` (the records it depends on)
+    is part of the cell's settings; an error names the approach ``name``, when given."""
+    def work(resume: bool) -> dict:
+        try:
+            dev = api.finetune(base=base, train=task.train, dev=task.dev, out=str(run), task=task.task,
+                               task_options=task.columns, tokenizer=tokenizer, resume=resume, progress=progress,
+                               **options)
+        except SesameError as err:
+            raise SesameError(f"--approaches {name} (task {task.name}): {err}" if name else str(err)) from None
+        model = api.load(run)
+        return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
+                "seconds": round(trainer_state(run)["elapsed"], 3), "train": scores(model.evaluate(task.train)),
+                "dev": scores(dev)}
+
+    return cached_stage(run, {"from": origin, "task": asdict(task), **options}, work)
+
+
+def scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
+    """``{name: approaches}``: one from-scratch twin per distinct architecture, tokenizer and fine-tuning
+    options, named ``scratch:FAMILY:SIZE`` (and the approach's ``finetune.`` items) after the first approach
+    that has them, whose tokenizer it uses. bert, spanbert and electra at one size with one tokenizer file
+    share a twin: their runs would be identical. ``runs`` holds the runs compare pre-trained; approaches
+    without a twin (:attr:`Approach.has_twin`) are left out."""
+    twins: dict[tuple, str] = {}
+    named: dict[str, list[Approach]] = {}
+    for a in plan:
+        if not a.has_twin:
+            continue
+        tokenizer = hashlib.sha256((a.run_dir(runs) / "tokenizer.json").read_bytes()).hexdigest()
+        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0))), tokenizer,
+               json.dumps(a.finetune, sort_keys=True))
+        if key not in twins:
+            name = ":".join([f"scratch:{a.family}:{a.size}", *(item for item in a.spec.split(":")[2:]
+                                                               if item.startswith(FINETUNE))])
+            twins[key] = name if name not in named else f"{name}:tokenizer-of-{a.slug}"
+        named.setdefault(twins[key], []).append(a)
+    return named
