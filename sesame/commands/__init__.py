@@ -15,6 +15,17 @@ COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate
             "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "demo")
 
 
+def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,
+                 required: tuple[str, ...] = (), json_help: str | None = None) -> argparse.ArgumentParser:
+    """The subcommand ``name`` whose flags are ``spec``'s fields (:func:`sesame.options.add_flags`), with a
+    ``--json`` switch when ``json_help`` says what it prints."""
+    p = sub.add_parser(name, help=help)
+    add_flags(p, spec, required=required)
+    if json_help:
+        p.add_argument("--json", action="store_true", help=json_help)
+    return p
+
+
 def add_training_flags(p: argparse.ArgumentParser) -> None:
     """TrainConfig's fields as flags (``--lr``, ``--max-steps``, ...) and ``--resume``."""
     add_flags(p.add_argument_group("training (defaults: sesame.train.TrainConfig over the family's)"), TrainConfig)

@@ -5,15 +5,16 @@ import argparse
 import json
 from pathlib import Path
 
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.compare import CompareSpec
 
-    p = sub.add_parser("compare", help="pre-training approaches at equal compute, against baselines")
-    add_flags(p, CompareSpec, required=("approaches", "corpus", "tasks", "out", "minutes"))
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p = spec_command(sub, "compare", CompareSpec, required=("approaches", "corpus", "tasks", "out", "minutes"),
+                     json_help="print the rows as JSON",
+                     help="pre-training approaches at equal compute, against baselines")
     p.set_defaults(run=run)
 
 

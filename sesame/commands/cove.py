@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..apps.cove import CoveSpec
-from ..options import add_flags, given
-from . import add_training_flags, print_metrics, training_options
+from ..options import given
+from . import add_training_flags, print_metrics, spec_command, training_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("cove", help="train CoVe's MT-LSTM (McCann et al. 2017) on a parallel corpus (docs/cove.md)")
-    add_flags(p, CoveSpec, required=("train_src", "train_tgt", "valid_src", "valid_tgt", "out"))
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = spec_command(sub, "cove", CoveSpec, required=("train_src", "train_tgt", "valid_src", "valid_tgt", "out"),
+                     json_help="print one JSON object",
+                     help="train CoVe's MT-LSTM (McCann et al. 2017) on a parallel corpus (docs/cove.md)")
     add_training_flags(p)
     p.set_defaults(run=run)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.decontaminate import DecontaminateSpec
 
-    p = sub.add_parser("decontaminate", help="n-gram overlap between a pre-training corpus and evaluation sets, "
-                                             "GPT-3 style (docs/decontamination.md)")
-    add_flags(p, DecontaminateSpec, required=("corpus",))
+    p = spec_command(sub, "decontaminate", DecontaminateSpec, required=("corpus",),
+                     help="n-gram overlap between a pre-training corpus and evaluation sets, GPT-3 style "
+                          "(docs/decontamination.md)")
     p.add_argument("--eval", action="append", required=True, help="an evaluation set (repeat the flag): "
                                                                   "see docs/decontamination.md")
     p.add_argument("--json", action="store_true", help="print one JSON object")

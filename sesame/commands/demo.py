@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.demo import DemoSpec
 
-    p = sub.add_parser("demo", help="see pre-training transfer, on data generated on the spot")
-    add_flags(p, DemoSpec)
+    p = spec_command(sub, "demo", DemoSpec, help="see pre-training transfer, on data generated on the spot")
     p.set_defaults(run=run)
 
 

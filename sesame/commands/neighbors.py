@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.neighbors import NeighborsSpec
 
-    p = sub.add_parser("neighbors", help="a word's nearest neighbours: per occurrence by contextual vector, and "
-                                         "once by static input embedding (docs/neighbors.md)")
-    add_flags(p, NeighborsSpec, required=("model", "word", "corpus"))
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = spec_command(sub, "neighbors", NeighborsSpec, required=("model", "word", "corpus"),
+                     json_help="print one JSON object",
+                     help="a word's nearest neighbours: per occurrence by contextual vector, and once by static "
+                          "input embedding (docs/neighbors.md)")
     p.set_defaults(run=run)
 
 

@@ -6,13 +6,14 @@ import argparse
 import json
 
 from ..apps.prompting import PromptSpec
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prompt-eval", help="zero- and few-shot in-context classification accuracy of a causal "
-                                           "language model, no training (docs/decoders.md)")
-    add_flags(p, PromptSpec, required=("model", "data"))
+    p = spec_command(sub, "prompt-eval", PromptSpec, required=("model", "data"),
+                     help="zero- and few-shot in-context classification accuracy of a causal language model, no "
+                          "training (docs/decoders.md)")
     p.add_argument("--verbalizers", help="label=word pairs, e.g. negative=bad,neutral=okay,positive=good "
                                          "(default: the label names)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -4,16 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..options import add_flags, given
+from ..options import given
+from . import spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.ulmfit import UlmfitSpec
 
-    p = sub.add_parser("ulmfit", help="ULMFiT's three stages, resumable: general LM, target LM, classifier "
-                                      "(docs/ulmfit.md)")
-    add_flags(p, UlmfitSpec, required=("train", "dev", "out"))
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p = spec_command(sub, "ulmfit", UlmfitSpec, required=("train", "dev", "out"), json_help="print the rows as JSON",
+                     help="ULMFiT's three stages, resumable: general LM, target LM, classifier (docs/ulmfit.md)")
     p.set_defaults(run=run)
 
 
