@@ -31,10 +31,10 @@ def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> R
         raise SesameError(f"{flag} {run}: no such run directory")
     if not (run / "config.json").is_file():
         raise SesameError(f"{flag} {run}: not a sesame run directory (no config.json)")
-    config = RunConfig.parse(read_json(run / "config.json"), f"{flag} {run / 'config.json'}")
-    if config.kind not in kinds:
-        raise SesameError(f"{flag} {run}: holds a {config.kind!r} run, but a {' or '.join(kinds)} run is needed")
-    return config
+    data = read_json(run / "config.json")
+    if isinstance(data, dict) and data.get("kind") not in kinds:  # another kind of directory, before its fields
+        raise SesameError(f"{flag} {run}: holds a {data.get('kind')!r} run, but a {' or '.join(kinds)} run is needed")
+    return RunConfig.parse(data, f"{flag} {run / 'config.json'}")
 
 
 def write_config(run: Path, config: RunConfig) -> None:
