@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import sesame
+from sesame.cli import main
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.tasks.classify import pool
@@ -196,3 +197,21 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
                      ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
     assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved
+
+
+def test_the_command_line_offers_vectors_and_every_pooling(tmp_path, capsys):
+    """`sesame finetune --vectors` (docs/recurrent.md) reaches the task model, and --pooling offers every
+    pooling the classifier has (its own table, POOLINGS), ULMFiT's concat included."""
+    from sesame.cli import _parser
+    from sesame.tasks.classify import POOLINGS
+
+    required = ["finetune", "--from", "x", "--train", "t", "--dev", "d", "--out", "o"]
+    assert [_parser().parse_args(required + ["--pooling", name]).pooling for name in POOLINGS] == list(POOLINGS)
+    airline_like(tmp_path / "train.csv", 40, 0)
+    airline_like(tmp_path / "dev.csv", 20, 1)
+    (tmp_path / "vectors.txt").write_text("great 1 2 3\nawful -1 -2 -3\n")
+    assert main(["--no-progress", "finetune", "--from", "scratch:bilstm:tiny", "--train", str(tmp_path / "train.csv"),
+                 "--dev", str(tmp_path / "dev.csv"), "--out", str(tmp_path / "run"), "--epochs", "1",
+                 "--vectors", str(tmp_path / "vectors.txt"), "--pooling", "concat", "--batch-size", "8"]) == 0
+    run = read_config(tmp_path / "run", "--model", ("finetuned",))
+    assert run.model["embedding_size"] == 3 and run.pooling == "concat" and run.recipe["vectors"]
