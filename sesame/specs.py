@@ -39,6 +39,10 @@ def training(defaults: dict, overrides: dict) -> TrainConfig:
     return cfg
 
 
+CASED_HELP = ("keep letter case in the tokenizer trained on the way (WordPiece lower-cases by default, as uncased "
+              "BERT; capitals mark names, so NER wants it)")
+
+
 @dataclass(kw_only=True)
 class PretrainSpec:
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one)."""
@@ -49,6 +53,7 @@ class PretrainSpec:
     valid: list[str] | None = option(None, help="validation text (default: the corpus's last 1%%)")
     tokenizer: str | None = option(None, help="tokenizer.json to use (default: train one on the corpus)")
     vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
+    cased: bool = option(False, help=CASED_HELP)
     seq_len: int = option(128, help="tokens per training window")
     dropout: float | None = option(None, help="dropout rate (default: the family's, 0.1 for most)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
@@ -153,6 +158,7 @@ class FinetuneSpec:
                                            "pearson for regress; f1 for tag and span_qa; also macro_f1, mcc, "
                                            "spearman, exact)")
     tokenizer: str | None = option(None, help="for scratch models: tokenizer.json or a run (default: train one)")
+    cased: bool = option(False, help=CASED_HELP)
     max_length: int = option(128, help="tokens per input")
     epochs: int = option(3, help="passes over the training set (each ends with a dev evaluation)")
     dropout: float = option(0.1, help="dropout rate of the model and head")

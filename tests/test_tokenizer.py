@@ -57,3 +57,28 @@ def test_bad_requests_name_the_flag(texts, tmp_path):
         train_tokenizer([], "wordpiece", vocab_size=300)
     with pytest.raises(SesameError, match="no tokenizer.json"):
         TextTokenizer.load(tmp_path / "missing.json")
+
+
+def test_cased_runs_keep_the_capitals_that_mark_names(corpus, labeled, tmp_path):
+    """WordPiece lower-cases by default (uncased BERT); ``--cased`` keeps case in the tokenizer pretrain trains,
+    and in the one a scratch model trains for fine-tuning; a tokenizer given or brought is not re-cased."""
+    import sesame
+    from sesame.rundir import load_tokenizer
+
+    common = dict(family="bert", size="tiny", vocab_size=300, seq_len=16, max_steps=1, batch_size=4, progress=False)
+    for cased in (False, True):
+        sesame.pretrain([str(corpus)], str(tmp_path / f"run-{cased}"), cased=cased, **common)
+        tok = load_tokenizer(tmp_path / f"run-{cased}")
+        assert (tok.backend.encode("The").ids != tok.backend.encode("the").ids) == cased
+    train, dev = labeled
+    sesame.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "tuned"), cased=True, max_steps=1,
+                    progress=False)
+    tok = load_tokenizer(tmp_path / "tuned")
+    assert tok.backend.encode("The").ids != tok.backend.encode("the").ids
+    for call in (lambda: sesame.pretrain([str(corpus)], str(tmp_path / "x"), cased=True,
+                                         tokenizer=str(tmp_path / "run-True" / "tokenizer.json"), **common),
+                 lambda: sesame.finetune(str(tmp_path / "run-True"), str(train), str(dev), str(tmp_path / "y"),
+                                         cased=True, progress=False)):
+        with pytest.raises(SesameError, match="drop --cased"):
+            call()
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

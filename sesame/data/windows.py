@@ -61,15 +61,20 @@ class Corpus:
     def texts(self) -> Iterator[str]:
         return iter_texts(resolve_sources(self.paths, self.flag), self.text_field)
 
-    def tokenizer(self, given: str | None, kind: str, vocab_size: int, progress: bool) -> TextTokenizer:
-        """The tokenizer ``given`` (--tokenizer), or the one stored with prepared shards, or one trained on the text."""
+    def tokenizer(self, given: str | None, kind: str, vocab_size: int, progress: bool, *,
+                  cased: bool = False) -> TextTokenizer:
+        """The tokenizer ``given`` (--tokenizer), or the one stored with prepared shards, or one trained on the text
+        (keeping letter case if ``cased``)."""
         path = self.shard_dir or given
+        if path and cased:
+            raise SesameError(f"--cased: {path} brings its own tokenizer, whose case is decided; drop --cased")
         if path:
             tok = load_tokenizer(path, self.flag if path != given else "--tokenizer")
             if tok.kind != kind:
                 raise SesameError(f"--tokenizer {path}: a {tok.kind} tokenizer, but this family uses {kind}")
             return tok
-        return train_tokenizer(self.texts(), kind, vocab_size, show_progress=progress)
+        return train_tokenizer(self.texts(), kind, vocab_size, lowercase=False if cased else None,
+                               show_progress=progress)
 
     def shards(self, tok: TextTokenizer, dest: Path, progress: bool) -> Shards:
         """The prepared shards, which must have been made with ``tok``; or the text prepared into ``dest``."""

@@ -157,15 +157,18 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
             how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
             raise SesameError(f"--from {source.given}: {fam.name} gives a task model pretrained features; make a run "
                               f"first (`{how}`) and fine-tune from it")
+        if spec.tokenizer and spec.cased:
+            raise SesameError(f"--cased: --tokenizer {spec.tokenizer} has its case decided; drop --cased")
         tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else \
-            train_tokenizer(train_texts, fam.tokenizer, SCRATCH_VOCAB)
+            train_tokenizer(train_texts, fam.tokenizer, SCRATCH_VOCAB, lowercase=False if spec.cased else None)
         if tok.kind != fam.tokenizer:
             raise SesameError(f"--tokenizer {spec.tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses "
                               f"{fam.tokenizer}")
         model = backbone_config(fam.name, source.size, tok.vocab_size, tok.specials.pad, spec.dropout).to_dict()
         return RunConfig(kind="pretrained", family=fam.name, size=source.size, pooling=fam.pooling, model=model), tok
-    if spec.tokenizer:
-        raise SesameError(f"--tokenizer: {spec.base} brings its own tokenizer; drop --tokenizer")
+    if spec.tokenizer or spec.cased:
+        flag = "--tokenizer" if spec.tokenizer else "--cased"
+        raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
     config = read_config(base_dir, "--from")
     config.model["dropout"] = spec.dropout
     fam = FAMILIES.get(config.family)

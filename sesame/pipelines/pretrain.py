@@ -39,15 +39,16 @@ def pretrain(spec: PretrainSpec) -> dict:
     if base is not None:
         if base.family != spec.family:
             raise SesameError(f"--from {spec.base}: a {base.family} run; continue it with --family {base.family}")
-        if spec.tokenizer:
-            raise SesameError(f"--tokenizer: {spec.base} brings its own tokenizer; drop --tokenizer")
+        if spec.tokenizer or spec.cased:
+            flag = "--tokenizer" if spec.tokenizer else "--cased"
+            raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
     check_batch(cfg)
 
     def setup(run: Path) -> None:
         corpus = Corpus.of(spec.corpus, "--corpus", spec.text_field)
         held_out = Corpus.of(spec.valid, "--valid", spec.text_field) if spec.valid else None
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
-        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress)
+        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased)
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
