@@ -74,6 +74,10 @@ class SentencePairs(MaskedLM):
             nn.init.zeros_(layer.bias)
         self.sentence_ends = torch.empty(0, dtype=torch.long)
 
+    @property
+    def classified(self) -> tuple[str, ...]:
+        return (self.task,)
+
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "SentencePairs":
         objective = super().build(backbone, tokenizer, **options)
@@ -125,12 +129,17 @@ class SentencePairs(MaskedLM):
         batch = {**self.masked(ids, generators), "types": types, "padding": padding, "labels": labels}
         return {**batch, "counts": {"mlm": batch["targets"].numel(), self.task: n}}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The summed MLM loss and the summed pair-classification loss."""
+    def score(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The summed MLM and pair-classification losses, and how many pair labels the classifier gets right."""
         hidden = self.backbone(batch["ids"], batch["types"], batch["padding"])
         logits = self.get_submodule(self.task)(self.pooler(hidden[:, 0]))
-        return {"mlm": self.mlm_loss(hidden, batch),
-                self.task: F.cross_entropy(logits, batch["labels"], reduction="sum")}
+        losses = {"mlm": self.mlm_loss(hidden, batch),
+                  self.task: F.cross_entropy(logits, batch["labels"], reduction="sum")}
+        return losses, {self.task: (logits.argmax(-1) == batch["labels"]).sum()}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The summed MLM loss and the summed pair-classification loss."""
+        return self.score(batch)[0]
 
 
 class BertPretraining(SentencePairs):
