@@ -146,11 +146,12 @@ class BertPretraining(SentencePairs):
     """BERT: masked LM + next-sentence prediction (Devlin et al. 2019, §3.1 Task #2).
 
     Half the time B is the true continuation of A (label 0); otherwise (label 1) B is as many
-    tokens of the partner window, a window from another document: read from the partner's first
-    document part (the one the batcher drew), starting right after its first sentence end that
-    leaves room for them, else at the part's start, so that a random B, like a true one, tends to
-    begin a sentence (BERT starts it at a random sentence). Deviation: B is shorter, and the example
-    more padded, when that part ends sooner.
+    tokens of the partner window, read from its first document part, which the batcher drew from
+    another document of the same source file (:func:`sesame.data.windows.partners`), starting
+    right after its first sentence end that leaves room for them, else at the part's start, so that
+    a random B, like a true one, tends to begin a sentence (BERT starts it at a random sentence).
+    Deviations: B is shorter, and the example more padded, when that part ends sooner; documents are
+    drawn in proportion to their length (a uniform window), where BERT draws one uniformly.
     """
 
     name = "mlm_nsp"
