@@ -18,6 +18,11 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))).capitalize() + "." for _ in range(n)]
 
 
+def documents(lines: list[str], size: int = 40) -> str:
+    """``lines`` as a text file of documents of ``size`` lines each, separated by blank lines (for NSP)."""
+    return "\n\n".join("\n".join(lines[i: i + size]) for i in range(0, len(lines), size)) + "\n"
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models train fastest on one thread, above all on a CPU shared with other jobs."""

@@ -21,10 +21,10 @@ def snapshot(folder):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A pretrained run and a classifier fine-tuned from it, made through the CLI."""
-    from .conftest import sentences
+    from .conftest import documents, sentences
 
     root = tmp_path_factory.mktemp("cli")
-    (root / "corpus.txt").write_text("\n".join(sentences(400)) + "\n")
+    (root / "corpus.txt").write_text(documents(sentences(400)))  # several documents, for NSP
     animals = {"cat", "dog", "bird", "fish"}
     for split, seed in (("train", 1), ("dev", 2)):
         lines = ["text\tlabel"] + [f"{s}\t{'animal' if animals & set(s.lower()[:-1].split()) else 'none'}"

@@ -22,6 +22,8 @@ from safetensors.torch import load_file
 
 from sesame.cli import main as sesame_main
 
+from .conftest import documents
+
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with the gloo backend is not available in this torch build")
 
@@ -47,7 +49,7 @@ def write_corpus(path: Path, n: int = 400, seed: int = 0) -> Path:
         if rng.random() < 0.5:
             line += f" Then {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
         lines.append(line)
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(documents(lines))  # several documents, for NSP
     return path
 
 

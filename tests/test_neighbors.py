@@ -13,7 +13,7 @@ from sesame.apps.neighbors import (NeighborsSpec, contextual_vectors, find_occur
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tokenizer import train_tokenizer
 
-from .conftest import minilm, sentences
+from .conftest import documents, minilm, sentences
 
 PLAY = Path(__file__).resolve().parents[1] / "docs" / "examples" / "play.txt"
 SPORT = "S"
@@ -25,7 +25,7 @@ def run(tmp_path_factory) -> Path:
     """A tiny BERT pre-trained for two steps on text where the cat sleeps, plays and is played with."""
     root = tmp_path_factory.mktemp("neighbors")
     lines = sentences(300) + ["The cat plays in the garden.", "A dog played near the river."] * 20
-    (root / "corpus.txt").write_text("\n".join(lines) + "\n")
+    (root / "corpus.txt").write_text(documents(lines))  # several documents, for NSP
     pretrain([str(root / "corpus.txt")], str(root / "run"), family="bert", size="tiny", vocab_size=300, seq_len=32,
              progress=False, max_steps=2, batch_size=8)
     return root / "run"

@@ -1,10 +1,9 @@
-"""How pre-training examples are drawn: partners from other documents, static masks, two phases."""
-import torch
+"""How pre-training examples are drawn: static masks, two phases (partners from other documents: test_documents.py)."""
 import pytest
 
-from sesame.data.windows import TWO_PHASE_SWITCH, partners as _partners, window_batches as _window_batches
+from sesame.data.windows import TWO_PHASE_SWITCH, window_batches as _window_batches
 from sesame.data.corpus import resolve_sources
-from sesame.data.shards import Window, prepare_corpus
+from sesame.data.shards import prepare_corpus
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives import MaskedLM
 from sesame.tokenizer import train_tokenizer
@@ -34,24 +33,6 @@ def test_shards_know_the_document_of_a_window(setting):
     assert list(docs) == sorted(docs) and set(docs) == {0, 1}
     assert all(w.start < shards.doc_ends[0] for w, d in zip(windows, docs) if d == 0)
     assert first_of_second.start >= shards.doc_ends[0] > first_of_second.start - 16
-
-
-def test_partners_come_uniformly_from_another_document(setting):
-    shards, _ = setting
-    windows = shards.windows(16)
-    first = shards.documents(windows)
-    last = shards.documents([Window(w.shard, w.start + 15) for w in windows])
-    partner = _partners(shards, windows, 16)
-    g = torch.Generator().manual_seed(0)
-    straddling = int((first != last).nonzero()[0][0])  # holds the end of document 0 and the start of 1
-    for own in (0, len(windows) // 3, len(windows) - 1, straddling):
-        picks = [windows.index(partner(own, g)) for _ in range(2000)]
-        mine = {int(first[own]), int(last[own])}
-        strangers = [p for p, (a, b) in enumerate(zip(first, last)) if not {int(a), int(b)} & mine]
-        if strangers:
-            assert set(picks) <= set(strangers) and len(set(picks)) > 0.95 * len(strangers)  # uniform over them
-        else:  # with two documents, the window holding both shares one with every other: any other will do
-            assert own not in picks and len(set(picks)) > 0.95 * (len(windows) - 1)
 
 
 def record_seeds(obj):

@@ -40,7 +40,7 @@ def test_rerun_reuses_and_change_rebuilds(tok, corpus, tmp_path):
 def test_jsonl_records_are_documents(tok, tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps({"body": s}) for s in sentences(5)) + "\n")
-    assert [d for d, _ in iter_pieces([path], "body")] == [0, 1, 2, 3, 4]
+    assert [(s, d) for s, d, _ in iter_pieces([path], "body")] == [(0, d) for d in range(5)]
     with pytest.raises(SesameError, match=r"c.jsonl:1: no string field 'text'"):
         list(iter_pieces([path]))
 

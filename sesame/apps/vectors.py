@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..data.corpus import iter_pieces, resolve_sources
+from ..data.corpus import iter_texts, resolve_sources
 from ..data.vectors import PAD, UNK, WordVectors, words
 from ..errors import SesameError
 from ..options import option
@@ -88,7 +88,7 @@ def build_vocabulary(files: Sequence[Path], lower: bool = False, min_count: int 
     if max_size is not None and max_size < 3:
         raise SesameError(f"--max-size {max_size}: must be 3 or more (two specials and a word)")
     counts: Counter[str] = Counter()
-    for _, text in iter_pieces(files, text_field):
+    for text in iter_texts(files, text_field):
         counts.update(words(text, lower))
     counts.pop(PAD, None)
     counts.pop(UNK, None)
@@ -123,7 +123,7 @@ def cooccurrence(files: Sequence[Path], vocab: Vocabulary, window: int = 10, tex
     if window < 1:
         raise SesameError(f"--window {window}: must be 1 or more")
     ids_list, line_list = [], []
-    for n, (_, text) in enumerate(iter_pieces(files, text_field)):
+    for n, text in enumerate(iter_texts(files, text_field)):
         ids = vocab.encode(text)
         ids_list.append(np.asarray(ids, dtype=np.int64))
         line_list.append(np.full(len(ids), n, dtype=np.int64))

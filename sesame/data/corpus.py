@@ -1,11 +1,27 @@
 """Reading raw text corpora: files, folders, and JSON Lines, validated as UTF-8, streamed.
 
-A *document* is one text file, or one record of a ``.jsonl`` file. Text arrives in pieces
-(one line at a time) so memory stays flat however large the corpus is.
+Text arrives in pieces (one line at a time) so memory stays flat however large the corpus is, each
+piece tagged with its source file and its document. Where documents begin (:func:`boundary_rule`,
+decided per file by reading it once beforehand):
+
+* a JSON Lines file: one document per record;
+* a text file with WikiText article titles, lines `` = Title = `` (exactly one ``=`` each side;
+  `` = = Section = = `` lines are sections of the article, not documents): each title begins a
+  document, and blank lines, which separate WikiText's paragraphs, do not;
+* else a text file with chapter headings, lines beginning ``CHAPTER``/``Chapter`` and a Roman or
+  Arabic number (``CHAPTER I.``, ``Chapter 12``), as Project Gutenberg's books mark them: each begins
+  a document (a chapter);
+* else blank lines (empty or whitespace only) separate documents, as in BERT's pre-training input
+  format (Devlin et al. 2019, ``create_pretraining_data.py``).
+
+A heading begins a new document only once the current one holds text besides headings and blank
+lines: text before the first heading (a title page) is a document of its own, and headings with only
+blank lines between them (a book's table of contents) stay with the text after the last of them.
 """
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -14,6 +30,12 @@ from .labeled import json_object
 
 TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+HEADINGS = {  # the rules by which a heading line begins a document, in order of precedence
+    "wikitext titles": re.compile(r"^ ?= [^=](?:.*[^=])? = ?$"),
+    "chapter headings": re.compile(r"^\s*(?:CHAPTER|Chapter) (?:[IVXLCDM]+|\d+)\b"),
+}
+BLANK_LINES = "blank lines"
+JSONL_RECORDS = "jsonl records"
 
 
 def resolve_sources(paths: Sequence[str | Path], flag: str = "--corpus") -> list[Path]:
@@ -63,14 +85,44 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
                 ) from None
 
 
-def iter_pieces(files: Sequence[Path], text_field: str = "text") -> Iterator[tuple[int, str]]:
-    """Yield ``(document_index, text_piece)`` in corpus order.
+def boundary_rule(path: Path) -> str:
+    """How ``path`` is cut into documents (the module's docstring): ``JSONL_RECORDS`` for a JSON Lines file,
+    else the first rule of ``HEADINGS`` one of whose headings the file holds, else ``BLANK_LINES``."""
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return JSONL_RECORDS
+    found = set()
+    with open(path, "rb") as fh:  # bytes: invalid UTF-8 is reported, with its line, when the file is read
+        for raw in fh:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            found.update(rule for rule, heading in HEADINGS.items() if heading.match(line))
+            if next(iter(HEADINGS)) in found:
+                break
+    return next((rule for rule in HEADINGS if rule in found), BLANK_LINES)
 
-    Text files are one document each, yielded line by line with their newlines;
-    JSON Lines files give one document per record, read from ``text_field``.
+
+def _text_documents(path: Path, rule: str) -> Iterator[tuple[bool, str]]:
+    """``(begins a document, line)`` for each line of a text file cut by ``rule``."""
+    body = after_blank = False  # whether the current document holds text yet; whether the last line was blank
+    for _, line in decoded_lines(path):
+        blank = not line.strip()
+        heading = rule in HEADINGS and bool(HEADINGS[rule].match(line.rstrip("\r\n")))
+        begins = body and (heading if rule in HEADINGS else after_blank and not blank)
+        body = (body and not begins) or not (blank or heading)
+        after_blank = blank
+        yield begins, line
+
+
+def iter_pieces(files: Sequence[Path], text_field: str = "text", *, rules: Sequence[str] | None = None
+                ) -> Iterator[tuple[int, int, str]]:
+    """Yield ``(source_index, document_index, text_piece)`` in corpus order, the source being the position
+    of its file in ``files`` and documents numbered across the corpus.
+
+    Text files are yielded line by line with their newlines, cut into documents by their
+    :func:`boundary_rule` (``rules``, one per file, when already known); JSON Lines files give one
+    document per record, read from ``text_field``.
     """
     doc = -1
-    for path in files:
+    for source, path in enumerate(files):
         if path.suffix.lower() in JSONL_SUFFIXES:
             for lineno, line in decoded_lines(path):
                 if not line.strip():
@@ -81,15 +133,20 @@ def iter_pieces(files: Sequence[Path], text_field: str = "text") -> Iterator[tup
                         f"{path}:{lineno}: no string field {text_field!r}; name the field with --text-field"
                     )
                 doc += 1
-                yield doc, record[text_field]
+                yield source, doc, record[text_field]
         else:
             doc += 1
-            for _, line in decoded_lines(path):
-                yield doc, line
+            for begins, line in _text_documents(path, rules[source] if rules else boundary_rule(path)):
+                doc += begins
+                yield source, doc, line
 
 
 def iter_texts(files: Sequence[Path], text_field: str = "text") -> Iterator[str]:
-    """Just the text pieces (for tokenizer training)."""
-    for _, text in iter_pieces(files, text_field):
-        if text.strip():
-            yield text
+    """The non-blank text pieces, without documents (for tokenizer and word-vector training): text files'
+    lines, JSON Lines records' ``text_field``."""
+    for path in files:
+        if path.suffix.lower() in JSONL_SUFFIXES:
+            texts = (text for _, _, text in iter_pieces([path], text_field))
+        else:
+            texts = (line for _, line in decoded_lines(path))
+        yield from (text for text in texts if text.strip())

@@ -7,10 +7,17 @@ Layout of a shard directory::
     tokens-00000.bin     token ids (uint16 when the vocabulary fits, else uint32), documents
                          back to back, each followed by the tokenizer's separator token
     docs.bin             int64 offset of each document's end (global token index)
+    sources.bin          int32 index of each document's source file in meta.json's ``sources``
+
+Documents are cut as :mod:`sesame.data.corpus` says (WikiText titles, chapter headings, blank lines,
+JSON Lines records), by the rule meta.json's ``boundaries`` records per source; a document with no
+tokens is left out. Shards of format 1 (before documents were cut inside files or remembered their
+file) are still read: there every document counts as a source file of its own, as then.
 
 Preparation streams: text is read a line at a time, tokenized in batches (the ``tokenizers``
 library spreads a batch over all cores, in a thread so that reading and writing go on meanwhile)
-and appended to disk, so peak memory does not grow with the corpus. Re-running on unchanged inputs with the same tokenizer reuses the directory.
+and appended to disk, so peak memory does not grow with the corpus. Re-running on unchanged inputs with the
+same tokenizer and the same format (hence the same document rules) reuses the directory; else it is rebuilt.
 """
 from __future__ import annotations
 
@@ -30,15 +37,16 @@ from tqdm.auto import tqdm
 from ..errors import SesameError
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import temporary_dir
-from .corpus import fingerprint, iter_pieces
+from .corpus import boundary_rule, fingerprint, iter_pieces
 
-FORMAT = "sesame-shards/1"
+FORMAT = "sesame-shards/2"
+READABLE = ("sesame-shards/1", FORMAT)  # format 1: no sources.bin, documents were whole files or records
 TOKENS_PER_SHARD = 1 << 26
 BATCH_PIECES = 2048
 
 
 def is_shard_dir(path: Path) -> bool:
-    return (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("format") == FORMAT
+    return (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("format") in READABLE
 
 
 def _tokenizer_hash(tokenizer: TextTokenizer) -> str:
@@ -51,7 +59,9 @@ class _Writer:
         self.shard_sizes: list[int] = []
         self.total = 0
         self.docs = open(out / "docs.bin", "wb")
+        self.sources = open(out / "sources.bin", "wb")
         self.fh = None
+        self.n_docs, self.doc_start = 0, 0
 
     def _file(self):
         if self.fh is None or self.shard_sizes[-1] >= TOKENS_PER_SHARD:
@@ -66,12 +76,17 @@ class _Writer:
         self.shard_sizes[-1] += len(ids)
         self.total += len(ids)
 
-    def end_document(self) -> None:
+    def end_document(self, source: int) -> None:
+        """Close the document written since the last call (none when it holds no tokens), from file ``source``."""
+        if self.total == self.doc_start:
+            return
         self.write(self.sep)
         self.docs.write(np.array([self.total], dtype=np.int64).tobytes())
+        self.sources.write(np.array([source], dtype=np.int32).tobytes())
+        self.n_docs, self.doc_start = self.n_docs + 1, self.total
 
     def close(self) -> None:
-        for fh in (self.fh, self.docs):
+        for fh in (self.fh, self.docs, self.sources):
             if fh:
                 fh.close()
 
@@ -80,7 +95,7 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
                    progress: bool = True) -> "Shards":
     """Tokenize ``files`` into shards at ``out`` (reused when inputs and tokenizer are unchanged)."""
     out = Path(out)
-    key = fingerprint(files, _tokenizer_hash(tokenizer), text_field)
+    key = fingerprint(files, _tokenizer_hash(tokenizer), text_field, FORMAT)
     if out.exists():
         if is_shard_dir(out):
             if json.loads((out / "meta.json").read_text())["fingerprint"] == key:
@@ -93,38 +108,39 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
     total_bytes = sum(f.stat().st_size for f in files)
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
-    current_doc = None
+    current = None  # (source, document) being written
 
-    def write(pieces: list[tuple[int, str]], encodings: list[list[int]]) -> None:
+    def write(pieces: list[tuple[int, int, str]], encodings: list[list[int]]) -> None:
         """Append one tokenized batch: one array per document run, a separator where documents change."""
-        nonlocal current_doc
-        for doc, group in groupby(zip(pieces, encodings), key=lambda pair: pair[0][0]):
-            if current_doc is not None and doc != current_doc:
-                writer.end_document()
-            current_doc = doc
+        nonlocal current
+        for doc, group in groupby(zip(pieces, encodings), key=lambda pair: pair[0][:2]):
+            if current is not None and doc != current:
+                writer.end_document(current[0])
+            current = doc
             writer.write(np.fromiter(chain.from_iterable(ids for _, ids in group), dtype))
-        bar.update(sum(len(text.encode()) for _, text in pieces))
+        bar.update(sum(len(text.encode()) for _, _, text in pieces))
 
-    pieces = iter_pieces(files, text_field)
+    rules = [boundary_rule(f) for f in files]
+    pieces = iter_pieces(files, text_field, rules=rules)
     try:
         # Tokenizing batch k (Rust, all cores, GIL released) overlaps reading k+1 and writing k-1.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = None
             while batch := list(islice(pieces, BATCH_PIECES)):
-                job = pool.submit(tokenizer.encode, [text for _, text in batch], special=False)
+                job = pool.submit(tokenizer.encode, [text for _, _, text in batch], special=False)
                 if pending:
                     write(pending[0], pending[1].result())
                 pending = (batch, job)
             if pending:
                 write(pending[0], pending[1].result())
-        if current_doc is not None:
-            writer.end_document()
+        if current is not None:
+            writer.end_document(current[0])
         writer.close()
         if writer.total == 0:
             raise SesameError(f"--corpus: the files {[str(f) for f in files][:3]} hold no text")
         meta = {"format": FORMAT, "fingerprint": key, "dtype": dtype.name, "shards": writer.shard_sizes,
-                "n_tokens": writer.total, "n_docs": (tmp / "docs.bin").stat().st_size // 8,
-                "vocab_size": tokenizer.vocab_size, "sources": [str(f) for f in files]}
+                "n_tokens": writer.total, "n_docs": writer.n_docs, "vocab_size": tokenizer.vocab_size,
+                "sources": [str(f) for f in files], "boundaries": rules}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         tokenizer.save(tmp / "tokenizer.json")
         if out.exists():
@@ -158,6 +174,8 @@ class Shards:
         ]
         self.shard_starts = np.cumsum([0] + self.meta["shards"][:-1])
         self.doc_ends = np.fromfile(self.path / "docs.bin", dtype=np.int64)
+        sources = self.path / "sources.bin"
+        self.doc_sources = np.fromfile(sources, dtype=np.int32) if sources.is_file() else np.arange(len(self.doc_ends))
 
     @property
     def n_tokens(self) -> int:
@@ -167,9 +185,9 @@ class Shards:
         """Non-overlapping windows of ``length`` tokens, packed across document boundaries."""
         return [Window(s, k * length) for s, a in enumerate(self.arrays) for k in range(len(a) // length)]
 
-    def documents(self, windows: Sequence[Window]) -> np.ndarray:
-        """Index of the document in which each window starts."""
-        starts = np.array([self.shard_starts[w.shard] + w.start for w in windows], dtype=np.int64)
+    def documents(self, windows: Sequence[Window], offset: int = 0) -> np.ndarray:
+        """Index of the document holding token ``offset`` of each window (its first by default)."""
+        starts = np.array([self.shard_starts[w.shard] + w.start + offset for w in windows], dtype=np.int64)
         return np.searchsorted(self.doc_ends, starts, side="right")
 
     def read(self, window: Window, length: int) -> np.ndarray:

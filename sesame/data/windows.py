@@ -101,20 +101,43 @@ class Corpus:
 
 
 def partners(shards: Shards, windows: list[Window], length: int) -> Callable[[int, torch.Generator], Window]:
-    """``partner(own, generator)``: a window (of ``length`` tokens) drawn uniformly from those sharing no
-    document with window ``own`` (next-sentence negatives); when every window shares one, from the others."""
-    first = shards.documents(windows)  # both non-decreasing: windows are in corpus order
-    last = shards.documents([Window(w.shard, w.start + length - 1) for w in windows])
+    """``partner(own, generator)``: a window (of ``length`` tokens) whose first document part, the one a random
+    next segment is read from (:class:`~sesame.objectives.pairs.BertPretraining`), belongs to a document that
+    window ``own`` does not touch: drawn uniformly from the windows whose part comes from another document of
+    the same source file as ``own``'s; when that file has no other (a single-document file), from those of
+    any other document; when every window's part comes from ``own``'s documents, from the other windows (and
+    ``own`` itself when it is the only one). ``mlm_nsp`` refuses a corpus of one document
+    (:func:`require_documents`), so the last two are for held-out windows that fall in one document.
+
+    BERT draws the random next sentence from another document of its corpus (Devlin et al. 2019, §3.1);
+    keeping to the same file stops a corpus of several files (Wikipedia and books) from teaching the
+    classifier which file a segment comes from rather than whether it follows."""
+    first, last = shards.documents(windows), shards.documents(windows, length - 1)
+    # the document of each window's first part: of its second token when its first closes a document
+    given = shards.documents(windows, min(1, length - 1))
+    source = shards.doc_sources[given]  # all four non-decreasing: windows are in corpus order
 
     def partner(own: int, generator: torch.Generator) -> Window:
-        # windows lo..hi-1 overlap the documents of window own; the rest share none with it
-        lo, hi = np.searchsorted(last, first[own], "left"), np.searchsorted(first, last[own], "right")
-        if hi - lo == len(windows):
-            lo, hi = own, own + 1
-        r = int(torch.randint(max(1, len(windows) - (hi - lo)), (1,), generator=generator))
-        return windows[min(len(windows) - 1, r if r < lo else r + hi - lo)]
+        mine = np.searchsorted(given, first[own], "left"), np.searchsorted(given, last[own], "right")
+        files = shards.doc_sources[[first[own], last[own]]]
+        pools = [(np.searchsorted(source, files[0], "left"), np.searchsorted(source, files[1], "right"), mine),
+                 (0, len(windows), mine), (0, len(windows), (own, own + 1)), (0, len(windows), (0, 0))]
+        lo, hi, (skip_lo, skip_hi) = next(pool for pool in pools if pool[1] - pool[0] > pool[2][1] - pool[2][0])
+        r = lo + int(torch.randint(hi - lo - (skip_hi - skip_lo), (1,), generator=generator))
+        return windows[r if r < skip_lo else r + skip_hi - skip_lo]
 
     return partner
+
+
+def require_documents(shards: Shards, *, flag: str, objective: str) -> None:
+    """Refuse a pair objective that draws negatives from other documents (``pairs``) on shards of one document."""
+    if len(shards.doc_ends) < 2:
+        names = ", ".join(shards.meta["sources"][:3]) or str(shards.path)
+        raise SesameError(
+            f"{flag} {names}: {len(shards.doc_ends)} document, but {objective} draws its negative segments from "
+            "other documents; give several: WikiText ' = Title = ' lines, CHAPTER headings, blank lines between "
+            "documents, one JSON Lines record each, or more files (then `sesame prepare` again), or use "
+            "--objective mlm")
 
 
 def examples(obj: Objective, shards: Shards, windows: list[Window], picks: Sequence[int], seeds: Sequence[int],

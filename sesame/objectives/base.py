@@ -31,6 +31,7 @@ class Objective(nn.Module):
     options: tuple[str, ...] = ()  # the options a user may give (--objective-option), recorded in config.json
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
+    classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
@@ -53,6 +54,12 @@ class Objective(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
+
+    def score(self, batch: dict[str, torch.Tensor]
+              ) -> tuple[torch.Tensor | dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """For validation: ``forward``'s summed loss(es), and for each part of ``classified`` how many of its
+        counted terms (NSP's pairs) it predicts right, which validation reports as ``<part>_accuracy``."""
+        return self(batch), {}
 
     def tied_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.backbone.embed.tokens.weight.t()

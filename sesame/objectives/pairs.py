@@ -74,6 +74,10 @@ class SentencePairs(MaskedLM):
             nn.init.zeros_(layer.bias)
         self.sentence_ends = torch.empty(0, dtype=torch.long)
 
+    @property
+    def classified(self) -> tuple[str, ...]:
+        return (self.task,)
+
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "SentencePairs":
         objective = super().build(backbone, tokenizer, **options)
@@ -125,23 +129,29 @@ class SentencePairs(MaskedLM):
         batch = {**self.masked(ids, generators), "types": types, "padding": padding, "labels": labels}
         return {**batch, "counts": {"mlm": batch["targets"].numel(), self.task: n}}
 
-    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The summed MLM loss and the summed pair-classification loss."""
+    def score(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The summed MLM and pair-classification losses, and how many pair labels the classifier gets right."""
         hidden = self.backbone(batch["ids"], batch["types"], batch["padding"])
         logits = self.get_submodule(self.task)(self.pooler(hidden[:, 0]))
-        return {"mlm": self.mlm_loss(hidden, batch),
-                self.task: F.cross_entropy(logits, batch["labels"], reduction="sum")}
+        losses = {"mlm": self.mlm_loss(hidden, batch),
+                  self.task: F.cross_entropy(logits, batch["labels"], reduction="sum")}
+        return losses, {self.task: (logits.argmax(-1) == batch["labels"]).sum()}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The summed MLM loss and the summed pair-classification loss."""
+        return self.score(batch)[0]
 
 
 class BertPretraining(SentencePairs):
     """BERT: masked LM + next-sentence prediction (Devlin et al. 2019, §3.1 Task #2).
 
     Half the time B is the true continuation of A (label 0); otherwise (label 1) B is as many
-    tokens of the partner window, a window from another document: read from the partner's first
-    document part (the one the batcher drew), starting right after its first sentence end that
-    leaves room for them, else at the part's start, so that a random B, like a true one, tends to
-    begin a sentence (BERT starts it at a random sentence). Deviation: B is shorter, and the example
-    more padded, when that part ends sooner.
+    tokens of the partner window, read from its first document part, which the batcher drew from
+    another document of the same source file (:func:`sesame.data.windows.partners`), starting
+    right after its first sentence end that leaves room for them, else at the part's start, so that
+    a random B, like a true one, tends to begin a sentence (BERT starts it at a random sentence).
+    Deviations: B is shorter, and the example more padded, when that part ends sooner; documents are
+    drawn in proportion to their length (a uniform window), where BERT draws one uniformly.
     """
 
     name = "mlm_nsp"

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..data.shards import Shards, Window
-from ..data.windows import Corpus, examples, partners, training_windows, window_batches
+from ..data.windows import Corpus, examples, partners, require_documents, training_windows, window_batches
 from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
@@ -71,6 +71,10 @@ def pretrain(spec: PretrainSpec) -> dict:
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, train=asdict(cfg))
         _windows(config, shards, valid)  # enough text?
+        if OBJECTIVES[config.objective].pairs:  # and documents to draw negatives from?
+            for flag, given in (("--corpus", shards), ("--valid", valid)):
+                if given is not None:
+                    require_documents(given, flag=flag, objective=config.objective)
         tok.save(run / "tokenizer.json")
         write_config(run, config)
 
@@ -119,22 +123,27 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
 
     For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
     trained, each part's mean is reported as ``<part>_loss``, and perplexity is that of the first
-    part, the language model's."""
+    part, the language model's; a part that classifies (NSP, SOP) also reports ``<part>_accuracy``."""
     rank, size = world()
     mine = range(rank, len(windows), size)  # under torchrun each process scores its share
     partner = partners(shards, windows, obj.window_length(seq_len)) if obj.pairs else None
     names = obj.part_names or ("loss",)
-    sums, counts = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0)
+    sums, counts, right = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0), dict.fromkeys(obj.classified, 0.0)
     with torch.no_grad():
         for start in range(0, len(mine), EVAL_BATCH):
             idx = mine[start: start + EVAL_BATCH]
             batch = examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner)
             n = loss_counts(batch)
-            for name, value in loss_parts(obj(batch)).items():
+            losses, correct = obj.score(batch)
+            for name, value in loss_parts(losses).items():
                 sums[name] += value.item()
                 counts[name] += n[name]
-    flat = all_sum([*sums.values(), *counts.values()])
-    sums, counts = dict(zip(names, flat[: len(names)])), dict(zip(names, map(int, flat[len(names):])))
+            for name, value in correct.items():
+                right[name] += value.item()
+    flat = all_sum([*sums.values(), *counts.values(), *right.values()])
+    k = len(names)
+    sums, counts, right = (dict(zip(names, flat[:k])), dict(zip(names, map(int, flat[k: 2 * k]))),
+                           dict(zip(right, flat[2 * k:])))
     scored = None
     if text and isinstance(obj, CausalLM):  # the share of the text whose tokens were scored (windows drop a tail)
         scored = {unit: n * counts[names[0]] / max(1, shards.n_tokens) for unit, n in text.items()}
@@ -143,6 +152,7 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
         means = {name: sums[name] / max(1, counts[name]) for name in names}
         report["loss"] = sum(obj.part_weights.get(name, 1.0) * mean for name, mean in means.items())
         report.update({f"{name}_loss": mean for name, mean in means.items()})
+    report.update({f"{name}_accuracy": n / max(1, counts[name]) for name, n in right.items()})
     return report
 
 
