@@ -8,7 +8,9 @@ import torch
 import sesame
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
-from sesame.tasks.classify import pool
+from sesame.objectives.clm import AwdLM
+from sesame.tasks.classify import SequenceModel, pool
+from sesame.tokenizer import SpecialIds
 from sesame.rundir import load_tokenizer, read_config
 from sesame.train import recipes
 
@@ -121,6 +123,26 @@ def test_layer_groups_are_embeddings_then_one_per_layer_then_head():
     groups = recipes.layer_groups(whole, model)
     assert [len(g) for g in groups] == [1, 4, 4, 4, 2]  # embedding; each LSTM layer's 4 tensors; the head's
     assert groups[0][0] is model.embed.tokens.weight
+
+
+def rate_of(param_groups: list[dict]) -> dict[int, float]:
+    return {id(p): d["lr"] for d in param_groups for p in d["params"]}
+
+
+def test_a_language_models_tied_embedding_trains_at_the_peak_rate():
+    """fastai's awd_lstm_lm_split: each LSTM layer, then the tied encoder/decoder as the LAST group, so ULMFiT's
+    target-task LM (§3.2) trains its softmax (and the task's new words) at the peak rate, the top LSTM at lr/2.6."""
+    lm = AwdLM(tiny(layers=3, tied=True), SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4))
+    groups = recipes.layer_groups(lm, lm.backbone)
+    assert groups[-1] == [lm.backbone.embed.tokens.weight] and not groups[0]
+    rates = rate_of(recipes.discriminative_param_groups(groups, 1e-2, 0.0, 2.6))
+    assert rates[id(lm.backbone.embed.tokens.weight)] == 1e-2
+    for depth, layer in enumerate(reversed(lm.backbone.layers), 1):
+        assert {rates[id(p)] for p in layer.parameters()} == {1e-2 / 2.6 ** depth}
+    classifier = SequenceModel(lm.backbone, 2, "concat")  # a head of its own: the embedding stays at the bottom
+    rates = rate_of(recipes.discriminative_param_groups(recipes.layer_groups(classifier, lm.backbone), 1e-2, 0.0))
+    assert rates[id(lm.backbone.embed.tokens.weight)] == 1e-2 / 2.6 ** 4
+    assert {rates[id(p)] for p in classifier.head.parameters()} == {1e-2}
 
 
 def airline_like(path, n: int, seed: int) -> None:
