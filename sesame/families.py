@@ -142,6 +142,30 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         embedding_size=embedding_size, sharing=fam.sharing)
 
 
+DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
+
+
+def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float) -> dict[str, float]:
+    """fastai's ``drop_mult`` (ULMFiT's code): the five dropouts of ``family``'s recurrent model (:data:`DROPOUTS`:
+    output, between layers, input, embedding, DropConnect; a feature extractor's task model has the
+    ``DOWNSTREAM`` family's), the output's replaced by ``dropout`` when given, each times ``drop_mult``.
+
+    They scale the family's row, not a run's recorded values, so a ``drop_mult`` given to each stage (fastai:
+    0.3 for the target LM, 0.5 for the classifier) does not compound, as fastai scales its fixed config."""
+    fam = get_family(family)
+    row = fam.model_options if fam.arch == "recurrent" else get_family(DOWNSTREAM).model_options
+    base = {name: row.get(name, 0.0) for name in DROPOUTS}
+    base["dropout"] = dropout if dropout is not None else row.get("dropout", DROPOUT)
+    if drop_mult < 0:
+        raise SesameError(f"--drop-mult {drop_mult}: use 0 (no dropout) or more (1: the family's dropouts)")
+    scaled = {name: p * drop_mult for name, p in base.items()}
+    worst = max(scaled, key=scaled.get)
+    if scaled[worst] >= 1:
+        raise SesameError(f"--drop-mult {drop_mult}: makes {worst} {scaled[worst]:g}; every dropout must stay below "
+                          f"1: use a multiplier below {1 / base[worst]:.3g}")
+    return scaled
+
+
 def reading_features(features: dict, size: str, dropout: float) -> dict:
     """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
     family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen

@@ -218,3 +218,27 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
                      ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
     assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved
+
+
+def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
+    """fastai's drop_mult: one multiplier for AWD-LSTM's output, hidden, input, embedding and weight dropouts,
+    relative to the family's row at each stage (no compounding), recorded in config.json's model."""
+    row = sesame.families.get_family("ulmfit").model_options
+    names = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")
+    (tmp_path / "general.txt").write_text("the cat sat on the mat .\n" * 60)
+    airline_like(tmp_path / "train.csv", 20, 0)
+    common = dict(batch_size=4, progress=False, max_steps=1)
+    sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
+                    drop_mult=0.5, **common)
+    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model
+    assert {n: lm[n] for n in names} == {n: row[n] * 0.5 for n in names}
+    sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                    str(tmp_path / "clf"), epochs=1, dropout=0.4, drop_mult=0.3, **common)
+    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model
+    assert {n: clf[n] for n in names} == pytest.approx({n: row[n] * 0.3 for n in names})  # not 0.5 × 0.3
+    rebuilt = sesame.load(tmp_path / "clf").model.backbone.config  # evaluate and predict rebuild it as trained
+    assert rebuilt.weight_dropout == pytest.approx(row["weight_dropout"] * 0.3) and rebuilt.dropout == pytest.approx(0.12)
+    with pytest.raises(sesame.SesameError, match="--drop-mult: scales the five dropouts of a recurrent"):
+        sesame.finetune("scratch:bert:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                        str(tmp_path / "bert"), epochs=1, drop_mult=0.5, **common)
+    assert not (tmp_path / "bert").exists()

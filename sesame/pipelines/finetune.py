@@ -55,6 +55,8 @@ def finetune(spec: FinetuneSpec) -> dict:
 
     def setup(run: Path) -> None:
         config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
+        config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
+                                                    arch=config.model.get("arch", "transformer")))
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         job.check_model(config.model)
         spec.recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
@@ -76,7 +78,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         config = read_config(run, "--out", ("finetuned",))
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
-        model = job.build(build_backbone(config), len(labels), config.pooling, spec.dropout)
+        model = job.build(build_backbone(config), len(labels), config.pooling, spec.head_dropout)
         recipe = Recipe(**config.recipe)
         techniques = recipe.techniques()
         coverage = {}
