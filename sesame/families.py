@@ -48,6 +48,9 @@ class Family:
     command: str | None = None  # the application command that makes its runs or runs its whole recipe
     target_words: bool = False  # continued pre-training adds the new corpus's words (ULMFiT's target-task LM)
     word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
+    # fine-tuning reads a text as its LM read a document: after the separator, with no <s> (ULMFiT, whose LM
+    # trains on shards where each document follows </s>; fastai's classifier likewise starts with its LM's xxbos)
+    document_inputs: bool = False
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -76,7 +79,8 @@ FAMILIES: dict[str, Family] = {
                model_options={"layers": 3, "tied": True, "dropout": 0.4, "hidden_dropout": 0.3, "input_dropout": 0.4,
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
-               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True),
+               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True,
+               document_inputs=True),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
                recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,

@@ -2,10 +2,12 @@
 pooling, and the recurrent families through pretrain and finetune."""
 import csv
 
+import numpy as np
 import pytest
 import torch
 
 import sesame
+from sesame.data.shards import Shards
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.objectives.clm import AwdLM
@@ -242,3 +244,21 @@ def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
         sesame.finetune("scratch:bert:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                         str(tmp_path / "bert"), epochs=1, drop_mult=0.5, **common)
     assert not (tmp_path / "bert").exists()
+
+
+def test_a_ulmfit_classifier_reads_a_text_as_its_lm_read_each_document(tmp_path):
+    """The LM trains on shards where each document follows </s> and no <s> occurs; its classifier's inputs
+    start with that </s> (as LanguageModel.encode starts a prompt), not with <s>, which the LM never saw."""
+    (tmp_path / "general.txt").write_text("the cat sat on the mat .\nthe flight was ok .\n" * 30)
+    airline_like(tmp_path / "train.csv", 20, 0)
+    common = dict(batch_size=4, progress=False, max_steps=1)
+    sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
+                    **common)
+    sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                    str(tmp_path / "clf"), epochs=1, **common)
+    lm, clf = read_config(tmp_path / "lm", "--model", ("pretrained",)), sesame.load(tmp_path / "clf")
+    seen = set(np.concatenate(Shards(lm.shards).arrays).tolist())
+    tok = clf.tokenizer
+    (feature,) = clf.task.features([{"text": "the flight was awful"}], tok, 16, clf.labels, True)
+    assert feature["ids"] == [tok.specials.sep] + tok.encode(["the flight was awful"], special=False)[0]
+    assert feature["ids"][0] in seen and tok.specials.cls not in seen
