@@ -12,9 +12,9 @@ A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
 as the extract token (Radford et al. 2018, §3.3). The gpt family fine-tunes with GPT's own input
 tokens instead, ``<start> a <extract>`` and ``<start> a <delim> b <extract>`` (:mod:`.inputs`);
-"last" pooling reads the extract token; the ulmfit family reads ``</s> a`` as its LM read each document. ``symmetric`` is GPT's trick for similarity tasks, whose
-pairs have no natural order: both orders are encoded and their pooled representations added before
-the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
+"last" pooling reads the extract token; the ulmfit family reads ``</s> a`` as its LM read each
+document. ``symmetric`` is GPT's trick for similarity tasks, whose pairs have no natural order: both
+orders are encoded and their pooled representations added before the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
 Batches are padded only to their own longest input, and inputs of similar length are batched together.
 """
 from __future__ import annotations
