@@ -48,6 +48,9 @@ class Family:
     command: str | None = None  # the application command that makes its runs or runs its whole recipe
     target_words: bool = False  # continued pre-training adds the new corpus's words (ULMFiT's target-task LM)
     word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
+    # fine-tuning reads a text as its LM read a document: after the separator, with no <s> (ULMFiT, whose LM
+    # trains on shards where each document follows </s>; fastai's classifier likewise starts with its LM's xxbos)
+    document_inputs: bool = False
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -76,7 +79,8 @@ FAMILIES: dict[str, Family] = {
                model_options={"layers": 3, "tied": True, "dropout": 0.4, "hidden_dropout": 0.3, "input_dropout": 0.4,
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
-               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True),
+               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True,
+               document_inputs=True),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
                recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,
@@ -140,6 +144,30 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         max_positions=max_positions or fam.context, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
         dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5,
         embedding_size=embedding_size, sharing=fam.sharing)
+
+
+DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
+
+
+def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float) -> dict[str, float]:
+    """fastai's ``drop_mult`` (ULMFiT's code): the five dropouts of ``family``'s recurrent model (:data:`DROPOUTS`:
+    output, between layers, input, embedding, DropConnect; a feature extractor's task model has the
+    ``DOWNSTREAM`` family's), the output's replaced by ``dropout`` when given, each times ``drop_mult``.
+
+    They scale the family's row, not a run's recorded values, so a ``drop_mult`` given to each stage (fastai:
+    0.3 for the target LM, 0.5 for the classifier) does not compound, as fastai scales its fixed config."""
+    fam = get_family(family)
+    row = fam.model_options if fam.arch == "recurrent" else get_family(DOWNSTREAM).model_options
+    base = {name: row.get(name, 0.0) for name in DROPOUTS}
+    base["dropout"] = dropout if dropout is not None else row.get("dropout", DROPOUT)
+    if drop_mult < 0:
+        raise SesameError(f"--drop-mult {drop_mult}: use 0 (no dropout) or more (1: the family's dropouts)")
+    scaled = {name: p * drop_mult for name, p in base.items()}
+    worst = max(scaled, key=scaled.get)
+    if scaled[worst] >= 1:
+        raise SesameError(f"--drop-mult {drop_mult}: makes {worst} {scaled[worst]:g}; every dropout must stay below "
+                          f"1: use a multiplier below {1 / base[worst]:.3g}")
+    return scaled
 
 
 def reading_features(features: dict, size: str, dropout: float) -> dict:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import __version__
 from .errors import SesameError
-from .families import FAMILIES, SIZES, Family, get_family, get_size
+from .families import FAMILIES, SIZES, Family, get_family, get_size, recurrent_dropouts
 from .options import option, split_known
 from .tasks import POOLINGS, TASKS
 from .train import TrainConfig
@@ -44,7 +44,27 @@ CASED_HELP = ("keep letter case in the tokenizer trained on the way (WordPiece l
 
 
 @dataclass(kw_only=True)
-class PretrainSpec:
+class RecurrentDropouts:
+    """fastai's single dropout multiplier (ULMFiT's code), a field of the specs that build a recurrent model."""
+    drop_mult: float | None = option(None, metavar="M", help="recurrent models (AWD-LSTM): multiply all five dropouts "
+                                                             "of the family's row (output, between layers, input, "
+                                                             "embedding, DropConnect; the output's is --dropout when "
+                                                             "given) by M, as fastai's drop_mult")
+
+    def recurrent_dropouts(self, family: str, dropout: float | None, *, arch: str, what: str) -> dict[str, float]:
+        """The backbone config fields ``drop_mult`` sets on a model of ``family`` and architecture ``arch``
+        (:func:`sesame.families.recurrent_dropouts`; none without ``drop_mult``); a model that is not recurrent
+        is refused, ``what`` naming it."""
+        if self.drop_mult is None:
+            return {}
+        if arch != "recurrent":
+            raise SesameError(f"--drop-mult: scales the five dropouts of a recurrent (AWD-LSTM) model, and {what} is "
+                              f"a {arch} model; drop --drop-mult (use --dropout)")
+        return recurrent_dropouts(family, dropout, self.drop_mult)
+
+
+@dataclass(kw_only=True)
+class PretrainSpec(RecurrentDropouts):
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one)."""
     corpus: list[str] = option(help="text files, folders, .jsonl, or one shard directory")
     out: str = option(help="run directory")
@@ -121,6 +141,7 @@ class PretrainSpec:
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
         self.train_config()
+        self.recurrent_dropouts(self.family, self.dropout, arch=fam.arch, what=f"--family {fam.name}")
         if self.discriminative < 1:
             raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
         _check_length("--seq-len", self.seq_len)
@@ -140,7 +161,7 @@ class PretrainSpec:
 
 
 @dataclass(kw_only=True)
-class FinetuneSpec:
+class FinetuneSpec(RecurrentDropouts):
     """``sesame finetune``: a model (a run, a transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``)
     fine-tuned on a labeled task; ``task_options`` are the task's (its columns, ...), ``recipe`` says which
     parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
@@ -161,7 +182,8 @@ class FinetuneSpec:
     cased: bool = option(False, help=CASED_HELP)
     max_length: int = option(128, help="tokens per input")
     epochs: int = option(3, help="passes over the training set (each ends with a dev evaluation)")
-    dropout: float = option(0.1, help="dropout rate of the model and head")
+    dropout: float = option(0.1, help="dropout rate of the model and head (a recurrent model's output dropout; "
+                                      "--drop-mult scales AWD-LSTM's others)")
     pooling: str | None = option(None, choices=POOLINGS,
                                  help="what a sequence head reads: the first token through a tanh pooler, the last real "
                                       "token, the mean or max over real tokens, or ULMFiT's concat pooling (default: "
@@ -184,6 +206,12 @@ class FinetuneSpec:
         return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options,
                    recipe=spec.pop("recipe", None) or Recipe(**recipe), training={**spec.pop("training", {}),
                                                                                  **train_options})
+
+    @property
+    def head_dropout(self) -> float:
+        """The task head's dropout: ``dropout`` times ``drop_mult`` (fastai's classifier head takes the encoder's
+        output dropout, scaled)."""
+        return self.dropout * (self.drop_mult if self.drop_mult is not None else 1.0)
 
     def train_config(self, family: Family | None) -> TrainConfig:
         """Fine-tuning's TrainConfig: BERT's defaults < the family's (``None``: a transformers directory) < given."""

@@ -30,6 +30,27 @@ def test_mean_pooling_is_the_average_of_real_final_states():
     assert torch.allclose(m.outputs(batch)[0], expected, atol=1e-5)
 
 
+def test_concat_heads_dropouts_are_fastais_the_given_one_then_a_tenth():
+    """fastai's get_text_classifier: ps = [output_p × drop_mult, 0.1], not the given dropout twice."""
+    head = SequenceModel(classifier("concat", causal=True).backbone, n_out=3, pooling="concat", dropout=0.4).head
+    assert [m.p for m in head if isinstance(m, torch.nn.Dropout)] == [0.4, 0.1]
+
+
+def test_a_training_batch_of_one_passes_the_concat_heads_batch_norm():
+    """A last training batch (or micro-batch) of one row has no batch statistics: it is normalised with the
+    running ones instead of raising, and leaves them as they were."""
+    m = classifier("concat", causal=True).train()
+    norms = [x for x in m.head if isinstance(x, torch.nn.BatchNorm1d)]
+    before = [(n.running_mean.clone(), n.running_var.clone()) for n in norms]
+    loss = m({**collate([[5, 6, 7]], pad_id=0), "targets": torch.tensor([1])})
+    loss.backward()
+    assert torch.isfinite(loss) and m.head[-1].weight.grad is not None
+    assert all(torch.equal(n.running_mean, mean) and torch.equal(n.running_var, var)
+               for n, (mean, var) in zip(norms, before))
+    m({**collate([[5, 6, 7], [8, 9]], pad_id=0), "targets": torch.tensor([1, 0])})  # larger batches: batch statistics
+    assert not torch.equal(norms[0].running_mean, before[0][0])
+
+
 def test_fine_tuning_starts_from_the_pretrained_backbone_and_nsp_pooler(tmp_path):
     """BERT's classifier begins from the pre-trained encoder and the pooler NSP trained (Devlin et al. 2019, §4.1);
     the NSP head itself and ELECTRA-style generators are left behind."""

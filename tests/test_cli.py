@@ -141,6 +141,9 @@ def bad_cases(root):
                             "--max-steps: must be positive"),
         "negative minutes": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev", f"{r}/dev.tsv",
                               "--out", f"{r}/clf", "--max-minutes", "-1"], "--max-minutes: must be positive"),
+        "drop-mult on a transformer": (["finetune", "--from", f"{r}/pre", "--train", f"{r}/train.tsv", "--dev",
+                                        f"{r}/dev.tsv", "--drop-mult", "0.5", "--out", f"{r}/new"],
+                                       "--drop-mult: scales the five dropouts of a recurrent (AWD-LSTM) model"),
         "missing run": (["finetune", "--from", f"{r}/nothing", "--train", f"{r}/train.tsv", "--dev",
                          f"{r}/dev.tsv", "--out", f"{r}/new"], "--from"),
     }

@@ -2,14 +2,18 @@
 pooling, and the recurrent families through pretrain and finetune."""
 import csv
 
+import numpy as np
 import pytest
 import torch
 
 import sesame
 from sesame.cli import main
+from sesame.data.shards import Shards
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
-from sesame.tasks.classify import pool
+from sesame.objectives.clm import AwdLM
+from sesame.tasks.classify import SequenceModel, pool
+from sesame.tokenizer import SpecialIds
 from sesame.rundir import load_tokenizer, read_config
 from sesame.train import recipes
 
@@ -124,6 +128,26 @@ def test_layer_groups_are_embeddings_then_one_per_layer_then_head():
     assert groups[0][0] is model.embed.tokens.weight
 
 
+def rate_of(param_groups: list[dict]) -> dict[int, float]:
+    return {id(p): d["lr"] for d in param_groups for p in d["params"]}
+
+
+def test_a_language_models_tied_embedding_trains_at_the_peak_rate():
+    """fastai's awd_lstm_lm_split: each LSTM layer, then the tied encoder/decoder as the LAST group, so ULMFiT's
+    target-task LM (§3.2) trains its softmax (and the task's new words) at the peak rate, the top LSTM at lr/2.6."""
+    lm = AwdLM(tiny(layers=3, tied=True), SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4))
+    groups = recipes.layer_groups(lm, lm.backbone)
+    assert groups[-1] == [lm.backbone.embed.tokens.weight] and not groups[0]
+    rates = rate_of(recipes.discriminative_param_groups(groups, 1e-2, 0.0, 2.6))
+    assert rates[id(lm.backbone.embed.tokens.weight)] == 1e-2
+    for depth, layer in enumerate(reversed(lm.backbone.layers), 1):
+        assert {rates[id(p)] for p in layer.parameters()} == {1e-2 / 2.6 ** depth}
+    classifier = SequenceModel(lm.backbone, 2, "concat")  # a head of its own: the embedding stays at the bottom
+    rates = rate_of(recipes.discriminative_param_groups(recipes.layer_groups(classifier, lm.backbone), 1e-2, 0.0))
+    assert rates[id(lm.backbone.embed.tokens.weight)] == 1e-2 / 2.6 ** 4
+    assert {rates[id(p)] for p in classifier.head.parameters()} == {1e-2}
+
+
 def airline_like(path, n: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     good, bad = ["great", "lovely", "thanks", "smooth"], ["delayed", "lost", "rude", "awful"]
@@ -215,3 +239,46 @@ def test_the_command_line_offers_vectors_and_every_pooling(tmp_path, capsys):
                  "--vectors", str(tmp_path / "vectors.txt"), "--pooling", "concat", "--batch-size", "8"]) == 0
     run = read_config(tmp_path / "run", "--model", ("finetuned",))
     assert run.model["embedding_size"] == 3 and run.pooling == "concat" and run.recipe["vectors"]
+
+
+def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
+    """fastai's drop_mult: one multiplier for AWD-LSTM's output, hidden, input, embedding and weight dropouts,
+    relative to the family's row at each stage (no compounding), recorded in config.json's model."""
+    row = sesame.families.get_family("ulmfit").model_options
+    names = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")
+    (tmp_path / "general.txt").write_text("the cat sat on the mat .\n" * 60)
+    airline_like(tmp_path / "train.csv", 20, 0)
+    common = dict(batch_size=4, progress=False, max_steps=1)
+    sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
+                    drop_mult=0.5, **common)
+    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model
+    assert {n: lm[n] for n in names} == {n: row[n] * 0.5 for n in names}
+    sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                    str(tmp_path / "clf"), epochs=1, dropout=0.4, drop_mult=0.3, **common)
+    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model
+    assert {n: clf[n] for n in names} == pytest.approx({n: row[n] * 0.3 for n in names})  # not 0.5 × 0.3
+    rebuilt = sesame.load(tmp_path / "clf").model.backbone.config  # evaluate and predict rebuild it as trained
+    assert rebuilt.weight_dropout == pytest.approx(row["weight_dropout"] * 0.3)
+    assert rebuilt.dropout == pytest.approx(0.4 * 0.3)
+    with pytest.raises(sesame.SesameError, match="--drop-mult: scales the five dropouts of a recurrent"):
+        sesame.finetune("scratch:bert:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                        str(tmp_path / "bert"), epochs=1, drop_mult=0.5, **common)
+    assert not (tmp_path / "bert").exists()
+
+
+def test_a_ulmfit_classifier_reads_a_text_as_its_lm_read_each_document(tmp_path):
+    """The LM trains on shards where each document follows </s> and no <s> occurs; its classifier's inputs
+    start with that </s> (as LanguageModel.encode starts a prompt), not with <s>, which the LM never saw."""
+    (tmp_path / "general.txt").write_text("the cat sat on the mat .\nthe flight was ok .\n" * 30)
+    airline_like(tmp_path / "train.csv", 20, 0)
+    common = dict(batch_size=4, progress=False, max_steps=1)
+    sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
+                    **common)
+    sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                    str(tmp_path / "clf"), epochs=1, **common)
+    lm, clf = read_config(tmp_path / "lm", "--model", ("pretrained",)), sesame.load(tmp_path / "clf")
+    seen = set(np.concatenate(Shards(lm.shards).arrays).tolist())
+    tok = clf.tokenizer
+    (feature,) = clf.task.features([{"text": "the flight was awful"}], tok, 16, clf.labels, True)
+    assert feature["ids"] == [tok.specials.sep] + tok.encode(["the flight was awful"], special=False)[0]
+    assert feature["ids"][0] in seen and tok.specials.cls not in seen

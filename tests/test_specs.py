@@ -82,7 +82,10 @@ def test_spec_validation_names_the_flag_before_anything_is_written(tmp_path):
            ({"seq_len": 4}, "--seq-len 4"),
            ({"attention_window": 8, "family": "ulmfit"}, "banded attention is for Transformers"),
            ({"objective_options": {"samples": 3}}, "--objective-option samples: not an option of the mlm_nsp"),
-           ({"lr": -1.0}, "--lr: must be positive")]
+           ({"lr": -1.0}, "--lr: must be positive"),
+           ({"drop_mult": 0.5}, "--drop-mult: scales the five dropouts of a recurrent .* --family bert is a "
+                                "transformer model; drop --drop-mult"),
+           ({"family": "ulmfit", "drop_mult": 2.5}, "--drop-mult 2.5: makes weight_dropout 1.25")]
     for options, message in bad:
         with pytest.raises(SesameError, match=message):
             api.pretrain([str(tmp_path / "none.txt")], str(tmp_path / "run"), **options)

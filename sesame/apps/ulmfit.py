@@ -21,11 +21,13 @@ started afresh when it has none. A stage's settings include the records of the s
 builds on, so changing an earlier stage's settings is refused rather than mixed with old later stages.
 
 Hyperparameters follow §4: batch 64, BPTT 70, a base rate of 0.004 for fine-tuning the LM and 0.01 for
-the classifier, dropouts of the ``ulmfit`` family row. Deviations: the word vocabulary is the general
-corpus's, kept for the target task (the paper adds the target task's new words, initialised at the mean
-embedding); AdamW with the trainer's betas (the paper: Adam with β1 = 0.7, β2 = 0.99); the general LM
-trains for a wall-time budget with the family's recipe (linear decay), not to convergence; texts longer
-than ``max_length`` tokens are cut (no BPT3C, §3.3); one direction only (no backward LM ensemble, §3.3).
+the classifier, dropouts of the ``ulmfit`` family row (``dropout`` sets the classifier's output dropout
+alone). The target vocabulary is the general corpus's plus the training texts' words seen twice or more
+(at most ``vocab_size``), each new word starting at the mean embedding as in the paper's code (§3.2), and the
+classifier keeps it. Deviations: AdamW with the trainer's betas (the paper: Adam with β1 = 0.7, β2 = 0.99);
+the general LM trains for a wall-time budget with the family's recipe (linear decay), not to convergence;
+texts longer than ``max_length`` tokens are cut (no BPT3C, §3.3); one direction only (no backward LM
+ensemble, §3.3).
 """
 from __future__ import annotations
 
@@ -82,7 +84,8 @@ class UlmfitSpec:
     classifier_lr: float = option(1e-2, help="peak rate of the classifier")
     batch_size: int = option(64, help="all stages")
     max_length: int = option(128, help="classifier: tokens per text")
-    dropout: float = option(0.4, help="classifier: output and head dropout")
+    dropout: float = option(0.4, help="classifier: output dropout (the last LSTM layer's and the concat head's "
+                                      "first; AWD-LSTM's other four stay at the family's)")
     seed: int = option(0, help="seed of every stage")
     progress: bool = option(True, cli=False, help="show progress bars")
 

@@ -23,7 +23,7 @@ from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, r
 from ..sources import Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig
 from ..tasks import Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.inputs import add_input_tokens, grow_token_embedding
+from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
@@ -55,7 +55,10 @@ def finetune(spec: FinetuneSpec) -> dict:
 
     def setup(run: Path) -> None:
         config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
+        config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
+                                                    arch=config.model.get("arch", "transformer")))
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
+        read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)
         spec.recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
         _word_vectors(config, spec.recipe, source)
@@ -76,7 +79,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         config = read_config(run, "--out", ("finetuned",))
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
-        model = job.build(build_backbone(config), len(labels), config.pooling, spec.dropout)
+        model = job.build(build_backbone(config), len(labels), config.pooling, spec.head_dropout)
         recipe = Recipe(**config.recipe)
         techniques = recipe.techniques()
         coverage = {}

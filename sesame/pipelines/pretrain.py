@@ -62,6 +62,7 @@ def pretrain(spec: PretrainSpec) -> dict:
             if spec.attention_window is not None:
                 model_cfg.attention_window = spec.attention_window
             model = model_cfg.to_dict()
+        model.update(spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}"))
         config = RunConfig(
             kind="pretrained", family=spec.family, size=base.size if base else spec.size,
             objective=spec.objective_name, objective_options=spec.objective_settings(),

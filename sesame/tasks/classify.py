@@ -12,9 +12,9 @@ A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
 as the extract token (Radford et al. 2018, §3.3). The gpt family fine-tunes with GPT's own input
 tokens instead, ``<start> a <extract>`` and ``<start> a <delim> b <extract>`` (:mod:`.inputs`);
-"last" pooling reads the extract token. ``symmetric`` is GPT's trick for similarity tasks, whose
-pairs have no natural order: both orders are encoded and their pooled representations added before
-the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
+"last" pooling reads the extract token; the ulmfit family reads ``</s> a`` as its LM read each
+document. ``symmetric`` is GPT's trick for similarity tasks, whose pairs have no natural order: both
+orders are encoded and their pooled representations added before the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
 Batches are padded only to their own longest input, and inputs of similar length are batched together.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .base import Task, TaskModel, label_vocabulary, pad, register
 
 POOLINGS = ("cls", "last", "mean", "max", "concat")
 CONCAT_HIDDEN = 50  # ULMFiT's classifier hidden layer (Howard & Ruder 2018, §4)
+CONCAT_DROPOUT = 0.1  # the second block's dropout (fastai's get_text_classifier: ps = [output_p × drop_mult, 0.1])
 
 
 def pool(hidden: torch.Tensor, real: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -49,10 +50,23 @@ def pool(hidden: torch.Tensor, real: torch.Tensor, pooling: str) -> torch.Tensor
     return {"cls": hidden[:, 0], "mean": mean, "last": last}[pooling]
 
 
+class BatchNorm(nn.BatchNorm1d):
+    """Batch normalisation that also takes a training batch of one row, which has no batch statistics: that
+    row is normalised with the running ones, as in evaluation, and leaves them unchanged (fastai instead
+    drops the incomplete last training batch; here a last batch, or micro-batch, of one still trains)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        return super().forward(x)
+
+
 def concat_head(width: int, n_out: int, dropout: float) -> nn.Sequential:
-    """ULMFiT's classifier (§3.3): two blocks of batch normalisation, dropout and a linear layer, ReLU between."""
-    return nn.Sequential(nn.BatchNorm1d(width), nn.Dropout(dropout), nn.Linear(width, CONCAT_HIDDEN), nn.ReLU(),
-                         nn.BatchNorm1d(CONCAT_HIDDEN), nn.Dropout(dropout), nn.Linear(CONCAT_HIDDEN, n_out))
+    """ULMFiT's classifier (§3.3): two blocks of batch normalisation, dropout and a linear layer, ReLU between.
+    The dropouts are fastai's (``get_text_classifier``): ``dropout`` (the encoder's output dropout, scaled by
+    ``drop_mult``) in the first block and :data:`CONCAT_DROPOUT` in the second."""
+    return nn.Sequential(BatchNorm(width), nn.Dropout(dropout), nn.Linear(width, CONCAT_HIDDEN), nn.ReLU(),
+                         BatchNorm(CONCAT_HIDDEN), nn.Dropout(CONCAT_DROPOUT), nn.Linear(CONCAT_HIDDEN, n_out))
 
 
 class SequenceModel(TaskModel):

@@ -14,6 +14,13 @@ whose row sets ``input_tokens``:
   as trained, and gives the pretrained token embedding three new rows (:func:`grow_token_embedding`).
 
 A base that already has the tokens (a fine-tuned gpt run fine-tuned again) is left as it is.
+
+A family whose row sets ``document_inputs`` (ULMFiT) adds no token: its LM was trained on shards in which
+every document follows the separator ``</s>`` and no ``<s>`` occurs, so its task inputs are read the same
+way, ``</s> a`` and ``</s> a </s> b`` (:func:`read_as_documents`), as
+:meth:`sesame.language_model.LanguageModel.encode` starts a prompt, and as fastai's classifier starts each
+text with the ``xxbos`` its LM saw (Howard & Ruder 2018's code), instead of the tokenizer's
+``<s> a </s>``, whose ``<s>`` the LM never saw.
 """
 from __future__ import annotations
 
@@ -61,3 +68,14 @@ def grow_token_embedding(weights: dict[str, torch.Tensor], vocab_size: int) -> d
         return weights
     rows = torch.empty(len(INPUT_TOKENS), table.shape[1], dtype=table.dtype).normal_(0.0, EMBEDDING_STD)
     return {**weights, name: torch.cat([table, rows])}
+
+
+def read_as_documents(config: RunConfig, tok: TextTokenizer) -> bool:
+    """Give ``tok`` the template ``</s> $A`` (pairs ``</s> $A </s> $B``) when ``config.family``'s row sets
+    ``document_inputs``; whether it did."""
+    if not get_family(config.family).document_inputs:
+        return False
+    sep = tok.backend.id_to_token(tok.specials.sep)
+    tok.backend.post_processor = processors.TemplateProcessing(
+        single=f"{sep} $A", pair=f"{sep} $A {sep} $B:1", special_tokens=[(sep, tok.specials.sep)])
+    return True

@@ -216,7 +216,13 @@ def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Paramete
     Each parameter is listed once, in the first group that names it. A sublayer that ALBERT shares across
     layers (Lan et al. 2020, §3.1) belongs to the top layer's group alone, so with ``sharing="all"`` the
     lower layers' groups are empty; they keep their place, so group l is always depth l. Parameters
-    frozen before the recipe starts (a frozen feature extractor such as ELMo's biLM) belong to no group."""
+    frozen before the recipe starts (a frozen feature extractor such as ELMo's biLM) belong to no group.
+
+    A model with no parameters outside the backbone (a causal LM objective, whose softmax is the tied word
+    embedding ``embed.tokens``) has that embedding as its head: it moves to the top group, as fastai's
+    ``awd_lstm_lm_split`` puts the tied encoder and decoder together in the last group, so the target-task
+    LM (ULMFiT §3.2) trains its output layer, and the task's new words, at the peak rate; the bottom group
+    keeps the rest of the embeddings (a Transformer's positions) or is left empty."""
     depth: dict[int, int] = {}  # id(parameter) → its group
     modules = backbone.layer_modules()
     for g, group in enumerate(modules):
@@ -231,6 +237,11 @@ def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Paramete
     for p in model.parameters():
         if p.requires_grad:
             groups[depth.get(id(p), len(modules))].append(p)
+    if not groups[-1]:  # head-less: the tied word embedding is the output layer
+        tied = backbone.embed.tokens.weight
+        if tied.requires_grad:
+            groups[depth[id(tied)]].remove(tied)
+            groups[-1].append(tied)
     return groups
 
 
