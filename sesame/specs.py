@@ -8,20 +8,32 @@ family's row (:mod:`sesame.families`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .errors import SesameError
-from .families import FAMILIES, SIZES, Family, get_family, get_size, recurrent_dropouts
+from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .options import option, split_known
 from .tasks import POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
 
-# BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under a family's own (Family.finetune)
+# BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own
 FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32}
+# Epochs when --epochs is not given: enough for MIN_STEPS optimizer steps on a small training set, within
+# EPOCHS (BERT's 3 for large ones; 20 at most); with --max-minutes, as many as the time allows (TIMED_EPOCHS).
+MIN_STEPS, EPOCHS, TIMED_EPOCHS = 250, (3, 20), 1000
+
+
+def default_epochs(steps_per_epoch: int, *, timed: bool) -> int:
+    """The epochs of a fine-tuning run whose epoch is ``steps_per_epoch`` optimizer steps (module constants)."""
+    if timed:
+        return TIMED_EPOCHS
+    low, high = EPOCHS
+    return max(low, min(high, math.ceil(MIN_STEPS / max(1, steps_per_epoch))))
 SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
 
 
@@ -181,7 +193,9 @@ class FinetuneSpec(RecurrentDropouts):
     tokenizer: str | None = option(None, help="for scratch models: tokenizer.json or a run (default: train one)")
     cased: bool = option(False, help=CASED_HELP)
     max_length: int = option(128, help="tokens per input")
-    epochs: int = option(3, help="passes over the training set (each ends with a dev evaluation)")
+    epochs: int | None = option(None, help="passes over the training set, each ending with a dev evaluation "
+                                           f"(default: enough for {MIN_STEPS} steps, {EPOCHS[0]} to {EPOCHS[1]}; with "
+                                           "--max-minutes, until the time is up)")
     dropout: float = option(0.1, help="dropout rate of the model and head (a recurrent model's output dropout; "
                                       "--drop-mult scales AWD-LSTM's others)")
     pooling: str | None = option(None, choices=POOLINGS,
@@ -213,12 +227,14 @@ class FinetuneSpec(RecurrentDropouts):
         output dropout, scaled)."""
         return self.dropout * (self.drop_mult if self.drop_mult is not None else 1.0)
 
-    def train_config(self, family: Family | None) -> TrainConfig:
-        """Fine-tuning's TrainConfig: BERT's defaults < the family's (``None``: a transformers directory) < given."""
-        return training({**FINETUNE_TRAINING, **(family.finetune if family else {})}, self.training)
+    def train_config(self, family: Family | None, *, size: str | None, scratch: bool) -> TrainConfig:
+        """Fine-tuning's TrainConfig: BERT's defaults < the rate of the size (:func:`sesame.families.finetune_rate`;
+        ``size`` None for imported weights) < the family's (``None``: a transformers directory) < given."""
+        return training({**FINETUNE_TRAINING, **finetune_rate(size, scratch=scratch),
+                         **(family.finetune if family else {})}, self.training)
 
     def validate(self, *, processes: int = 1) -> None:
-        if self.epochs <= 0:
+        if self.epochs is not None and self.epochs <= 0:
             raise SesameError(f"--epochs {self.epochs}: must be positive")
         self.recipe.validate(processes=processes)
         _check_length("--max-length", self.max_length)

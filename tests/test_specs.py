@@ -58,8 +58,9 @@ def test_the_python_api_splits_keywords_by_spec_and_refuses_unknown_ones():
     spec = FinetuneSpec.of("minilm", "t.csv", "d.csv", "out", text_column="tweet", lm_weight=0.5, lr=1e-4, epochs=2)
     assert spec.task_options == {"text_column": "tweet"} and spec.recipe.lm_weight == 0.5
     assert spec.training == {"lr": 1e-4} and spec.epochs == 2
-    assert spec.train_config(FAMILIES["ulmfit"]).lr == 1e-4 and spec.train_config(FAMILIES["ulmfit"]).warmup == 0.1
-    assert FinetuneSpec.of("m", "t", "d", "o").train_config(FAMILIES["ulmfit"]).lr == 2e-3  # the family's default
+    cfg = spec.train_config(FAMILIES["ulmfit"], size=None, scratch=False)
+    assert cfg.lr == 1e-4 and cfg.warmup == 0.1
+    assert FinetuneSpec.of("m", "t", "d", "o").train_config(FAMILIES["ulmfit"], size=None, scratch=False).lr == 2e-3
     with pytest.raises(TypeError, match="unknown option 'learning_rate'"):
         PretrainSpec.of(["c.txt"], "out", learning_rate=1e-3)
     # nothing after the files is positional: a misrouted flag cannot happen
@@ -136,3 +137,36 @@ def test_a_run_whose_objective_another_command_scores_is_pointed_there(tmp_path)
     with pytest.raises(SesameError, match="train it with `sesame cove`"):
         api.pretrain([str(tmp_path / "text.txt")], str(tmp_path / "run"), objective="translation")
     assert not (tmp_path / "run").exists()
+
+
+def test_fine_tuning_rates_come_from_the_size_and_whether_the_weights_are_pre_trained():
+    """BERT's 5e-5 is for weights pre-trained on billions of words: a small model pre-trained by sesame, or trained
+    from scratch, gets its size's rate (sesame.families.FINETUNE_RATES); a family's own rate and flags win."""
+    spec = FinetuneSpec(base="x", train="t", dev="d", out="o")
+    bert, ulmfit = FAMILIES["bert"], FAMILIES["ulmfit"]
+    assert spec.train_config(bert, size="mini", scratch=False).lr == 2e-4
+    assert spec.train_config(bert, size="mini", scratch=True).lr == 1e-4
+    assert spec.train_config(bert, size=None, scratch=False).lr == 5e-5  # imported weights (transformers, minilm)
+    assert spec.train_config(ulmfit, size="mini", scratch=False).lr == 2e-3  # the family's row
+    given_rate = FinetuneSpec(base="x", train="t", dev="d", out="o", training={"lr": 1e-5})
+    assert given_rate.train_config(bert, size="tiny", scratch=True).lr == 1e-5
+
+
+def test_small_training_sets_get_enough_steps_and_a_time_budget_is_used():
+    """Without --epochs: at least MIN_STEPS optimizer steps (3 to 20 epochs), and with --max-minutes as many epochs
+    as the time allows, where BERT's fixed 3 epochs stopped 1,000 labels after 96 steps whatever the budget."""
+    from sesame.specs import EPOCHS, MIN_STEPS, TIMED_EPOCHS, default_epochs
+
+    assert default_epochs(32, timed=False) == 8  # 1,000 labels in batches of 32: 256 steps
+    assert default_epochs(2, timed=False) == EPOCHS[1] and default_epochs(366, timed=False) == EPOCHS[0]
+    assert all(default_epochs(n, timed=False) * n >= MIN_STEPS for n in range(13, 84))
+    assert default_epochs(32, timed=True) == TIMED_EPOCHS
+
+
+def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
+    train, dev = labeled  # 120 rows: 4 steps of 32 per epoch
+    api.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "run"), progress=False, max_length=16)
+    config = read_config(tmp_path / "run", "--model")
+    assert config.epochs == 20 and config.train["lr"] == 2e-4  # 63 epochs for 250 steps, capped at 20
+    state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 80

@@ -20,8 +20,8 @@ import torch
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, reading_features
 from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
-from ..sources import Source, resolve_source
-from ..specs import FinetuneSpec, RunConfig
+from ..sources import SCRATCH, Source, resolve_source
+from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
 from ..tokenizer import TextTokenizer, train_tokenizer
@@ -40,9 +40,8 @@ def finetune(spec: FinetuneSpec) -> dict:
     started = time.time()
     spec.validate(processes=world()[1])
     source = None if spec.resume else resolve_source(spec.base, "--from")
-    family = read_config(spec.out, "--out", ("finetuned",)).family if spec.resume else \
-        source.family.name if source.family else None
-    cfg = spec.train_config(FAMILIES.get(family))
+    family, size, scratch = _trained_model(spec, source)
+    cfg = spec.train_config(family, size=size, scratch=scratch)
     job = make_task(spec.task, spec.task_options)
     train_rows, dev_rows = job.read(spec.train), job.read(spec.dev)
     labels = job.labels(train_rows, spec.train)
@@ -91,7 +90,10 @@ def finetune(spec: FinetuneSpec) -> dict:
         recipes.freeze_features(model.backbone)
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        trainer = _trainer(run, spec, cfg, model, data, tok, techniques, started)
+        trainer, epochs = _trainer(run, spec, cfg, model, data, tok, techniques, started)
+        if config.epochs != epochs and world()[0] == 0:  # the default, decided by the size of the training set
+            config.epochs = epochs
+            write_config(run, config)
         metrics = trainer.fit(resume=spec.resume)
         if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config.task_options["null_threshold"] = metrics["null_threshold"]
@@ -111,9 +113,10 @@ class _Data:
 
 
 def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
-             techniques: Techniques, started: float) -> Trainer:
+             techniques: Techniques, started: float) -> tuple[Trainer, int]:
     """The trainer over length-bucketed batches of the training features, evaluating on dev after every epoch,
-    with the recipe's parameter groups, per-step actions and loss counts."""
+    with the recipe's parameter groups, per-step actions and loss counts; and its epochs (``spec.epochs``, or
+    :func:`sesame.specs.default_epochs` of the training set's size and the time budget)."""
     job, labels = data.job, data.labels
     causal = model.backbone.config.causal
     train_features = job.features(data.train, tok, spec.max_length, labels, causal)
@@ -135,7 +138,8 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
 
     batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
     per_epoch = per_labeled_epoch * stride
-    cfg.max_steps = cfg.max_steps if "max_steps" in spec.training else spec.epochs * per_epoch
+    epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
+    cfg.max_steps = cfg.max_steps if "max_steps" in spec.training else epochs * per_epoch
     cfg.eval_every = cfg.save_every = per_epoch
 
     def evaluate_dev(m: TaskModel) -> dict:
@@ -146,7 +150,19 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
     return Trainer(model, run, cfg, batches, select=data.select, started=started, progress=spec.progress,
                    param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch),
-                   evaluate=evaluate_dev)
+                   evaluate=evaluate_dev), epochs
+
+
+def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | None, str | None, bool]:
+    """(family, size, scratch): what fine-tuning's default rate depends on (:meth:`FinetuneSpec.train_config`),
+    from the run being resumed, else from ``source``; size is None for weights imported from transformers."""
+    run = read_config(spec.out, "--out", ("finetuned",)) if source is None else source.config
+    if source is None:
+        family, size, scratch = run.family, run.size, str(run.base).startswith(SCRATCH)
+    else:
+        family, size, scratch = source.family.name if source.family else None, source.size, source.scratch
+    imported = source is not None and source.kind == "transformers" or run is not None and run.hf is not None
+    return FAMILIES.get(family), None if imported else size, scratch
 
 
 def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, train_texts: list[str]
