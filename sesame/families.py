@@ -149,7 +149,8 @@ def reading_features(features: dict, size: str, dropout: float) -> dict:
     """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
     family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen
     extractor's output (Peters et al. 2018, §3.3; McCann et al. 2017, §4). ELMo's layers enter through a scalar
-    mix the task learns; the extractor runs without dropout, as at inference."""
+    mix the task learns; the extractor runs without dropout, as at inference. For CoVe this max-pooled BiLSTM
+    stands in for the paper's biattentive classification network (BCN), which sesame does not build."""
     features = {**features, "dropout": 0.0, **({"scalar_mix": True} if "scalar_mix" in features else {})}
     size = size if size in RECURRENT_SIZES else "mini"
     task = backbone_config(DOWNSTREAM, size, features["vocab_size"], features["pad_id"], dropout).to_dict()
