@@ -19,7 +19,7 @@ from sesame.tokenizer import train_tokenizer
 from .conftest import sentences
 
 PROMPTS = ["The cat", "A happy dog runs over the old", "Green"]
-PROMPTS_THAT_END = ["the cat", "on the 5th of may", "zebra", "1 2 3"]  # with the model below: ends at 0, 2, 3 and 11 tokens, and none
+PROMPTS_THAT_END = ["the cat", "on the 5th of may", "zebra", "1 2 3"]  # below: ends after 0, 2, 3, 11 tokens, none
 
 
 @pytest.fixture(scope="module")
