@@ -9,14 +9,14 @@ makes ``beam`` rows per sentence, then follows its surviving hypotheses with it.
 Beam search (Sutskever et al. 2014, §3.2): keep the ``beam`` most likely partial hypotheses of each
 sentence; a finished one is ranked by Σ log p / length^α, the length penalty of Wu et al. 2016 (§7)
 without its smoothing, where length counts every scored token, the end token included (α = 1: the
-mean log-probability per token; α = 0: the sum). Its callers differ in two choices, which are
-parameters here:
+mean log-probability per token; α = 0: the sum). Each step looks at the best 2 × ``beam`` candidates;
+only those ranked among the best ``beam`` may finish, and the best ``beam`` of the others stay live.
+This is transformers' beam search (5.x ``_update_finished_beams``: the score divides by the new tokens,
+end token included). Its callers differ in when a sentence is done, which is a parameter here:
 
 * ``early_stopping`` (Hugging Face's name): True stops a sentence as soon as ``beam`` hypotheses have
   finished; False only once no live hypothesis, ranked at the current length, could still beat the
   worst of the ``beam`` best finished ones (Hugging Face's default criterion).
-* ``finished_in_beam``: True admits a finished candidate only if it ranks among the step's best ``beam``
-  candidates (Hugging Face's rule); False admits it at any rank before the live beam is full.
 """
 from __future__ import annotations
 
@@ -77,13 +77,13 @@ def greedy(step: Step[StateT], state: StateT, start: torch.Tensor, *, eos: int, 
 
 @torch.no_grad()
 def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam: int, eos: int, max_len: int,
-                length_penalty: float = 1.0, early_stopping: bool = True, finished_in_beam: bool = True,
+                length_penalty: float = 1.0, early_stopping: bool = True,
                 stopped: Callable[[list[int]], bool] | None = None) -> list[Hypothesis]:
     """The best hypothesis of each sentence, from its first token ``start`` (sentences,) and ``state`` (one row
     per sentence), by :attr:`Hypothesis.score` with α = ``length_penalty``. A candidate finishes with the
     token ``eos``, or when ``stopped(tokens)`` says so (a stop string: the tokens are kept); at ``max_len``
-    steps the live hypotheses compete too. See the module docstring for ``early_stopping`` and
-    ``finished_in_beam``; ``beam`` = 1 is greedy decoding."""
+    steps the live hypotheses compete too. See the module docstring for ``early_stopping``; ``beam`` = 1 is
+    greedy decoding."""
     rows, k = len(start), beam
     state = state.select(torch.arange(rows).repeat_interleave(k))
     previous = start.repeat_interleave(k)
@@ -106,7 +106,7 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
                 row, token = r * k + index // vocab, index % vocab
                 ended = token == eos
                 if ended or stopped is not None and stopped(history[row] + [token]):
-                    if rank < k or not finished_in_beam:
+                    if rank < k:  # a finished candidate outside the beam is dropped
                         tokens = history[row] + ([] if ended else [token])
                         finished[r].append(Hypothesis(tokens, total, t, "end" if ended else "stop", length_penalty))
                 else:

@@ -32,7 +32,8 @@ class Family:
     pooling: str  # "cls": first token (encoders); "last": last real token (decoders); "max"; "concat" (ULMFiT)
     paper: str
     arch: str = "transformer"  # transformer | recurrent | elmo | cove (sesame.models.ARCHITECTURES)
-    model_options: dict = field(default_factory=dict)  # further backbone config fields (recurrent: cell, dropouts)
+    # further backbone config fields (recurrent: cell, dropouts; transformer: activation)
+    model_options: dict = field(default_factory=dict)
     embedding_size: int | None = None  # ALBERT's factorised embedding E (None: E = hidden)
     sharing: str = "none"  # ALBERT's cross-layer sharing: none | all | attention | ffn
     objective_options: dict = field(default_factory=dict)
@@ -63,11 +64,13 @@ FAMILIES: dict[str, Family] = {
         Family("roberta", "bpe", "mlm", False, "post", True, "cls", "Liu et al. 2019",
                recipe={"batch_size": 128, "accumulate": 4}),  # FULL-SENTENCES, dynamic masks, large batches
         Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",
-               embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3}),
+               embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3},
+               model_options={"activation": "gelu_tanh"}),  # ALBERT's released models: gelu_new
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True),
-        Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024),
+        Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024,
+               model_options={"activation": "gelu_tanh"}),  # GPT-2's code: GELU's tanh approximation
         #      name       tokenizer objective causal norm emb-LN pooling   paper
         Family("lstm", "word", None, True, "-", False, "last", "Hochreiter & Schmidhuber 1997", arch="recurrent",
                finetune=RECURRENT_FINETUNE, word_vectors=True),
@@ -160,11 +163,11 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
     if fam.arch != "transformer":  # ELMo's sizes live with its model
         return ARCHITECTURES[fam.arch][0].sized(size, vocab_size, pad_id, dropout)
     embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
-    return TransformerConfig(
-        vocab_size=vocab_size, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,
-        max_positions=max_positions or fam.context, causal=fam.causal, norm=fam.norm, embedding_norm=fam.embedding_norm,
-        dropout=dropout, pad_id=pad_id, layer_norm_eps=1e-12 if fam.norm == "post" else 1e-5,
-        embedding_size=embedding_size, sharing=fam.sharing)
+    return TransformerConfig(**{
+        "vocab_size": vocab_size, "hidden": hidden, "layers": layers, "heads": hidden // 64, "intermediate": 4 * hidden,
+        "max_positions": max_positions or fam.context, "causal": fam.causal, "norm": fam.norm,
+        "embedding_norm": fam.embedding_norm, "pad_id": pad_id, "layer_norm_eps": 1e-12 if fam.norm == "post" else 1e-5,
+        "embedding_size": embedding_size, "sharing": fam.sharing, **fam.model_options, "dropout": dropout})
 
 
 DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
@@ -195,7 +198,8 @@ def reading_features(features: dict, size: str, dropout: float) -> dict:
     """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
     family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen
     extractor's output (Peters et al. 2018, §3.3; McCann et al. 2017, §4). ELMo's layers enter through a scalar
-    mix the task learns; the extractor runs without dropout, as at inference."""
+    mix the task learns; the extractor runs without dropout, as at inference. For CoVe this max-pooled BiLSTM
+    stands in for the paper's biattentive classification network (BCN), which sesame does not build."""
     features = {**features, "dropout": 0.0, **({"scalar_mix": True} if "scalar_mix" in features else {})}
     size = size if size in RECURRENT_SIZES else "mini"
     task = backbone_config(DOWNSTREAM, size, features["vocab_size"], features["pad_id"], dropout).to_dict()

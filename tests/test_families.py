@@ -143,3 +143,29 @@ def test_gpt2_has_the_longer_context_and_pre_layer_norm():
     gpt, gpt2 = backbone_config("gpt", "tiny", 100, 0), backbone_config("gpt2", "tiny", 100, 0)
     assert (gpt.max_positions, gpt.norm, gpt2.max_positions, gpt2.norm) == (512, "post", 1024, "pre")
     assert backbone_config("gpt2", "tiny", 100, 0, max_positions=2048).max_positions == 2048
+
+
+def test_gpt2_and_albert_use_gelus_tanh_approximation_and_old_runs_keep_theirs():
+    """GPT-2 and ALBERT were trained with 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers' gelu_new),
+    BERT with exact GELU; config.json records the activation, so a run written with exact GELU keeps it."""
+    import math
+
+    import torch
+
+    from sesame.families import backbone_config
+    from sesame.models import build_model
+
+    assert {f: backbone_config(f, "tiny", 100, 0).to_dict()["activation"] for f in ("gpt2", "albert", "bert")} == {
+        "gpt2": "gelu_tanh", "albert": "gelu_tanh", "bert": "gelu"}
+    x = torch.linspace(-4, 4, 33)
+    tanh_form = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    for activation, expected in (("gelu_tanh", tanh_form), ("gelu", torch.nn.functional.gelu(x))):
+        model = {**backbone_config("gpt2", "tiny", 100, 0).to_dict(), "activation": activation}
+        ffn = build_model(model).feed_forward[0].eval()
+        with torch.no_grad():  # f(x) = out(act(inp(x))): identity projections leave the activation
+            for linear in (ffn.inp, ffn.out):
+                linear.weight.zero_(), linear.bias.zero_()
+                linear.weight[: len(x), : len(x)] = torch.eye(len(x))
+        got = ffn(torch.nn.functional.pad(x, (0, 128 - len(x)))[None, None])[0, 0, : len(x)]
+        assert torch.allclose(got, expected, atol=1e-6) and not torch.allclose(got, tanh_form if activation == "gelu"
+                                                                                else torch.nn.functional.gelu(x))

@@ -19,6 +19,7 @@ from sesame.tokenizer import train_tokenizer
 from .conftest import sentences
 
 PROMPTS = ["The cat", "A happy dog runs over the old", "Green"]
+PROMPTS_THAT_END = ["the cat", "on the 5th of may", "zebra", "1 2 3"]  # below: ends after 0, 2, 3, 11 tokens, none
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,19 @@ def test_beam_search_finds_the_likelier_sequence_greedy_misses(tokenizer) -> Non
     greedy = decode(lm, [prompt], GenerationConfig(max_new_tokens=5, cache=False))[0]
     beam = beam_search(lm, prompt, GenerationConfig(max_new_tokens=5, beams=2, cache=False))
     assert greedy.ids[:2] == [a, 110] and beam.ids == [b, c] and beam.finish == "end"
+
+
+def test_an_end_outside_the_beam_finishes_nothing(tokenizer) -> None:
+    """Beams of 2, α = 0.6. Step 2 ranks a b, d </s>, a </s>, d d: a </s> (third) is outside the beam, so it does
+    not finish (transformers' rule). Admitted, it would make two finished hypotheses, and at step 3 the live
+    a b c (ln .079 / 3^α) could not beat it (ln .14 / 2^α): the search would stop with d </s>, missing
+    a b c </s> (ln .068 / 4^α)."""
+    a, b, c, d, end = 100, 101, 102, 103, tokenizer.specials.sep
+    table = {end: {a: .35, d: .34, end: .24, c: .07}, a: {b: .46, end: .40, d: .14},
+             b: {c: .49, end: .13, a: .22, b: .16}, c: {end: .86, b: .07, d: .07}, d: {end: .45, d: .36, b: .19}}
+    lm = TableModel(tiny_lm(tokenizer), table)
+    beam = beam_search(lm, [end], GenerationConfig(max_new_tokens=4, beams=2, length_penalty=0.6, cache=False))
+    assert beam.ids == [a, b, c] and beam.finish == "end"
 
 
 def test_a_beam_ended_by_the_end_token_keeps_its_text(tokenizer) -> None:
@@ -222,3 +236,37 @@ def test_greedy_and_beam_search_match_transformers_generate(tmp_path) -> None:
             if tok.eos_token_id in expected:
                 expected = expected[: expected.index(tok.eos_token_id)]
             assert ours["text"] == tok.decode(expected), (prompt, beams)
+
+
+def test_beam_search_with_ends_and_length_penalties_matches_transformers(tmp_path) -> None:
+    """Beams that end, ranked with α ≠ 1: the same tokens as transformers' ``generate(num_beams=...,
+    early_stopping=False)``. The end token's logit is made a constant (a final-LayerNorm dimension fixed at 1,
+    which only the end token's embedding reads), so hypotheses end at varied lengths."""
+    transformers = pytest.importorskip("transformers")
+    from .test_interop import make_hf
+
+    model = make_hf(tmp_path / "hf", "gpt2", "AutoModelForCausalLM").eval()
+    eos = model.config.eos_token_id
+    with torch.no_grad():
+        model.transformer.wte.weight.mul_(5)
+        model.transformer.ln_f.weight[0], model.transformer.ln_f.bias[0] = 0.0, 1.0
+        model.transformer.wte.weight[eos] = 0.0
+        model.transformer.wte.weight[eos, 0] = 12.0
+    model.save_pretrained(tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    lm = load_language_model(str(tmp_path / "hf"))
+    ended = []
+    for prompt in PROMPTS_THAT_END:
+        ids = torch.tensor([[eos] + tok(prompt)["input_ids"]])
+        for beams in (2, 3, 4):
+            for alpha in (0.6, 2.0):
+                theirs = model.generate(ids, max_new_tokens=12, do_sample=False, num_beams=beams, early_stopping=False,
+                                        length_penalty=alpha, eos_token_id=eos, pad_token_id=eos)[0, ids.shape[1]:]
+                ours = generate(lm, [prompt], GenerationConfig(max_new_tokens=12, beams=beams, length_penalty=alpha))[0]
+                expected = theirs.tolist()
+                if eos in expected:
+                    expected = expected[: expected.index(eos)]
+                    ended.append(len(expected))
+                assert ours["text"] == tok.decode(expected), (prompt, beams, alpha)
+                assert (ours["finish"] == "end") == (eos in theirs.tolist()), (prompt, beams, alpha)
+    assert len(set(ended)) >= 3  # beams that end at once and later

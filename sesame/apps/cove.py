@@ -12,7 +12,7 @@ then CoVe, the feature extractor.
 * Decoding (:mod:`sesame.decoding`): greedy, or beam search with finished hypotheses ranked by their
   **mean log-probability per token** (Σ log p over the generated words and ``</s>``, divided by that
   count; the length penalty ``lp = length``, α = 1 of Wu et al. 2016's family). A hypothesis finishes
-  when ``</s>`` ranks among the beam's best k candidates of a step (``finished_in_beam``); a sentence
+  when ``</s>`` ranks among the beam's best k candidates of a step; a sentence
   is done when k hypotheses have finished (``early_stopping``), or at the length limit, where the live
   hypotheses are ranked too.
 * BLEU: sacrebleu's corpus BLEU of the output (words joined by spaces, ``<unk>`` dropped) against the

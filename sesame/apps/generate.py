@@ -196,10 +196,11 @@ class _Context:
 
 @torch.no_grad()
 def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> Continuation:
-    """The best of ``cfg.beams`` hypotheses by Σ log p / length^α (:func:`sesame.decoding.beam_search`). A
-    hypothesis is finished by the end token or a stop string, at any rank before the beam is full; the search
-    stops when no live hypothesis can still rank above the worst of ``beams`` finished ones (Hugging Face's
-    default criterion), or after ``max_new_tokens``."""
+    """The best of ``cfg.beams`` hypotheses by Σ log p / length^α, length counting the new tokens and the end
+    token (:func:`sesame.decoding.beam_search`), as transformers' ``generate(num_beams=...,
+    early_stopping=False)``. A hypothesis is finished by the end token or a stop string when it ranks among
+    the step's best ``beams`` candidates; the search stops when no live hypothesis can still rank above the
+    worst of ``beams`` finished ones (Hugging Face's default criterion), or after ``max_new_tokens``."""
     cache = KVCache(lm.backbone.config, 1, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
 
     def step(previous: torch.Tensor, context: _Context) -> tuple[torch.Tensor, _Context]:
@@ -214,7 +215,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
     start = _Context(torch.tensor([prompt[:-1]], dtype=torch.long), cache)  # the last prompt token is the first step's
     best = decoding.beam_search(step, start, torch.tensor(prompt[-1:]), beam=cfg.beams, eos=lm.end,
                                 max_len=cfg.max_new_tokens, length_penalty=cfg.length_penalty, early_stopping=False,
-                                finished_in_beam=False, stopped=stopped if cfg.stop else None)[0]
+                                stopped=stopped if cfg.stop else None)[0]
     out = Continuation(lm.tokenizer, cfg.stop, lm.end)
     out.ids = best.tokens[:-1]
     if best.tokens:

@@ -36,8 +36,11 @@ class Recipe:
     adapters: int | None = option(None, metavar="M", help="train only bottleneck adapters of width M (e.g. 64), "
                                                           "LayerNorms and the head (Houlsby)")
     features: bool = option(False, help="freeze the backbone; train a scalar mix of its layers and the head (ELMo)")
+    # off by default for every family, gpt included: Radford et al. (2018, §3.2 eq. 5; §4.1) fine-tune with
+    # λ = 0.5, so reproducing GPT takes --lm-weight 0.5; GPT-2 (2019) was evaluated zero-shot and defines no λ
     lm_weight: float = option(0.0, metavar="LAMBDA", help="add GPT's auxiliary LM loss on the task's inputs, weighted "
-                                                          "LAMBDA (0.5 in GPT); causal backbones")
+                                                          "LAMBDA; default 0 (off), also for gpt: give 0.5 for GPT's "
+                                                          "recipe; causal backbones")
     vectors: str | None = option(None, metavar="FILE", help="GloVe/word2vec text file: the word embedding of a new "
                                                             "recurrent task model starts from it")
 
