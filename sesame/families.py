@@ -68,7 +68,8 @@ FAMILIES: dict[str, Family] = {
                model_options={"activation": "gelu_tanh"}),  # ALBERT's released models: gelu_new
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
-        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True),
+        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True,
+               model_options={"activation": "gelu_tanh"}),  # GPT's code: GELU's tanh approximation
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024,
                model_options={"activation": "gelu_tanh"}),  # GPT-2's code: GELU's tanh approximation
         #      name       tokenizer objective causal norm emb-LN pooling   paper

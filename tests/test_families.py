@@ -145,8 +145,8 @@ def test_gpt2_has_the_longer_context_and_pre_layer_norm():
     assert backbone_config("gpt2", "tiny", 100, 0, max_positions=2048).max_positions == 2048
 
 
-def test_gpt2_and_albert_use_gelus_tanh_approximation_and_old_runs_keep_theirs():
-    """GPT-2 and ALBERT were trained with 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers' gelu_new),
+def test_gpt_gpt2_and_albert_use_gelus_tanh_approximation_and_old_runs_keep_theirs():
+    """GPT, GPT-2 and ALBERT were trained with 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers' gelu_new),
     BERT with exact GELU; config.json records the activation, so a run written with exact GELU keeps it."""
     import math
 
@@ -155,8 +155,9 @@ def test_gpt2_and_albert_use_gelus_tanh_approximation_and_old_runs_keep_theirs()
     from sesame.families import backbone_config
     from sesame.models import build_model
 
-    assert {f: backbone_config(f, "tiny", 100, 0).to_dict()["activation"] for f in ("gpt2", "albert", "bert")} == {
-        "gpt2": "gelu_tanh", "albert": "gelu_tanh", "bert": "gelu"}
+    families = ("gpt", "gpt2", "albert", "bert")
+    assert {f: backbone_config(f, "tiny", 100, 0).to_dict()["activation"] for f in families} == {
+        "gpt": "gelu_tanh", "gpt2": "gelu_tanh", "albert": "gelu_tanh", "bert": "gelu"}
     x = torch.linspace(-4, 4, 33)
     tanh_form = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
     for activation, expected in (("gelu_tanh", tanh_form), ("gelu", torch.nn.functional.gelu(x))):
