@@ -52,6 +52,11 @@ class Family:
     # fine-tuning reads a text as its LM read a document: after the separator, with no <s> (ULMFiT, whose LM
     # trains on shards where each document follows </s>; fastai's classifier likewise starts with its LM's xxbos)
     document_inputs: bool = False
+    # the model's dropout while pre-training (None: the row's own, as AWD-LSTM's and ELMo's are part of their
+    # recipes); 0 for Transformers: a model that sees its text about once underfits, so dropout only slows it
+    # (Geiping & Goldstein 2022, "Cramming"; docs/results.md found the same at 20 minutes). Fine-tuning puts
+    # --dropout (0.1) back.
+    pretrain_dropout: float | None = 0.0
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -84,11 +89,11 @@ FAMILIES: dict[str, Family] = {
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
                finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True,
-               document_inputs=True),
+               document_inputs=True, pretrain_dropout=None),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
                recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,
-               word_vectors=True),
+               word_vectors=True, pretrain_dropout=None),
         Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
                finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
     ]

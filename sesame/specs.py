@@ -21,6 +21,10 @@ from .tasks import POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
 
+# Pre-training's rates for budgets of minutes to hours: a peak of 1e-3 after 10% warmup trained post-LN BERT and
+# GPT stably in 20 minutes where 5e-4 underfit (docs/results.md; Geiping & Goldstein 2022 likewise push the
+# rate up for short budgets), under a family's own recipe (AWD-LSTM, ELMo, RoBERTa's batches)
+PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
 # BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own
 FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32}
 # Epochs when --epochs is not given: enough for MIN_STEPS optimizer steps on a small training set, within
@@ -87,7 +91,8 @@ class PretrainSpec(RecurrentDropouts):
     vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
     cased: bool = option(False, help=CASED_HELP)
     seq_len: int = option(128, help="tokens per training window")
-    dropout: float | None = option(None, help="dropout rate (default: the family's, 0.1 for most)")
+    dropout: float | None = option(None, help="dropout rate (default: the family's pre-training dropout: 0 for "
+                                              "Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
     text_field: str = option("text", help="the text field of .jsonl records")
@@ -126,7 +131,8 @@ class PretrainSpec(RecurrentDropouts):
         return self.objective or self.fam.objective
 
     def train_config(self) -> TrainConfig:
-        return training(self.fam.recipe, self.training)
+        """Pre-training's TrainConfig: the short-budget rates < the family's recipe < given."""
+        return training({**PRETRAIN_TRAINING, **self.fam.recipe}, self.training)
 
     def objective_settings(self) -> dict:
         """The objective's options: the family's (for its own objective), then the spec's."""

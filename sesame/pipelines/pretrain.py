@@ -57,7 +57,8 @@ def pretrain(spec: PretrainSpec) -> dict:
             model = {**base.model, "vocab_size": tok.vocab_size,
                      **({"dropout": spec.dropout} if spec.dropout is not None else {})}
         else:
-            model_cfg = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, spec.dropout,
+            dropout = spec.dropout if spec.dropout is not None else fam.pretrain_dropout
+            model_cfg = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, dropout,
                                         max(fam.context, spec.seq_len))
             if spec.attention_window is not None:
                 model_cfg.attention_window = spec.attention_window
