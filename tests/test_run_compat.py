@@ -101,8 +101,8 @@ def test_an_old_pretrained_run_can_be_fine_tuned_from(tmp_path, expected):
     old, new = load_file(PRETRAINED / "model.safetensors"), load_file(out / "model.safetensors")
     backbone = [k for k in old if k.startswith("backbone.")]
     assert backbone and all(new[k].shape == old[k].shape for k in backbone)
-    # the backbone started from the old run's weights: two warming-up steps at tiny's fine-tuning rate move none by more
-    # than ~3e-5, while the old run's 20 pre-training steps moved some by ~5e-3 from the same seeded initialisation
+    # the backbone started from the old run's weights: two warming-up fine-tuning steps move none by much, while the
+    # old run's 20 pre-training steps moved some by ~5e-3 from the same seeded initialisation
     assert max(float((new[k] - old[k]).abs().max()) for k in backbone) < 5e-4
     predictions = sesame.load(out).predict(expected["texts"])
     assert len(predictions) == len(expected["texts"])
