@@ -179,13 +179,18 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
 DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
 
 
-def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float) -> dict[str, float]:
+def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float, *, arch: str, what: str
+                       ) -> dict[str, float]:
     """fastai's ``drop_mult`` (ULMFiT's code): the five dropouts of ``family``'s recurrent model (:data:`DROPOUTS`:
     output, between layers, input, embedding, DropConnect; a feature extractor's task model has the
     ``DOWNSTREAM`` family's), the output's replaced by ``dropout`` when given, each times ``drop_mult``.
 
     They scale the family's row, not a run's recorded values, so a ``drop_mult`` given to each stage (fastai:
-    0.3 for the target LM, 0.5 for the classifier) does not compound, as fastai scales its fixed config."""
+    0.3 for the target LM, 0.5 for the classifier) does not compound, as fastai scales its fixed config. A model
+    of another architecture ``arch`` is refused, ``what`` naming it."""
+    if arch != "recurrent":
+        raise SesameError(f"--drop-mult: scales the five dropouts of a recurrent (AWD-LSTM) model, and {what} is "
+                          f"a {arch} model; drop --drop-mult (use --dropout)")
     fam = get_family(family)
     row = fam.model_options if fam.arch == "recurrent" else get_family(DOWNSTREAM).model_options
     base = {name: row.get(name, 0.0) for name in DROPOUTS}

@@ -30,6 +30,7 @@ FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32}
 # Epochs when --epochs is not given: enough for MIN_STEPS optimizer steps on a small training set, within
 # EPOCHS (BERT's 3 for large ones; 20 at most); with --max-minutes, as many as the time allows (TIMED_EPOCHS).
 MIN_STEPS, EPOCHS, TIMED_EPOCHS = 250, (3, 20), 1000
+SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
 
 
 def default_epochs(steps_per_epoch: int, *, timed: bool) -> int:
@@ -38,7 +39,6 @@ def default_epochs(steps_per_epoch: int, *, timed: bool) -> int:
         return TIMED_EPOCHS
     low, high = EPOCHS
     return max(low, min(high, math.ceil(MIN_STEPS / max(1, steps_per_epoch))))
-SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
 
 
 def _check_length(flag: str, value: int) -> None:
@@ -73,10 +73,7 @@ class RecurrentDropouts:
         is refused, ``what`` naming it."""
         if self.drop_mult is None:
             return {}
-        if arch != "recurrent":
-            raise SesameError(f"--drop-mult: scales the five dropouts of a recurrent (AWD-LSTM) model, and {what} is "
-                              f"a {arch} model; drop --drop-mult (use --dropout)")
-        return recurrent_dropouts(family, dropout, self.drop_mult)
+        return recurrent_dropouts(family, dropout, self.drop_mult, arch=arch, what=what)
 
 
 @dataclass(kw_only=True)
