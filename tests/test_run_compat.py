@@ -3,7 +3,7 @@
 tests/fixtures/runs/ holds a tiny pre-trained BERT and a classifier fine-tuned from it, written by the code
 of the commit named in tests/fixtures/expected.json (before config.json became a typed, versioned schema),
 with what that code computed from them. Their config.json files are kept byte for byte as that code wrote
-them, absolute paths included; tests/fixtures/make_runs.py is the record of how they were made. Do not
+them, but for their paths, made relative to the repository; tests/fixtures/make_runs.py is the record of how they were made. Do not
 regenerate them to make this test pass: a failure here means the current code reads old runs differently.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ TRAIN_CSV, DEV_CSV, EVAL_TXT = (FIXTURES / "data" / name for name in ("train.csv
 TOLERANCE = 1e-5
 # config.json as the pre-refactor code wrote it: these fixtures must not be rewritten in a newer format
 CONFIG_SHA256 = {
-    PRETRAINED: "d9f6d88bb1a14daff29d04fc2593dfe129ae1af9d15e92a296834b2e30df7209",
-    CLASSIFIER: "e4e7cb54da98a8b40a0a6610f4568f771a3b3255ae895d220670b8dafa035bd2",
+    PRETRAINED: "49b3405fc56fa32a9f99b7781ef252754dedd01530e251d5c7661a563f7484ec",
+    CLASSIFIER: "91c64c563c11fc3dc5429cbfc3b1621c3c121aac0e60a83bd09fd976cae768e1",
 }
 
 pytestmark = pytest.mark.usefixtures("one_thread")
