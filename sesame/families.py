@@ -39,6 +39,7 @@ class Family:
     objective_options: dict = field(default_factory=dict)
     recipe: dict = field(default_factory=dict)  # pre-training defaults for TrainConfig fields
     finetune: dict = field(default_factory=dict)  # fine-tuning defaults for TrainConfig fields (over BERT's)
+    finetune_recipe: dict = field(default_factory=dict)  # fine-tuning defaults for Recipe fields left unset
     # fine-tuning adds GPT's start, delimiter and extract tokens (sesame.tasks.inputs; Radford et al. 2018,
     # §3.3). GPT-2's paper (2019) defines no fine-tuning inputs (it is evaluated zero-shot), so gpt2 keeps the
     # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
@@ -74,7 +75,8 @@ FAMILIES: dict[str, Family] = {
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True,
-               model_options={"activation": "gelu_tanh"}),  # GPT's code: GELU's tanh approximation
+               model_options={"activation": "gelu_tanh"},  # GPT's code: GELU's tanh approximation
+               finetune_recipe={"lm_weight": 0.5}),  # the auxiliary LM's λ (§3.2, eq. 5; §4.1)
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024,
                model_options={"activation": "gelu_tanh"}),  # GPT-2's code: GELU's tanh approximation
         #      name       tokenizer objective causal norm emb-LN pooling   paper

@@ -2,6 +2,7 @@
 Houlsby adapters; ELMo's scalar mix over frozen features; GPT's auxiliary LM loss."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -157,7 +158,6 @@ def test_gradual_unfreezing_trains_only_the_top_groups(config, one_thread):
 def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_thread):
     """Through sesame.finetune: one epoch of gradual unfreezing moves only the head; STLR shapes the logged
     rates; discriminative rates put the embeddings 2.6^(layers + 1) below the head; config.json records it all."""
-    import json
 
     import sesame
     from sesame.train.checkpoint import load_weights
@@ -268,5 +268,9 @@ def test_finetune_with_adapters_features_and_lm_end_to_end(corpus, labeled, tmp_
                        if k.startswith("backbone.") and ".norm." not in k)
             assert 0 < result["trainable_parameters"] < result["parameters"] / 5
             assert len(sesame.load(run).predict(["The cat sleeps."])) == 1
-    result = sesame.finetune(str(tmp_path / "gpt"), out=str(tmp_path / "gpt-lm"), lm_weight=0.5, **common)
+            # λ unset: GPT's own 0.5 (Radford et al. 2018, §4.1) where the backbone trains; off for BERT
+            lm_weight = json.loads((run / "config.json").read_text())["recipe"]["lm_weight"]
+            assert lm_weight == (0.5 if (family, name) == ("gpt", "adapters") else 0.0), (family, name)
+    result = sesame.finetune(str(tmp_path / "gpt"), out=str(tmp_path / "gpt-lm"), lm_weight=0.0, **common)
     assert result["trainable_parameters"] == result["parameters"]
+    assert json.loads((tmp_path / "gpt-lm/config.json").read_text())["recipe"]["lm_weight"] == 0.0  # given: kept

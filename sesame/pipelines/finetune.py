@@ -22,7 +22,7 @@ from ..families import FAMILIES, Family, backbone_config, reading_features
 from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
-from ..tasks import Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
+from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig, Trainer, recipes
@@ -59,8 +59,10 @@ def finetune(spec: FinetuneSpec) -> dict:
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)
-        spec.recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
-        _word_vectors(config, spec.recipe, source)
+        fam = FAMILIES.get(config.family)
+        recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
+        recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
+        _word_vectors(config, recipe, source)
         if spec.max_length > config.model.get("max_positions", spec.max_length):
             raise SesameError(f"--max-length {spec.max_length} exceeds the model's {config.model['max_positions']} "
                               "positions")
@@ -70,8 +72,8 @@ def finetune(spec: FinetuneSpec) -> dict:
         write_config(run, RunConfig(
             kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
             pooling=spec.pooling or config.pooling, model=config.model, base=spec.base, max_length=spec.max_length,
-            select=select, hf=config.hf, recipe=asdict(spec.recipe), train_file=spec.train, dev_file=spec.dev,
-            epochs=spec.epochs, train=asdict(cfg)))
+            select=select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
+            epochs=spec.epochs, batching=spec.batching, train=asdict(cfg)))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
@@ -114,7 +116,7 @@ class _Data:
 
 def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
              techniques: Techniques, started: float) -> tuple[Trainer, int]:
-    """The trainer over length-bucketed batches of the training features, evaluating on dev after every epoch,
+    """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every epoch,
     with the recipe's parameter groups, per-step actions and loss counts; and its epochs (``spec.epochs``, or
     :func:`sesame.specs.default_epochs` of the training set's size and the time budget)."""
     job, labels = data.job, data.labels
@@ -127,7 +129,8 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
 
     def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
         epoch, k = divmod(step, per_labeled_epoch)
-        order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch))[k]
+        order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch),
+                                 window=BATCHINGS[spec.batching])[k]
         mine = order[rank::processes]
         per_micro = math.ceil(len(mine) / cfg.accumulate)
         micro = [job.collate([train_features[i] for i in mine[j: j + per_micro]], tok.specials.pad)

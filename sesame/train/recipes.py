@@ -13,7 +13,7 @@ is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from torch import nn
 
@@ -36,11 +36,11 @@ class Recipe:
     adapters: int | None = option(None, metavar="M", help="train only bottleneck adapters of width M (e.g. 64), "
                                                           "LayerNorms and the head (Houlsby)")
     features: bool = option(False, help="freeze the backbone; train a scalar mix of its layers and the head (ELMo)")
-    # off by default for every family, gpt included: Radford et al. (2018, §3.2 eq. 5; §4.1) fine-tune with
-    # λ = 0.5, so reproducing GPT takes --lm-weight 0.5; GPT-2 (2019) was evaluated zero-shot and defines no λ
-    lm_weight: float = option(0.0, metavar="LAMBDA", help="add GPT's auxiliary LM loss on the task's inputs, weighted "
-                                                          "LAMBDA; default 0 (off), also for gpt: give 0.5 for GPT's "
-                                                          "recipe; causal backbones")
+    # None: the family's (Family.finetune_recipe): 0.5 for gpt, as Radford et al. (2018, §3.2 eq. 5; §4.1)
+    # fine-tune; off for the others (GPT-2, 2019, was evaluated zero-shot and defines no λ)
+    lm_weight: float | None = option(None, metavar="LAMBDA", help="add GPT's auxiliary LM loss on the task's inputs, "
+                                                                  "weighted LAMBDA (causal backbones); default: the "
+                                                                  "family's, 0.5 for gpt as in the paper, else 0 (off)")
     vectors: str | None = option(None, metavar="FILE", help="GloVe/word2vec text file: the word embedding of a new "
                                                             "recurrent task model starts from it")
 
@@ -58,8 +58,16 @@ class Recipe:
                               "freeze it)")
         if (self.adapters or self.features) and (self.gradual_unfreezing or self.discriminative != 1):
             raise SesameError("--adapters/--features fix what trains; drop --gradual-unfreezing and --discriminative")
-        if self.lm_weight < 0:
+        if self.lm_weight is not None and self.lm_weight < 0:
             raise SesameError(f"--lm-weight {self.lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
+
+    def with_defaults(self, defaults: dict) -> Recipe:
+        """The recipe with the family's fine-tuning defaults (:attr:`sesame.families.Family.finetune_recipe`) for
+        fields left at None; λ stays off with ``features``, whose frozen backbone the LM loss could not move."""
+        lm_weight = self.lm_weight
+        if lm_weight is None:
+            lm_weight = 0.0 if self.features else defaults.get("lm_weight", 0.0)
+        return replace(self, lm_weight=lm_weight)
 
     def techniques(self) -> Techniques:
         """The techniques these settings switch on, driven as one. ``vectors`` is none: it chooses where the
