@@ -17,7 +17,7 @@ from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .options import option, split_known
-from .tasks import POOLINGS, TASKS
+from .tasks import BATCHINGS, POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
 
@@ -205,6 +205,9 @@ class FinetuneSpec(RecurrentDropouts):
                                  help="what a sequence head reads: the first token through a tanh pooler, the last real "
                                       "token, the mean or max over real tokens, or ULMFiT's concat pooling (default: "
                                       "the family's)")
+    batching: str = option("bucketed", choices=tuple(BATCHINGS),
+                           help="bucketed: batches of similar lengths (less padding, faster); shuffled: plain random "
+                                "batches, whose label mix does not follow text length")
     recipe: Recipe = option(factory=Recipe, cli=False, help="which parameters move and how fast")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the fine-tuning defaults")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
@@ -283,6 +286,7 @@ class RunConfig:
     max_length: int | None = None  # also CoVe's sentence length
     recipe: dict | None = None  # sesame.train.recipes.Recipe
     epochs: int | None = None
+    batching: str = "bucketed"
     train_file: str | None = None
     dev_file: str | None = None
     # CoVe's MT-LSTM (sesame cove)

@@ -127,3 +127,18 @@ def test_regression_reads_numbers_and_fits_them(tok, tmp_path):
     path.write_text("sentence1\tsentence2\tscore\nA.\tB.\thigh\n")
     with pytest.raises(SesameError, match=r"sts.tsv:2: 'score' is 'high', not a number"):
         task.read(str(path))
+
+
+def test_shuffled_batching_cuts_the_shuffle_and_bucketed_batching_groups_lengths():
+    """--batching shuffled keeps each batch as the random permutation drew it (its label mix does not follow
+    length); bucketed sorts inside windows, so a batch's lengths are neighbours."""
+    from sesame.tasks import BATCHINGS, bucketed_batches
+
+    lengths = list(range(400))  # an example's length is its index
+    draw = torch.randperm(400, generator=torch.Generator().manual_seed(3)).tolist()
+    shuffled = bucketed_batches(lengths, 8, torch.Generator().manual_seed(3), window=BATCHINGS["shuffled"])
+    assert sorted(map(sorted, shuffled)) == sorted(sorted(draw[i: i + 8]) for i in range(0, 400, 8))
+    bucketed = bucketed_batches(lengths, 8, torch.Generator().manual_seed(3), window=BATCHINGS["bucketed"])
+    spread = lambda batches: sum(max(b) - min(b) for b in batches) / len(batches)  # noqa: E731
+    assert sorted(i for b in bucketed for i in b) == lengths
+    assert spread(bucketed) < spread(shuffled) / 10

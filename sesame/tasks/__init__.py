@@ -1,10 +1,10 @@
 """Downstream tasks: a reader, a head, a loss, metrics and decoded predictions each (see :mod:`.base`)."""
-from .base import EVAL_BATCH, TASKS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
+from .base import BATCHINGS, EVAL_BATCH, TASKS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from .classify import POOLINGS, Classify, Pair, Regress, SequenceModel
 from .multiple_choice import ChoiceModel, MultipleChoice
 from .span_qa import SpanModel, SpanQA
 from .tag import Tag, TokenModel
 
-__all__ = ["EVAL_BATCH", "TASKS", "Task", "TaskModel", "bucketed_batches", "infer", "make_task", "steps_per_epoch", "POOLINGS",
+__all__ = ["BATCHINGS", "EVAL_BATCH", "TASKS", "Task", "TaskModel", "bucketed_batches", "infer", "make_task", "steps_per_epoch", "POOLINGS",
            "Classify", "Pair", "Regress", "SequenceModel",
            "ChoiceModel", "MultipleChoice", "SpanModel", "SpanQA", "Tag", "TokenModel"]

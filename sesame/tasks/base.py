@@ -27,6 +27,7 @@ from ..train.trainer import world
 
 Batches = Callable[[int, float], list[dict[str, torch.Tensor]]]  # the trainer's batches(step, progress)
 BUCKET_BATCHES = 50  # sort by length within windows of this many batches
+BATCHINGS = {"bucketed": BUCKET_BATCHES, "shuffled": 1}  # --batching: batches per length-sorting window
 EVAL_BATCH = 64
 
 
@@ -148,10 +149,12 @@ def label_vocabulary(labels: Iterable[str], path: str, column: str) -> list[str]
     return vocabulary
 
 
-def bucketed_batches(lengths: list[int], batch_size: int, generator: torch.Generator) -> list[list[int]]:
-    """Shuffle, sort by length inside windows of ``BUCKET_BATCHES`` batches, cut, shuffle the batches."""
+def bucketed_batches(lengths: list[int], batch_size: int, generator: torch.Generator, *,
+                     window: int = BUCKET_BATCHES) -> list[list[int]]:
+    """Shuffle, sort by length inside windows of ``window`` batches, cut, shuffle the batches. A window of one
+    batch is plain shuffled batching: sorting inside a batch leaves its members as the shuffle drew them."""
     order = torch.randperm(len(lengths), generator=generator).tolist()
-    window = batch_size * BUCKET_BATCHES
+    window = batch_size * window
     batches = []
     for start in range(0, len(order), window):
         chunk = sorted(order[start: start + window], key=lambda i: lengths[i])
