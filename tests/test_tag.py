@@ -293,3 +293,17 @@ def test_real_conll2003_valid_reads_scores_and_aligns(one_thread):
     assert sum(len(f["ids"]) for f in features) > 1.2 * 51362 + 2 * 3250  # words do split into subwords
     predicted = task.predictions(dev, features, perfect_outputs(features, len(labels)), labels)
     assert [p["tags"] for p in predicted] == gold
+
+
+def test_entity_f1_and_accuracy_agree_with_seqeval_on_random_iob1_and_iob2_tags():
+    """seqeval (its default, conlleval-compatible mode) is the peer scorer of the task comparison with
+    transformers: both must count the same entities, including IOB1's I- that opens an entity."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    rng = random.Random(0)
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG", "B-ORG"]
+    for _ in range(200):
+        gold = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 6))]
+        predicted = [[t if rng.random() < 0.6 else rng.choice(tags) for t in s] for s in gold]
+        report = conll_report(gold, predicted)
+        assert report["f1"] == pytest.approx(seqeval.f1_score(gold, predicted), abs=1e-12)
+        assert report["accuracy"] == pytest.approx(seqeval.accuracy_score(gold, predicted), abs=1e-12)
