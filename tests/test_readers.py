@@ -1,8 +1,12 @@
 """The readers of user files refuse what they cannot read faithfully, naming file, line and the fix."""
 import csv
+import io
+import sys
+from pathlib import Path
 
 import pytest
 
+from sesame.cli import main
 from sesame.data.labeled import decode, read_columns, read_rows
 from sesame.errors import SesameError
 from sesame.tasks import make_task
@@ -63,3 +67,31 @@ def test_invalid_utf8_names_the_line_and_byte_and_says_how_to_re_encode():
     with pytest.raises(SesameError, match=r"the line's byte 6\)"):  # a BOM counts as bytes of the first line
         decode(b"\xef\xbb\xbfab\xff", "f.txt")
     assert decode("\ufeffcafé".encode(), "f.txt") == "café"
+
+
+LATIN1 = "fine\ncaf\xe9 au lait\n".encode("latin-1")
+CLASSIFIER = Path(__file__).parent / "fixtures" / "runs" / "classifier"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--model", str(CLASSIFIER)], "stdin:2: not valid UTF-8"),
+    (["generate", "--model", "nowhere", "--prompts", "-"], "stdin:2: not valid UTF-8"),
+    (["generate", "--model", "nowhere", "--prompts", "{bad}"], "bad.txt:2: not valid UTF-8"),
+    (["pretrain", "--corpus", "{bad}", "--out", "{tmp}/run", "--masking", "phrase", "--phrases", "{bad}"],
+     "bad.txt:2: not valid UTF-8"),
+    (["finetune", "--from", "scratch:bert:tiny", "--task", "span_qa", "--train", "{bad}", "--dev", "{bad}",
+      "--out", "{tmp}/run"], "bad.txt:2: not valid UTF-8"),
+])
+def test_commands_name_input_that_is_not_utf8(tmp_path, monkeypatch, capsys, argv, message):
+    (tmp_path / "bad.txt").write_bytes(LATIN1)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(LATIN1)))
+    argv = [a.format(bad=tmp_path / "bad.txt", tmp=tmp_path) for a in argv]
+    assert main(["--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "re-encode it as UTF-8" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_generate_refuses_an_empty_prompt(capsys):
+    assert main(["generate", "--model", "nowhere", "--prompt", "a cat", "--prompt", ""]) == 2
+    assert "--prompt '': an empty prompt gives the model nothing to continue" in capsys.readouterr().err

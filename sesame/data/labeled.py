@@ -5,6 +5,7 @@ import codecs
 import csv
 import io
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +28,12 @@ def decode(raw: bytes, where: str, line: int = 1) -> str:
         column = at - raw.rfind(b"\n", 0, at)  # 1-based: rfind gives -1 on the first line
         raise SesameError(f"{where}:{line}: not valid UTF-8 (byte {raw[at]:#04x}, the line's byte {column}); "
                           f"{REENCODE}") from None
+
+
+def stdin_lines() -> list[str]:
+    """Standard input's lines (newlines of any convention dropped), checked to be UTF-8 as a file's are."""
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    return io.StringIO(decode(raw, "stdin"), newline=None).read().split("\n")
 
 
 def read_text(path: Path) -> str:
