@@ -13,7 +13,6 @@ from typing import Iterator
 from ..errors import SesameError
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-REENCODE = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > NEW`"
 
 
 def decode(raw: bytes, where: str, line: int = 1) -> str:
@@ -27,11 +26,12 @@ def decode(raw: bytes, where: str, line: int = 1) -> str:
         line += raw.count(b"\n", 0, at)
         column = at - raw.rfind(b"\n", 0, at)  # 1-based: rfind gives -1 on the first line
         raise SesameError(f"{where}:{line}: not valid UTF-8 (byte {raw[at]:#04x}, the line's byte {column}); "
-                          f"{REENCODE}") from None
+                          "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > NEW`") from None
 
 
 def stdin_lines() -> list[str]:
-    """Standard input's lines (newlines of any convention dropped), checked to be UTF-8 as a file's are."""
+    """Standard input's lines (newlines of any convention dropped), checked to be UTF-8 as a file's are (its
+    bytes; a stream without them, one a caller put in place of stdin, holds text already)."""
     raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
     return io.StringIO(decode(raw, "stdin"), newline=None).read().split("\n")
 
