@@ -11,5 +11,5 @@ class SesameError(Exception):
 
 
 def warn(message: str) -> None:
-    """Something that runs but may not mean what the user thinks: one line on stderr, named as the CLI's errors are."""
+    """Something that runs but may not mean what the user thinks: one line on stderr, like the CLI's errors."""
     print(f"sesame: warning: {message}", file=sys.stderr, flush=True)

@@ -71,7 +71,9 @@ def check_ranges(spec: Any) -> None:
     """Refuse a field of ``spec`` outside the range its option declares (``within``), naming the flag."""
     for f in fields(spec):
         within, value = f.metadata.get("within"), getattr(spec, f.name)
-        if within is not None and value is not None and not within[0] <= value < within[1]:
+        if within is None or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not within[0] <= value < within[1]:
             raise SesameError(f"{flag_name(f)} {value}: must be at least {within[0]:g} and below {within[1]:g}")
 
 

@@ -89,8 +89,8 @@ class PretrainSpec(RecurrentDropouts):
     vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
     cased: bool = option(False, help=CASED_HELP)
     seq_len: int = option(128, help="tokens per training window")
-    dropout: float | None = option(None, within=RATE, help="dropout rate (default: the family's pre-training dropout: 0 for "
-                                              "Transformers, AWD-LSTM's and ELMo's own)")
+    dropout: float | None = option(None, within=RATE, help="dropout rate (default: the family's pre-training "
+                                                           "dropout: 0 for Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
     text_field: str = option("text", help="the text field of .jsonl records")
@@ -201,8 +201,8 @@ class FinetuneSpec(RecurrentDropouts):
     epochs: int | None = option(None, help="passes over the training set, each ending with a dev evaluation "
                                            f"(default: enough for {MIN_STEPS} steps, {EPOCHS[0]} to {EPOCHS[1]}; with "
                                            "--max-minutes, until the time is up)")
-    dropout: float = option(0.1, within=RATE, help="dropout rate of the model and head (a recurrent model's output dropout; "
-                                      "--drop-mult scales AWD-LSTM's others)")
+    dropout: float = option(0.1, within=RATE, help="dropout rate of the model and head (a recurrent model's output "
+                                                   "dropout; --drop-mult scales AWD-LSTM's others)")
     pooling: str | None = option(None, choices=POOLINGS,
                                  help="what a sequence head reads: the first token through a tanh pooler, the last real "
                                       "token, the mean or max over real tokens, or ULMFiT's concat pooling (default: "
@@ -304,8 +304,8 @@ class RunConfig:
             raise SesameError(f"{where}: not a sesame run config (a JSON object is expected)")
         version = data.get("version", 0)
         if type(version) is not int or version < 0:
-            raise SesameError(f"{where}: config version {json.dumps(version)} is none sesame writes (whole numbers from "
-                              "0); recreate the run")
+            raise SesameError(f"{where}: config version {json.dumps(version)} is none sesame writes (whole numbers "
+                              "from 0); recreate the run")
         if version > SCHEMA_VERSION:
             raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
                               f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "

@@ -35,7 +35,8 @@ JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dict
                                                                                           max_size=5), max_leaves=25)
 STRING = FIELD | JSON  # a string where a reader wants one, or any JSON value
 ANSWER = st.fixed_dictionaries({"text": STRING, "answer_start": st.integers(-1, 12) | JSON})
-QUESTION = st.fixed_dictionaries({"id": st.integers(0, 3) | STRING, "question": STRING, "answers": st.lists(ANSWER, max_size=2)},
+QUESTION = st.fixed_dictionaries({"id": st.integers(0, 3) | STRING, "question": STRING,
+                                  "answers": st.lists(ANSWER, max_size=2)},
                                  optional={"is_impossible": st.booleans() | JSON})
 SQUAD = st.fixed_dictionaries({"data": st.lists(st.fixed_dictionaries({"title": STRING, "paragraphs": st.lists(
     st.fixed_dictionaries({"context": STRING, "qas": st.lists(QUESTION, max_size=3)}), max_size=2)}), max_size=2)},

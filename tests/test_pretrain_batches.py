@@ -84,7 +84,8 @@ def test_a_validation_perplexity_on_a_few_tokens_is_warned_of(tmp_path, capsys):
 
     (tmp_path / "tiny.txt").write_text(" ".join(sentences(20))[:300] + "\n")  # 300 bytes
     assert main(["--no-progress", "pretrain", "--corpus", str(tmp_path / "tiny.txt"), "--family", "gpt", "--size",
-                 "tiny", "--vocab-size", "100", "--seq-len", "8", "--max-steps", "1", "--out", str(tmp_path / "run")]) == 0
+                 "tiny", "--vocab-size", "100", "--seq-len", "8", "--max-steps", "1",
+                 "--out", str(tmp_path / "run")]) == 0
     assert "sesame: warning: the corpus's last 1% (the validation split without --valid) holds only 9 tokens " \
            "(1 window of 9); a perplexity on fewer than 1000 means little" in capsys.readouterr().err
     assert main(["--no-progress", "evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / "tiny.txt"),

@@ -84,8 +84,8 @@ class UlmfitSpec:
     classifier_lr: float = option(1e-2, help="peak rate of the classifier")
     batch_size: int = option(64, help="all stages")
     max_length: int = option(128, help="classifier: tokens per text")
-    dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the last LSTM layer's and the concat head's "
-                                      "first; AWD-LSTM's other four stay at the family's)")
+    dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the last LSTM layer's and the concat "
+                                                   "head's first; AWD-LSTM's other four stay at the family's)")
     seed: int = option(0, help="seed of every stage")
     progress: bool = option(True, cli=False, help="show progress bars")
 
