@@ -14,15 +14,17 @@ from typing import Any, Callable, Iterable
 from .errors import SesameError
 
 SCALARS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+RATE = (0.0, 1.0)  # a dropout rate: 0 ≤ p < 1
 
 
 def option(default: Any = MISSING, *, help: str, factory: Callable[[], Any] | None = None,
            choices: Iterable[str] | None = None, metavar: str | None = None, flag: str | None = None,
-           cli: bool = True) -> Any:
+           cli: bool = True, within: tuple[float, float] | None = None) -> Any:
     """A spec field with its command-line declaration; ``cli=False`` keeps it out of the flags (set by
-    another flag, by a pipeline that calls this one, or only from Python)."""
+    another flag, by a pipeline that calls this one, or only from Python); ``within=(low, high)``: the values
+    low ≤ v < high, which :func:`check_ranges` holds the spec to."""
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None, "metavar": metavar,
-                "flag": flag, "cli": cli}
+                "flag": flag, "cli": cli, "within": within}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -63,6 +65,16 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
         if meta["metavar"]:
             extra["metavar"] = meta["metavar"]
         parser.add_argument(flag_name(f), type=kind, nargs="+" if many else None, **extra)
+
+
+def check_ranges(spec: Any) -> None:
+    """Refuse a field of ``spec`` outside the range its option declares (``within``), naming the flag."""
+    for f in fields(spec):
+        within, value = f.metadata.get("within"), getattr(spec, f.name)
+        if within is None or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not within[0] <= value < within[1]:
+            raise SesameError(f"{flag_name(f)} {value}: must be at least {within[0]:g} and below {within[1]:g}")
 
 
 def given(args: argparse.Namespace, cls: type) -> dict:

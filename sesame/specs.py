@@ -8,6 +8,7 @@ family's row (:mod:`sesame.families`).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
-from .options import option, split_known
+from .options import RATE, check_ranges, option, split_known
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
@@ -41,7 +42,7 @@ def default_epochs(steps_per_epoch: int, *, timed: bool) -> int:
     return max(low, min(high, math.ceil(MIN_STEPS / max(1, steps_per_epoch))))
 
 
-def _check_length(flag: str, value: int) -> None:
+def check_length(flag: str, value: int) -> None:
     low, high = SEQ_LENGTHS
     if not low <= value <= high:
         raise SesameError(f"{flag} {value}: use a length between {low} and {high}")
@@ -88,8 +89,8 @@ class PretrainSpec(RecurrentDropouts):
     vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
     cased: bool = option(False, help=CASED_HELP)
     seq_len: int = option(128, help="tokens per training window")
-    dropout: float | None = option(None, help="dropout rate (default: the family's pre-training dropout: 0 for "
-                                              "Transformers, AWD-LSTM's and ELMo's own)")
+    dropout: float | None = option(None, within=RATE, help="dropout rate (default: the family's pre-training "
+                                                           "dropout: 0 for Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
     text_field: str = option("text", help="the text field of .jsonl records")
@@ -143,6 +144,7 @@ class PretrainSpec(RecurrentDropouts):
 
         fam = self.fam
         get_size(self.size)
+        check_ranges(self)
         if self.objective_name is None:
             how = f"is trained by `sesame {fam.command}`" if fam.command else \
                 f"is a baseline trained from scratch: `sesame finetune --from scratch:{fam.name}:SIZE`"
@@ -159,7 +161,7 @@ class PretrainSpec(RecurrentDropouts):
         self.recurrent_dropouts(self.family, self.dropout, arch=fam.arch, what=f"--family {fam.name}")
         if self.discriminative < 1:
             raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
-        _check_length("--seq-len", self.seq_len)
+        check_length("--seq-len", self.seq_len)
         positions = max(fam.context, self.seq_len)
         if self.final_seq_len is not None and not self.seq_len < self.final_seq_len <= positions:
             raise SesameError(f"--final-seq-len {self.final_seq_len}: must exceed --seq-len {self.seq_len} and be at "
@@ -199,8 +201,8 @@ class FinetuneSpec(RecurrentDropouts):
     epochs: int | None = option(None, help="passes over the training set, each ending with a dev evaluation "
                                            f"(default: enough for {MIN_STEPS} steps, {EPOCHS[0]} to {EPOCHS[1]}; with "
                                            "--max-minutes, until the time is up)")
-    dropout: float = option(0.1, help="dropout rate of the model and head (a recurrent model's output dropout; "
-                                      "--drop-mult scales AWD-LSTM's others)")
+    dropout: float = option(0.1, within=RATE, help="dropout rate of the model and head (a recurrent model's output "
+                                                   "dropout; --drop-mult scales AWD-LSTM's others)")
     pooling: str | None = option(None, choices=POOLINGS,
                                  help="what a sequence head reads: the first token through a tanh pooler, the last real "
                                       "token, the mean or max over real tokens, or ULMFiT's concat pooling (default: "
@@ -240,10 +242,11 @@ class FinetuneSpec(RecurrentDropouts):
                          **(family.finetune if family else {})}, self.training)
 
     def validate(self, *, processes: int = 1) -> None:
+        check_ranges(self)
         if self.epochs is not None and self.epochs <= 0:
             raise SesameError(f"--epochs {self.epochs}: must be positive")
         self.recipe.validate(processes=processes)
-        _check_length("--max-length", self.max_length)
+        check_length("--max-length", self.max_length)
 
 
 # -- the run directory's config.json --------------------------------------------------------------------
@@ -304,7 +307,10 @@ class RunConfig:
         if not isinstance(data, dict):
             raise SesameError(f"{where}: not a sesame run config (a JSON object is expected)")
         version = data.get("version", 0)
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if type(version) is not int or version < 0:
+            raise SesameError(f"{where}: config version {json.dumps(version)} is none sesame writes (whole numbers "
+                              "from 0); recreate the run")
+        if version > SCHEMA_VERSION:
             raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
                               f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "
                               "(pip install -U sesame-nlp)")

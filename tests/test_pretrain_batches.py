@@ -77,3 +77,17 @@ def test_two_phases_switch_to_long_sequences_at_ninety_percent(setting):
     assert batches(0, 0.0)[0]["ids"].shape == (4, 16)
     assert batches(8, TWO_PHASE_SWITCH - 1e-6)[0]["ids"].shape == (4, 16)
     assert batches(9, TWO_PHASE_SWITCH)[0]["ids"].shape == (4, 48)
+
+
+def test_a_validation_perplexity_on_a_few_tokens_is_warned_of(tmp_path, capsys):
+    from sesame.cli import main
+
+    (tmp_path / "tiny.txt").write_text(" ".join(sentences(20))[:300] + "\n")  # 300 bytes
+    assert main(["--no-progress", "pretrain", "--corpus", str(tmp_path / "tiny.txt"), "--family", "gpt", "--size",
+                 "tiny", "--vocab-size", "100", "--seq-len", "8", "--max-steps", "1",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert "sesame: warning: the corpus's last 1% (the validation split without --valid) holds only 9 tokens " \
+           "(1 window of 9); a perplexity on fewer than 1000 means little" in capsys.readouterr().err
+    assert main(["--no-progress", "evaluate", "--model", str(tmp_path / "run"), "--data", str(tmp_path / "tiny.txt"),
+                 "--seq-len", "16"]) == 0
+    assert "sesame: warning: --data holds only " in capsys.readouterr().err

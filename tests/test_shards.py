@@ -67,3 +67,32 @@ def test_missing_sources_are_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SesameError, match="holds no .txt"):
         resolve_sources([tmp_path / "empty"])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / "tokens-00000.bin").write_bytes((d / "tokens-00000.bin").read_bytes()[:-6]),
+     r"tokens-00000\.bin holds \d+ bytes, not \d+"),
+    (lambda d: (d / "tokens-00000.bin").unlink(), r"tokens-00000\.bin is missing"),
+    (lambda d: (d / "sources.bin").unlink(), r"sources\.bin is missing"),
+    (lambda d: (d / "meta.json").write_text(json.dumps({**json.loads((d / "meta.json").read_text()), "shards": []})),
+     r"meta\.json lacks or garbles .*"),
+])
+def test_a_broken_shard_directory_is_named_and_prepared_again(tok, corpus, tmp_path, damage, message):
+    files = resolve_sources([corpus])
+    whole = prepare_corpus(files, tok, tmp_path / "s", progress=False).n_tokens
+    damage(tmp_path / "s")
+    with pytest.raises(SesameError, match=rf"s: a broken shard directory \({message}\); prepare the corpus again"):
+        Shards(tmp_path / "s")
+    assert prepare_corpus(files, tok, tmp_path / "s", progress=False).n_tokens == whole  # rebuilt, not reused
+
+
+def test_a_cut_meta_json_is_named_and_left_alone(tok, corpus, tmp_path, capsys):
+    from sesame.cli import main
+
+    prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    (tmp_path / "s" / "meta.json").write_text('{"format": "sesame-sha')
+    with pytest.raises(SesameError, match=r"s: a broken shard directory \(meta\.json is not JSON\); delete it"):
+        prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    assert main(["pretrain", "--corpus", str(tmp_path / "s"), "--out", str(tmp_path / "run"), "--max-steps", "1"]) == 2
+    assert "a broken shard directory" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    assert (tmp_path / "s" / "meta.json").read_text() == '{"format": "sesame-sha'

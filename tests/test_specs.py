@@ -12,11 +12,13 @@ import pytest
 
 from sesame import cli
 from sesame import api
+from sesame.apps.cove import CoveSpec
+from sesame.apps.ulmfit import UlmfitSpec
 from sesame.commands import COMMANDS
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.objectives import OBJECTIVES
-from sesame.options import add_flags, given, parse_value
+from sesame.options import RATE, add_flags, given, parse_value
 from sesame.rundir import read_config
 from sesame.sources import resolve_source
 from sesame.specs import SCHEMA_VERSION, FinetuneSpec, PretrainSpec, RunConfig
@@ -107,6 +109,9 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     for data, message in [({**old.to_json(), "version": SCHEMA_VERSION + 1}, "written by a newer sesame"),
+                          ({**old.to_json(), "version": -1}, "config version -1 is none sesame writes"),
+                          ({**old.to_json(), "version": True}, "config version true is none sesame writes"),
+                          ({**old.to_json(), "version": "1"}, 'config version "1" is none sesame writes'),
                           ({**old.to_json(), "colour": "red"}, "unknown fields colour"),
                           ({"kind": "pretrained"}, "a broken run config .missing family, model"),
                           ([1, 2], "a JSON object is expected")]:
@@ -170,3 +175,25 @@ def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
     assert config.epochs == 20 and config.train["lr"] == 2e-4  # 63 epochs for 250 steps, capped at 20
     state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 80
+
+
+@pytest.mark.parametrize("spec", [
+    lambda p: PretrainSpec(corpus="corpus.txt", out="run", dropout=p),
+    lambda p: FinetuneSpec(base="scratch:bert:tiny", train="t.csv", dev="d.csv", out="run", dropout=p),
+    lambda p: UlmfitSpec(train="t.csv", dev="d.csv", lm="lm", out="run", dropout=p),
+    lambda p: CoveSpec(train_src="a", train_tgt="b", valid_src="c", valid_tgt="d", out="run", dropout=p),
+])
+def test_a_dropout_rate_is_declared_in_0_to_1_and_held_to_it(spec):
+    for rate in (-0.1, 1.0, 1.5, float("nan")):
+        with pytest.raises(SesameError, match=rf"^--dropout {rate}: must be at least 0 and below 1$"):
+            spec(rate).validate()
+    assert {f.name: f.metadata["within"] for f in fields(spec(0.0)) if f.name == "dropout"} == {"dropout": RATE}
+
+
+@pytest.mark.parametrize("seq_len, message", [(0, "--seq-len 0: use a length between 8 and 4096"),
+                                              (-8, "--seq-len -8: use a length between 8 and 4096"),
+                                              (1024, "--seq-len 1024: --model .* has 512 positions")])
+def test_evaluate_refuses_a_window_length_it_cannot_use(tmp_path, seq_len, message):
+    (tmp_path / "text.txt").write_text("A cat sleeps on the old stone.\n" * 400)
+    with pytest.raises(SesameError, match=message):
+        api.evaluate(str(FIXTURES / "pretrained"), str(tmp_path / "text.txt"), seq_len=seq_len)

@@ -125,7 +125,7 @@ def test_regression_reads_numbers_and_fits_them(tok, tmp_path):
     variance = torch.tensor(gold).var(unbiased=False).item()
     assert loss.item() < 0.25 * variance  # better than predicting the mean: the head reads the texts
     path.write_text("sentence1\tsentence2\tscore\nA.\tB.\thigh\n")
-    with pytest.raises(SesameError, match=r"sts.tsv:2: 'score' is 'high', not a number"):
+    with pytest.raises(SesameError, match=r"sts.tsv:2: 'score' is 'high', not a finite number"):
         task.read(str(path))
 
 

@@ -96,9 +96,12 @@ def test_glove_and_word2vec_text_round_trip(tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("a 1 2 3\nb 1 2\n", r"b\.txt:2: 2 values, but the file's vectors have 3"),
-    ("a 1 2\nb 1 x\n", r"b\.txt:2: a value is not a number"),
+    ("a 1 2\nb 1 x\n", r"b\.txt:2: a value is not a finite number"),
     ("3 2\na 1 2\nb 1 2\n", r"b\.txt:1: the header says 3 vectors but the file has 2"),
     ("a 1 2\nb\n", r"b\.txt:2: a word without values"),
+    ("a 1 2\nb nan 2\n", r"b\.txt:2: a value is not a finite number"),
+    ("a 1 inf\nb 1 2\n", r"b\.txt:1: a value is not a finite number"),
+    ("a 1 1e39\n", r"b\.txt:1: a value is not a finite number"),  # beyond float32
 ])
 def test_bad_vector_files_name_file_and_line(tmp_path, text, match):
     with pytest.raises(SesameError, match=match):

@@ -41,7 +41,7 @@ from ..families import get_family
 from ..metrics import bleu, language_model_report
 from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
-from ..options import option
+from ..options import RATE, check_ranges, option
 from ..rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
 from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
@@ -71,7 +71,7 @@ class CoveSpec:
     vectors: str | None = option(None, help="GloVe/word2vec text file: initialises the source embedding, kept fixed")
     vocab_size: int = option(10000, help="words per language (lower-cased, seen twice or more)")
     max_length: int = option(64, help="tokens per sentence, <s> and </s> included")
-    dropout: float = option(0.2, help="dropout rate of the MT-LSTM")
+    dropout: float = option(0.2, within=RATE, help="dropout rate of the MT-LSTM")
     bleu_sentences: int | None = option(None, help="dev BLEU at evaluations on the first N dev lines (default all)")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over DEFAULTS")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
@@ -85,6 +85,7 @@ class CoveSpec:
 
     def validate(self) -> None:
         """Every check that reads no file."""
+        check_ranges(self)
         self.train_config()
         if self.size not in COVE_SIZES:
             raise SesameError(f"--size {self.size!r} is unknown; choose one of: {', '.join(COVE_SIZES)}")

@@ -42,7 +42,7 @@ from ..data.shards import Shards, prepare_corpus
 from ..errors import SesameError
 from ..families import FAMILIES, get_family, get_size
 from ..objectives import OBJECTIVES
-from ..options import option
+from ..options import RATE, check_ranges, option
 from ..pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, trainer_state
 from ..rundir import load_tokenizer, read_config
 from ..tokenizer import extend_words
@@ -84,13 +84,14 @@ class UlmfitSpec:
     classifier_lr: float = option(1e-2, help="peak rate of the classifier")
     batch_size: int = option(64, help="all stages")
     max_length: int = option(128, help="classifier: tokens per text")
-    dropout: float = option(0.4, help="classifier: output dropout (the last LSTM layer's and the concat head's "
-                                      "first; AWD-LSTM's other four stay at the family's)")
+    dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the last LSTM layer's and the concat "
+                                                   "head's first; AWD-LSTM's other four stay at the family's)")
     seed: int = option(0, help="seed of every stage")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def validate(self) -> None:
         """Every check before anything is written: one LM source, positive budgets and rates, both files."""
+        check_ranges(self)
         if (self.corpus is None) == (self.lm is None):
             raise SesameError("--corpus or --lm: give one (a general-domain corpus to pre-train on, or a pretrained "
                               "ulmfit run to start from)")

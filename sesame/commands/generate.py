@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..data.labeled import decode, stdin_lines
 from ..errors import SesameError
 
 
@@ -45,15 +46,19 @@ def run(args: argparse.Namespace) -> None:
     from ..language_model import load_language_model
 
     if args.prompts:
-        source = sys.stdin if args.prompts == "-" else None
-        if source is None and not Path(args.prompts).is_file():
+        if args.prompts != "-" and not Path(args.prompts).is_file():
             raise SesameError(f"--prompts {args.prompts}: no such file; give a text file with one prompt per line")
-        lines = (source.read() if source else Path(args.prompts).read_text(encoding="utf-8")).splitlines()
+        lines = stdin_lines() if args.prompts == "-" else \
+            decode(Path(args.prompts).read_bytes(), args.prompts).splitlines()
         prompts = [line for line in lines if line.strip()]
         if not prompts:
             raise SesameError(f"--prompts {args.prompts}: no prompts (every line is empty)")
     else:
         prompts = args.prompt
+        for prompt in prompts:
+            if not prompt.strip():
+                raise SesameError(f"--prompt {prompt!r}: an empty prompt gives the model nothing to continue; give "
+                                  "some text")
     if args.batch_size < 1:
         raise SesameError(f"--batch-size {args.batch_size}: must be at least 1")
     cfg = GenerationConfig(

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from ..data.labeled import stdin_lines
 from ..errors import SesameError
 
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> None:
     if args.input:
         inputs = [{k: v for k, v in row.items() if k != "line"} for row in predictor.read(args.input)]
     else:
-        inputs = [predictor.task.example(line.rstrip("\n")) for line in sys.stdin if line.strip()]
+        inputs = [predictor.task.example(line) for line in stdin_lines() if line.strip()]
     predictions = []
     for start in range(0, len(inputs), 256):
         chunk = inputs[start: start + 256]

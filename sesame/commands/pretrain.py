@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..data.labeled import decode
 from ..errors import SesameError
 from ..options import add_flags, given
 from ..specs import PretrainSpec
@@ -33,7 +34,8 @@ def objective_options(args: argparse.Namespace) -> dict:
         path = Path(args.phrases)
         if not path.is_file():
             raise SesameError(f"--phrases {path}: no such file; give a text file with one phrase per line")
-        options["phrases"] = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = decode(path.read_bytes(), str(path)).splitlines()
+        options["phrases"] = [line.strip() for line in lines if line.strip()]
     return options
 
 

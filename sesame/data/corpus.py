@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import SesameError
-from .labeled import json_object
+from .labeled import decode, json_object
 
 TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
@@ -76,13 +76,7 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` pairs of a UTF-8 file, line endings kept; invalid UTF-8 names file and line."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
-            try:
-                yield lineno, raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise SesameError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte {err.start} of the line); "
-                    "re-encode the file as UTF-8 (e.g. iconv -t UTF-8)"
-                ) from None
+            yield lineno, decode(raw, str(path), lineno)
 
 
 def boundary_rule(path: Path) -> str:

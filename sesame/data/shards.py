@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain, groupby, islice
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -45,8 +45,22 @@ TOKENS_PER_SHARD = 1 << 26
 BATCH_PIECES = 2048
 
 
+def read_meta(path: Path) -> dict | None:
+    """A shard directory's meta.json; None when ``path`` holds none or another program's. One that is not JSON
+    (a write cut short) is an error: sesame cannot tell whose it is, so it leaves the folder to the user."""
+    file = path / "meta.json"
+    if not file.is_file():
+        return None
+    try:
+        meta = json.loads(file.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise SesameError(f"{path}: a broken shard directory (meta.json is not JSON); delete it and run "
+                          "`sesame prepare` again") from None
+    return meta if isinstance(meta, dict) and meta.get("format") in READABLE else None
+
+
 def is_shard_dir(path: Path) -> bool:
-    return (path / "meta.json").is_file() and json.loads((path / "meta.json").read_text()).get("format") in READABLE
+    return read_meta(path) is not None
 
 
 def _tokenizer_hash(tokenizer: TextTokenizer) -> str:
@@ -97,10 +111,14 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
     out = Path(out)
     key = fingerprint(files, _tokenizer_hash(tokenizer), text_field, FORMAT)
     if out.exists():
-        if is_shard_dir(out):
-            if json.loads((out / "meta.json").read_text())["fingerprint"] == key:
-                return Shards(out)
-        elif any(out.iterdir()):
+        meta = read_meta(out)
+        if meta is not None:
+            if meta.get("fingerprint") == key:
+                try:
+                    return Shards(out)
+                except SesameError:
+                    pass  # broken (a token file cut short, deleted): prepared again below
+        elif not out.is_dir() or any(out.iterdir()):
             raise SesameError(f"--out {out}: exists and is not a shard directory; choose an empty or new path")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_dir(out.parent, f".{out.name}.")
@@ -164,10 +182,11 @@ class Shards:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if not is_shard_dir(self.path):
+        meta = read_meta(self.path)
+        if meta is None:
             raise SesameError(f"{self.path}: not a shard directory (no sesame meta.json); run `sesame prepare` first")
-        self.meta = json.loads((self.path / "meta.json").read_text())
-        dtype = np.dtype(self.meta["dtype"])
+        self.meta = meta
+        dtype = self._check()
         self.arrays = [
             np.memmap(self.path / f"tokens-{i:05d}.bin", dtype=dtype, mode="r", shape=(n,))
             for i, n in enumerate(self.meta["shards"])
@@ -176,6 +195,30 @@ class Shards:
         self.doc_ends = np.fromfile(self.path / "docs.bin", dtype=np.int64)
         sources = self.path / "sources.bin"
         self.doc_sources = np.fromfile(sources, dtype=np.int32) if sources.is_file() else np.arange(len(self.doc_ends))
+
+    def _check(self) -> np.dtype:
+        """The token dtype, once meta.json's fields and every file's size agree (else an error naming the
+        folder and the first file at fault): what a copy or a preparation cut short leaves behind."""
+        meta = self.meta
+        sizes, dtype, n_docs = meta.get("shards"), meta.get("dtype"), meta.get("n_docs")
+        well_formed = (dtype in ("uint16", "uint32") and isinstance(sizes, list) and len(sizes) > 0
+                       and all(type(n) is int and n > 0 for n in sizes)  # the writer opens a shard to write tokens
+                       and type(n_docs) is int and n_docs >= 0 and meta.get("n_tokens") == sum(sizes))
+        if not well_formed:
+            self._broken("meta.json lacks or garbles dtype, shards, n_tokens or n_docs")
+        expected = {f"tokens-{i:05d}.bin": n * np.dtype(dtype).itemsize for i, n in enumerate(sizes)}
+        expected["docs.bin"] = n_docs * 8
+        if meta["format"] != READABLE[0]:  # format 1 has no sources.bin
+            expected["sources.bin"] = n_docs * 4
+        for name, size in expected.items():
+            found = (self.path / name).stat().st_size if (self.path / name).is_file() else None
+            if found != size:
+                self._broken(f"{name} is missing" if found is None else f"{name} holds {found} bytes, not {size}")
+        return np.dtype(dtype)
+
+    def _broken(self, what: str) -> NoReturn:
+        raise SesameError(f"{self.path}: a broken shard directory ({what}); prepare the corpus again (`sesame "
+                          "prepare`, or rerun the command that made it)")
 
     @property
     def n_tokens(self) -> int:

@@ -59,9 +59,12 @@ def _row(parts: list[str], where: str, dim: int | None) -> np.ndarray:
         raise SesameError(f"{where}: {len(parts) - 1} values, but the file's vectors have {dim}; "
                           "fix or remove the line (a word with a space in it breaks the format)")
     try:
-        return np.asarray(parts[1:], dtype=np.float32)
+        row = np.asarray(parts[1:], dtype=np.float64)
     except ValueError:
-        raise SesameError(f"{where}: a value is not a number; fix or remove the line") from None
+        row = np.array([np.nan])
+    if not (np.abs(row) <= np.finfo(np.float32).max).all():  # nan, inf, or inf as float32: they would spread
+        raise SesameError(f"{where}: a value is not a finite number; fix or remove the line")
+    return row.astype(np.float32)
 
 
 def load_vectors(path: str | Path) -> WordVectors:

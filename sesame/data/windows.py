@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from ..errors import SesameError
+from ..errors import SesameError, warn
 from ..rundir import load_tokenizer
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
@@ -26,6 +26,7 @@ from .corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
 
 MAX_EVAL_WINDOWS = 256
+MIN_EVAL_TOKENS = 1000  # fewer held-out tokens give a perplexity that moves by ~10% with the text chosen
 TWO_PHASE_SWITCH = 0.9  # BERT, Appendix A.2: short sequences for 90% of the steps, then long ones
 PARTNER_SALT = 7919
 
@@ -190,6 +191,15 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
         return micro
 
     return batches
+
+
+def warn_if_few(windows: list[Window], length: int, what: str) -> None:
+    """Warn when ``windows`` (of ``length`` tokens: held-out text, named by ``what``) are too few tokens for
+    their perplexity to mean anything."""
+    tokens = len(windows) * length
+    if tokens < MIN_EVAL_TOKENS:
+        warn(f"{what} holds only {tokens} tokens ({len(windows)} window{'s' * (len(windows) != 1)} of {length}); "
+             f"a perplexity on fewer than {MIN_EVAL_TOKENS} means little: give more text")
 
 
 def training_windows(shards: Shards, valid: Shards | None, *, length: int, seq_len: int

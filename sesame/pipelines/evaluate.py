@@ -11,12 +11,12 @@ from typing import Sequence
 
 import torch
 
-from ..data.windows import Corpus
+from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
 from ..objectives import OBJECTIVES, build_objective
 from ..rundir import build_backbone, load_tokenizer, read_config
 from ..sources import opened
-from ..specs import RunConfig
+from ..specs import RunConfig, check_length
 from ..tasks import infer, make_task
 from ..train.checkpoint import load_weights, read_json
 from .pretrain import lm_metrics
@@ -106,11 +106,18 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
     obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
     obj.eval()
-    seq_len = seq_len or config.seq_len
+    if seq_len is None:
+        seq_len = config.seq_len
+    else:
+        check_length("--seq-len", seq_len)
+        positions = config.model.get("max_positions", seq_len)
+        if seq_len > positions:
+            raise SesameError(f"--seq-len {seq_len}: --model {model} has {positions} positions; use at most that")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.of(paths, "--data", text_field)
         shards = corpus.shards(tok, Path(tmp) / "shards", progress=False)
         windows = shards.windows(obj.window_length(seq_len))
         if not windows:
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
+        warn_if_few(windows, obj.window_length(seq_len), "--data")
         return lm_metrics(obj, shards, windows, seq_len, text=corpus.size())

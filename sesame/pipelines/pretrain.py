@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from ..data.shards import Shards, Window
-from ..data.windows import Corpus, examples, partners, require_documents, training_windows, window_batches
+from ..data.windows import (Corpus, examples, partners, require_documents, training_windows, warn_if_few,
+                            window_batches)
 from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
@@ -72,11 +73,13 @@ def pretrain(spec: PretrainSpec) -> dict:
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, train=asdict(cfg))
-        _windows(config, shards, valid)  # enough text?
+        _, _, valid_windows = _windows(config, shards, valid)  # enough text?
         if OBJECTIVES[config.objective].pairs:  # and documents to draw negatives from?
             for flag, given in (("--corpus", shards), ("--valid", valid)):
                 if given is not None:
                     require_documents(given, flag=flag, objective=config.objective)
+        warn_if_few(valid_windows, OBJECTIVES[config.objective].window_length(config.seq_len),
+                    "--valid" if valid else "the corpus's last 1% (the validation split without --valid)")
         tok.save(run / "tokenizer.json")
         write_config(run, config)
 

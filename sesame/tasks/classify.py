@@ -19,6 +19,7 @@ Batches are padded only to their own longest input, and inputs of similar length
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -229,10 +230,13 @@ class Regress(Classify):
 
     def target_value(self, label: str, path: str, line: int) -> float:
         try:
-            return float(label)
+            value = float(label)
         except ValueError:
-            raise SesameError(f"{path}:{line}: {self.label_column!r} is {label!r}, not a number; "
-                              "--task regress needs numeric targets") from None
+            value = math.nan
+        if not math.isfinite(value):  # nan would zero the correlations, inf the loss
+            raise SesameError(f"{path}:{line}: {self.label_column!r} is {label!r}, not a finite number; "
+                              "--task regress needs numeric targets")
+        return value
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:
         return ("pearson", "spearman")

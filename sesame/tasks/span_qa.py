@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.labeled import decode
 from ..errors import SesameError
 from ..metrics import answer_scores, tune_null_threshold
 from ..models import Transformer
@@ -183,11 +184,11 @@ class SpanQA(Task):
     def read(self, path: str, labeled: bool = True) -> list[dict]:
         """One example per question: ``id``, ``title``, ``question``, ``context`` and, when ``labeled``,
         ``answers`` (``text``, ``start``) and ``impossible``. Every answer must sit at its answer_start."""
+        if not Path(path).is_file():
+            raise SesameError(f"{path}: no such file")
         try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise SesameError(f"{path}: no such file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raw = json.loads(decode(Path(path).read_bytes(), str(path)))
+        except json.JSONDecodeError as err:
             raise SesameError(f"{path}: not a SQuAD JSON file ({err})") from None
         articles = _field(raw, "data", list, str(path))
         v2_file = str(raw.get("version", "")).lstrip("v").startswith("2")
