@@ -19,8 +19,10 @@ from .models import build_model
 from .specs import KINDS, RunConfig
 from .tokenizer import TextTokenizer
 from .train import TrainConfig
-from .train.checkpoint import load_weights, read_json, write_json
+from .train.checkpoint import TEMPORARY, checkpoint_dir, load_weights, read_json, write_json
 from .train.trainer import world
+
+SETTING_UP = ".setting-up" + TEMPORARY  # in a new run directory until its config.json is written (then a leftover)
 
 
 def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> RunConfig:
@@ -39,21 +41,29 @@ def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> R
 
 def write_config(run: Path, config: RunConfig) -> None:
     write_json(run / "config.json", config.to_json())
+    (run / SETTING_UP).unlink(missing_ok=True)
 
 
 @contextmanager
 def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
     """Claim ``out`` for a run of ``kind``: refuse to overwrite another run; with ``resume`` require the same kind.
 
-    If setting up a brand-new directory fails, it is removed again, so a failed command leaves nothing behind.
+    If setting up a brand-new directory fails, it is removed again, so a failed command leaves nothing behind;
+    one whose setup was killed before config.json (it holds :data:`SETTING_UP`) holds only what that setup
+    wrote, so it is cleared and claimed afresh, with or without ``resume``.
     """
     out = Path(out)
+    if (out / SETTING_UP).is_file() and not (out / "config.json").is_file():
+        shutil.rmtree(out)
+        resume = False
     existed = out.exists() and any(out.iterdir())
     if resume:
         read_config(out, "--out", (kind,))
     elif existed:
         raise SesameError(f"--out {out}: exists and is not empty; pass --resume to continue that run or choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        (out / SETTING_UP).touch()
     try:
         yield out
     except BaseException:
@@ -73,16 +83,16 @@ def _barrier(failed: bool = False) -> None:
 
 @contextmanager
 def claimed_run(out: str, kind: str, resume: bool, setup: Callable[[Path], None]) -> Iterator[Path]:
-    """Rank 0 claims ``out`` and runs ``setup(run)`` (tokenizer, data, config.json) unless resuming; the
-    other processes wait at a barrier, then open the same run. A setup failure on rank 0 is passed on
-    to the waiting processes instead of leaving them hanging."""
+    """Rank 0 claims ``out`` and runs ``setup(run)`` (tokenizer, data, config.json) unless it has a config.json
+    (resuming); the other processes wait at a barrier, then open the same run. A setup failure on rank 0 is
+    passed on to the waiting processes instead of leaving them hanging."""
     rank = world()[0]
     if rank > 0:
         _barrier()
     ready = rank > 0
     try:
         with new_run(out, kind, resume or rank > 0) as run:
-            if rank == 0 and not resume:
+            if rank == 0 and not (run / "config.json").is_file():
                 setup(run)
             if not ready:
                 ready = True
@@ -92,6 +102,12 @@ def claimed_run(out: str, kind: str, resume: bool, setup: Callable[[Path], None]
         if not ready:
             _barrier(failed=True)
         raise
+
+
+def from_checkpoint(out: str | Path, resume: bool) -> bool:
+    """Whether a run continues from its checkpoint: with ``resume``, when it has one. A run killed before its
+    first checkpoint (or before its config.json) starts again from step 0, its weights as a new run's."""
+    return resume and checkpoint_dir(Path(out)) is not None
 
 
 def check_batch(cfg: TrainConfig) -> None:

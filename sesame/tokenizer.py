@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 from tokenizers import Encoding, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -141,12 +141,17 @@ class TextTokenizer:
         return cls(backend, kind)
 
 
-def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, lowercase: bool | None = None,
-                    min_frequency: int = 2, show_progress: bool = False) -> TextTokenizer:
-    """Train a tokenizer of ``kind`` on an iterable of texts.
+def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: str, vocab_size: int = 8000,
+                    lowercase: bool | None = None, min_frequency: int = 2, show_progress: bool = False) -> TextTokenizer:
+    """Train a tokenizer of ``kind`` on texts, or on a function that reads them afresh (WordPiece reads them twice;
+    a one-shot iterator is kept in memory for that).
 
-    ``lowercase`` defaults to True for WordPiece (uncased BERT) and False for the others.
+    ``lowercase`` defaults to True for WordPiece (uncased BERT) and False for the others. The same texts give the
+    same tokenizer, byte for byte, in any process (:func:`_deterministic`).
     """
+    if not callable(texts):
+        kept = list(texts) if kind == "wordpiece" and iter(texts) is texts else texts
+        texts = lambda: kept
     if kind not in SPECIAL_TOKENS:
         raise SesameError(f"--kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
     if vocab_size < 100:
@@ -159,7 +164,8 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=specials, show_progress=show_progress)
+                                            special_tokens=specials + _continuations(tok, texts(), specials),
+                                            show_progress=show_progress)
     elif kind == "word":
         tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
         if lowercase:
@@ -170,7 +176,8 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
                                             show_progress=show_progress)
         # the trainer would count a special token's literal (WikiText's "<unk>") as a new word with a second id
         literals = re.compile("|".join(map(re.escape, specials)))
-        texts = (literals.sub(" ", text) for text in texts)
+        read = texts
+        texts = lambda: (literals.sub(" ", text) for text in read())
     elif kind == "bpe":
         tok = Tokenizer(models.BPE())
         if lowercase:
@@ -188,9 +195,10 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
         tok.decoder = decoders.Metaspace()
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token="<unk>",
                                           show_progress=show_progress)
-    tok.train_from_iterator(texts, trainer)
+    tok.train_from_iterator(texts(), trainer)
     if tok.get_vocab_size() <= len(specials):
         raise SesameError("the corpus is empty: the tokenizer learned no tokens; check the --corpus files")
+    tok = _deterministic(tok, kind)
     names = SPECIAL_TOKENS[kind]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{names['cls']} $A {names['sep']}",
@@ -198,6 +206,60 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int = 8000, low
         special_tokens=[(names[r], tok.token_to_id(names[r])) for r in ("cls", "sep")],
     )
     return TextTokenizer(tok, kind)
+
+
+def _continuations(tok: Tokenizer, texts: Iterable[str], specials: list[str]) -> list[str]:
+    """WordPiece's continuation pieces of single characters (``##e``), in character order.
+
+    The trainer gives them ids in the hash order of the words, which differs from one process to the next, and
+    breaks ties between equally frequent merges by id; given beforehand (as special tokens, which
+    :func:`_deterministic` turns back into ordinary ones), their ids are fixed and so is the vocabulary. A first
+    pass that learns no merges lists them.
+    """
+    probe = Tokenizer.from_str(tok.to_str())
+    probe.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=0, special_tokens=specials,
+                                                               show_progress=False))
+    return sorted(t for t in probe.get_vocab() if t.startswith("##") and len(t) == 3)
+
+
+UNIGRAM_DIGITS = 6  # scores are rounded to this many decimals, below the last-digit noise of their sums
+UNIGRAM_STEP = 0.0001  # tokenizers' UnigramTrainer: the k-th character added back scores the lowest + k × this
+
+
+def _deterministic(tok: Tokenizer, kind: str) -> Tokenizer:
+    """``tok`` as the trainer would make it if it did not iterate hash maps (whose order is random per process).
+
+    * wordpiece: the continuation pieces given as special tokens (:func:`_continuations`) become ordinary pieces.
+    * unigram: EM sums the expected counts over words in hash order, so scores differ in their last digits; and
+      the characters EM dropped come back at the lowest score plus k steps, k in hash order. Those characters get
+      their steps in character order, every score is rounded to :data:`UNIGRAM_DIGITS` decimals, and pieces are
+      ordered by score, then piece (specials stay first).
+    * bpe, word: already deterministic (ties broken by the characters' sorted ids, or by the word).
+    """
+    data = json.loads(tok.to_str())
+    roles = set(SPECIAL_TOKENS[kind].values())
+    if kind == "wordpiece":
+        data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in roles]
+    elif kind == "unigram":
+        vocab = data["model"]["vocab"]
+        specials, pieces = vocab[:len(roles)], dict(vocab[len(roles):])
+        on_score: dict[float, list[str]] = {}
+        for piece, score in pieces.items():
+            if len(piece) == 1:
+                on_score.setdefault(score, []).append(piece)
+        low, step, added = min(pieces.values()), 0.0, []
+        while low + step in on_score:  # the rungs the trainer's added characters stand on, as it climbs them
+            added += on_score[low + step]
+            step += UNIGRAM_STEP
+        step = 0.0
+        for piece in sorted(added):
+            pieces[piece] = low + step
+            step += UNIGRAM_STEP
+        rounded = sorted(((p, round(s, UNIGRAM_DIGITS)) for p, s in pieces.items()), key=lambda ps: (-ps[1], ps[0]))
+        data["model"]["vocab"] = specials + [list(ps) for ps in rounded]
+    else:
+        return tok
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def extend_words(tok: TextTokenizer, texts: Iterable[str], max_new: int, min_frequency: int = 2

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from sesame.errors import SesameError
@@ -82,3 +84,32 @@ def test_cased_runs_keep_the_capitals_that_mark_names(corpus, labeled, tmp_path)
         with pytest.raises(SesameError, match="drop --cased"):
             call()
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+TRAIN_ALL_KINDS = """
+import sys
+from tests.conftest import sentences
+from tests.test_tokenizer import UNICODE
+from sesame.tokenizer import KINDS, train_tokenizer
+texts = sentences(2000) + [UNICODE] * 5
+for kind in KINDS:
+    train_tokenizer(iter(texts), kind, vocab_size=300).save(f"{sys.argv[1]}/{kind}.json")
+"""
+
+
+def test_training_is_repeatable_across_processes(tmp_path):
+    """`tokenizers` iterates hash maps seeded per process (WordPiece gave its ## pieces ids in that order, Unigram
+    summed its scores in it), so the same corpus gave a different tokenizer.json each time; now it gives one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        subprocess.run([sys.executable, "-c", TRAIN_ALL_KINDS, str(tmp_path / name)], cwd=root, check=True,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    for kind in KINDS:
+        a, b = (tmp_path / name / f"{kind}.json" for name in ("a", "b"))
+        assert a.read_bytes() == b.read_bytes(), kind
+        assert TextTokenizer.load(a).vocab_size > 50  # a trained vocabulary, not the specials alone

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> None:
     from ..tokenizer import train_tokenizer
 
     files = resolve_sources(args.corpus)
-    tok = train_tokenizer(iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
+    tok = train_tokenizer(lambda: iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
                           show_progress=progress)
     out = Path(args.out)
     out = out / "tokenizer.json" if out.is_dir() else out

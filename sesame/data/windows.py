@@ -74,7 +74,7 @@ class Corpus:
             if tok.kind != kind:
                 raise SesameError(f"--tokenizer {path}: a {tok.kind} tokenizer, but this family uses {kind}")
             return tok
-        return train_tokenizer(self.texts(), kind, vocab_size, lowercase=False if cased else None,
+        return train_tokenizer(self.texts, kind, vocab_size, lowercase=False if cased else None,
                                show_progress=progress)
 
     def shards(self, tok: TextTokenizer, dest: Path, progress: bool) -> Shards:

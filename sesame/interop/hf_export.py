@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 from ..errors import SesameError
@@ -16,7 +15,7 @@ from ..objectives import build_objective
 from ..rundir import load_tokenizer, read_config
 from ..specs import RunConfig
 from ..tokenizer import TextTokenizer
-from ..train.checkpoint import load_weights, read_json
+from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, Architecture
 from .hf_tokenizer import export_tokenizer
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
@@ -199,7 +198,7 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
     hf.update({f"{r}_token_id": ids[specials[f"{r}_token"]] for r in ("bos", "eos") if f"{r}_token" in specials})
 
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     (out / "tokenizer.json").write_text(tokenizer_json)
     (out / "tokenizer_config.json").write_text(json.dumps({

@@ -19,7 +19,8 @@ import torch
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, reading_features
-from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
+from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
+                      write_config)
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
@@ -39,7 +40,8 @@ def finetune(spec: FinetuneSpec) -> dict:
     ``select`` metric. Returns the kept weights' dev metrics with the trainable and total parameter counts."""
     started = time.time()
     spec.validate(processes=world()[1])
-    source = None if spec.resume else resolve_source(spec.base, "--from")
+    resumed = from_checkpoint(spec.out, spec.resume)
+    source = None if resumed else resolve_source(spec.base, "--from")
     family, size, scratch = _trained_model(spec, source)
     cfg = spec.train_config(family, size=size, scratch=scratch)
     job = make_task(spec.task, spec.task_options)
@@ -84,7 +86,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         recipe = Recipe(**config.recipe)
         techniques = recipe.techniques()
         coverage = {}
-        if not spec.resume:
+        if not resumed:
             if not source.scratch:
                 load_pretrained(model, base_dir)
             if recipe.vectors:
@@ -96,7 +98,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         if config.epochs != epochs and world()[0] == 0:  # the default, decided by the size of the training set
             config.epochs = epochs
             write_config(run, config)
-        metrics = trainer.fit(resume=spec.resume)
+        metrics = trainer.fit(resume=resumed)
         if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config.task_options["null_threshold"] = metrics["null_threshold"]
             write_config(run, config)
@@ -116,9 +118,10 @@ class _Data:
 
 def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
              techniques: Techniques, started: float) -> tuple[Trainer, int]:
-    """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every epoch,
-    with the recipe's parameter groups, per-step actions and loss counts; and its epochs (``spec.epochs``, or
-    :func:`sesame.specs.default_epochs` of the training set's size and the time budget)."""
+    """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every
+    epoch and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
+    actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
+    size and the time budget)."""
     job, labels = data.job, data.labels
     causal = model.backbone.config.causal
     train_features = job.features(data.train, tok, spec.max_length, labels, causal)
@@ -143,7 +146,9 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
     per_epoch = per_labeled_epoch * stride
     epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
     cfg.max_steps = cfg.max_steps if "max_steps" in spec.training else epochs * per_epoch
-    cfg.eval_every = cfg.save_every = per_epoch
+    cfg.eval_every = per_epoch
+    if "save_every" not in spec.training:  # else checkpoints inside epochs too: batches are a function of the step
+        cfg.save_every = per_epoch
 
     def evaluate_dev(m: TaskModel) -> dict:
         outputs = infer(m, job, dev_features, tok.specials.pad)

@@ -19,7 +19,8 @@ from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
-from ..rundir import build_backbone, check_batch, claimed_run, load_tokenizer, read_config, write_config
+from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
+                      write_config)
 from ..specs import PretrainSpec, RunConfig
 from ..tasks import EVAL_BATCH
 from ..tokenizer import extend_words
@@ -36,7 +37,8 @@ def pretrain(spec: PretrainSpec) -> dict:
     spec.validate()
     cfg = spec.train_config()
     fam = spec.fam
-    base = read_config(spec.base, "--from", ("pretrained",)) if spec.base and not spec.resume else None
+    resumed = from_checkpoint(spec.out, spec.resume)
+    base = read_config(spec.base, "--from", ("pretrained",)) if spec.base and not resumed else None
     if base is not None:
         if base.family != spec.family:
             raise SesameError(f"--from {spec.base}: a {base.family} run; continue it with --family {base.family}")
@@ -103,7 +105,7 @@ def pretrain(spec: PretrainSpec) -> dict:
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, config.seq_len, cfg.seed,
                                                         config.valid_size),
                           started=started, progress=spec.progress, param_groups=rates)
-        return trainer.fit(resume=spec.resume)
+        return trainer.fit(resume=resumed)
 
 
 def _windows(config: RunConfig, shards: Shards, valid: Shards | None) -> tuple[list[Window], Shards, list[Window]]:

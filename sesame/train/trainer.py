@@ -24,7 +24,8 @@ from tqdm.auto import tqdm
 
 from ..errors import SesameError
 from ..options import option
-from .checkpoint import checkpoint_dir, load_optimizer, load_weights, read_json, save_checkpoint, save_weights
+from .checkpoint import (atomic_write_text, checkpoint_dir, load_optimizer, load_weights, read_json, remove_leftovers,
+                         save_checkpoint, save_weights)
 from .optim import adamw, linear_warmup_decay, slanted_triangular
 
 Batch = dict[str, torch.Tensor]
@@ -202,10 +203,23 @@ class Trainer:
         self.step, self.best, self.last_eval = state["step"], state["best"], state["last_eval"]
         self.elapsed_before, self.setup_seconds = state["elapsed"], state["setup_seconds"]
         self.started = time.time()
+
+    def _forget_logged_after(self, step: int) -> None:
+        """Keep the records of metrics.jsonl up to ``step`` (the checkpoint resumed from; 0 when starting): what
+        was logged after it will be logged again. A last line cut short by a kill mid-write is dropped."""
         metrics = self.run / "metrics.jsonl"
-        if metrics.exists() and self.rank == 0:  # forget what was logged after the checkpoint
-            kept = [l for l in metrics.read_text().splitlines() if json.loads(l)["step"] <= self.step]
-            metrics.write_text("".join(l + "\n" for l in kept))
+        if not metrics.exists():
+            return
+        text = metrics.read_text()
+        kept = []
+        for number, line in enumerate(text[: text.rfind("\n") + 1].splitlines(), 1):
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, TypeError, KeyError):
+                raise SesameError(f"{metrics}, line {number}: not a metrics record; delete the line, or the file "
+                                  "to start its log afresh") from None
+        atomic_write_text(metrics, "".join(line + "\n" for line in kept))
 
     def save(self) -> None:
         if self.rank == 0:
@@ -290,6 +304,9 @@ class Trainer:
         self.run.mkdir(parents=True, exist_ok=True)
         if resume:
             self.resume()
+        if self.rank == 0:
+            remove_leftovers(self.run)
+            self._forget_logged_after(self.step)
         wrapped = self.model
         if self.world > 1:  # averages gradients over processes; forward(batch) passes the dict through
             wrapped = nn.parallel.DistributedDataParallel(self.model)
