@@ -35,6 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import SesameError
+from ..outputs import check_dir, make_dir
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import temporary_dir
 from .corpus import boundary_rule, fingerprint, iter_pieces
@@ -93,16 +94,14 @@ class _Writer:
 
 def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | Path, text_field: str = "text",
                    progress: bool = True) -> "Shards":
-    """Tokenize ``files`` into shards at ``out`` (reused when inputs and tokenizer are unchanged)."""
+    """Tokenize ``files`` into shards at ``out``, a new or empty folder; shards already there are reused when
+    made of the same inputs with the same tokenizer, and never replaced (a run may be training on them)."""
     out = Path(out)
     key = fingerprint(files, _tokenizer_hash(tokenizer), text_field, FORMAT)
-    if out.exists():
-        if is_shard_dir(out):
-            if json.loads((out / "meta.json").read_text())["fingerprint"] == key:
-                return Shards(out)
-        elif any(out.iterdir()):
-            raise SesameError(f"--out {out}: exists and is not a shard directory; choose an empty or new path")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if is_shard_dir(out) and json.loads((out / "meta.json").read_text())["fingerprint"] == key:
+        return Shards(out)
+    check_dir(out, "--out", fix="shards are never replaced (a run may train on them): choose a new or empty --out")
+    make_dir(out.parent, "--out")
     tmp = temporary_dir(out.parent, f".{out.name}.")
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
@@ -144,7 +143,7 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         tokenizer.save(tmp / "tokenizer.json")
         if out.exists():
-            shutil.rmtree(out)
+            out.rmdir()  # empty (check_dir)
         os.replace(tmp, out)
     finally:
         writer.close()
