@@ -93,6 +93,15 @@ def _training(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> dict:
     return {**recorded, **{k: v for k, v in spec.training.items() if k in RESUMABLE and v is not None}}
 
 
+def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: set[str], *, paths: bool) -> None:
+    """Check the ``explicit`` fields of ``spec`` against their ``recorded`` values, in the record's order: the paths
+    (``paths``) or the others (checked first: they say more)."""
+    flags = {f.name: flag_name(f) for f in fields(spec)}
+    for name, value in recorded.items():
+        if name in explicit and (name in PATHS) == paths:
+            _check(flags[name], getattr(spec, name), value, spec, path=paths)
+
+
 def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     """``spec`` as the run in ``spec.out`` was made, with the budget given now; refuses an option that
     contradicts the run."""
@@ -102,43 +111,45 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
                 "discriminative": config.discriminative, "base": config.base,
                 "dropout": config.model.get("dropout"), "attention_window": config.model.get("attention_window"),
                 **config.setup}
-    flags = {f.name: flag_name(f) for f in fields(PretrainSpec)}
     explicit = _explicit(spec)
-    for name in explicit & recorded.keys():
-        _check(flags[name], getattr(spec, name), recorded[name], spec, path=name in PATHS)
+    _check_fields(spec, recorded, explicit, paths=False)
     for key, value in spec.objective_options.items():
         flag = f"--{key}" if key in ("masking", "phrases") else f"--objective-option {key}"
         _check(flag, value, config.objective_options.get(key, "the objective's default"), spec)
-    kept = {name: value for name, value in recorded.items()
-            if name in flags and name not in PATHS and value is not None}
-    return replace(spec, **kept, objective_options=config.objective_options, training=_training(spec, config))
+    training = _training(spec, config)
+    _check_fields(spec, recorded, explicit, paths=True)
+    return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training)
 
 
 def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
     """``spec`` as the fine-tuned run in ``spec.out`` was made, with the budget (epochs, steps, minutes) given
     now; refuses an option that contradicts the run."""
     config = read_config(spec.out, "--out", ("finetuned",))
-    recorded = {"base": config.base, "train": config.train_file, "dev": config.dev_file, "task": config.task,
-                "select": config.select, "max_length": config.max_length, "pooling": config.pooling,
-                "dropout": config.model.get("dropout"), **config.setup}
-    flags = {f.name: flag_name(f) for f in fields(FinetuneSpec)}
+    recorded = {"task": config.task, "select": config.select, "max_length": config.max_length,
+                "pooling": config.pooling, "dropout": config.model.get("dropout"), **config.setup,
+                "base": config.base, "train": config.train_file, "dev": config.dev_file}
     explicit = _explicit(spec)
-    for name in explicit & recorded.keys():
-        _check(flags[name], getattr(spec, name), recorded[name], spec, path=name in PATHS)
+    _check_fields(spec, recorded, explicit, paths=False)
     for key, value in spec.task_options.items():
         flag = f"--{key.replace('_', '-')}" if key in COLUMNS else f"--task-option {key}"
         _check(flag, value, config.task_options.get(key), spec)
-    recipe_flags = {f.name: flag_name(f) for f in fields(Recipe)}
-    for name in explicit & recipe_flags.keys():
-        _check(recipe_flags[name], getattr(spec.recipe, name), (config.recipe or {}).get(name), spec)
+    for f in fields(Recipe):
+        if f.name in explicit:
+            _check(flag_name(f), getattr(spec.recipe, f.name), (config.recipe or {}).get(f.name), spec)
     training = _training(spec, config)
+    _check_fields(spec, recorded, explicit, paths=True)
     epochs = spec.epochs if "epochs" in explicit else config.epochs
     if "epochs" in explicit and "max_steps" not in spec.training:
         training.pop("max_steps", None)  # the new epochs set the steps
-    kept = {name: value for name, value in recorded.items()
-            if name in flags and name not in PATHS and value is not None}
-    return replace(spec, **kept, task_options=config.task_options, epochs=epochs, training=training,
+    return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
                    recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe)
+
+
+def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
+    """The recorded values the resumed spec takes: its fields', but for paths (as given now, checked equal)."""
+    names = {f.name for f in fields(spec)}
+    return {name: value for name, value in recorded.items() if name in names and name not in PATHS
+            and value is not None}
 
 
 def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None) -> None:
