@@ -24,6 +24,9 @@ MARKER = "sesame.json"  # an application's folder: {"kind": "compare" | "ulmfit"
 APPLICATIONS = ("compare", "ulmfit", "demo")
 # folders made before the marker existed, known by the records of their stages (sesame.pipelines.stages.RECORD)
 LEGACY = {"compare": "*/*/compare.json", "ulmfit": "*/compare.json"}
+# the entries of a run directory (sesame.rundir, sesame.train.checkpoint, a stage's record, CoVe's second tokenizer)
+RUN_NAMES = ("config.json", "tokenizer.json", "target_tokenizer.json", "model.safetensors", "labels.json",
+             "metrics.jsonl", "checkpoint", "shards", "valid-shards", "compare.json")
 
 
 def _read_json(path: Path) -> object:
@@ -45,6 +48,15 @@ def directory_kind(path: str | Path) -> str | None:
     if isinstance(meta, dict) and "format" in meta and "fingerprint" in meta:
         return "shards"
     return next((kind for kind, pattern in LEGACY.items() if any(path.glob(pattern))), None)
+
+
+def only_run_files(path: str | Path) -> bool:
+    """Whether every entry of the folder ``path`` is one a run writes (:data:`RUN_NAMES`, or a temporary of one,
+    ``.NAME.*``): a run that died before its config.json, which sesame may delete to start it again."""
+    def ours(name: str) -> bool:
+        return name in RUN_NAMES or name.startswith(".") and any(name[1:].startswith(f"{n}.") for n in RUN_NAMES)
+
+    return all(ours(entry.name) for entry in Path(path).iterdir())
 
 
 def _describe(kind: str | None) -> str:

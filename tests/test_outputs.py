@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from sesame.errors import SesameError
-from sesame.outputs import MARKER, check_dir, claim_dir, directory_kind, new_file
+from sesame.outputs import MARKER, check_dir, claim_dir, directory_kind, new_file, only_run_files
 
 from .conftest import refused, snapshot
 
@@ -119,6 +119,14 @@ def test_directory_kinds_and_the_marker(tiny_runs, tmp_path):
     (legacy / "airline" / "tfidf").mkdir(parents=True)
     (legacy / "airline" / "tfidf" / "compare.json").write_text("{}")
     assert check_dir(legacy, "--out", "compare") is True
+
+
+def test_only_what_a_run_writes_counts_as_an_unfinished_run(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / ".checkpoint.x1y2").mkdir()
+    assert only_run_files(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert not only_run_files(tmp_path)
 
 
 def test_new_file_refuses_inputs_existing_files_and_folders(tmp_path):

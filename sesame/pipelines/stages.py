@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import SesameError
-from ..outputs import directory_kind
+from ..outputs import directory_kind, only_run_files
 from ..specs import KINDS
 from ..tasks import make_task
 from ..train import Interrupted
@@ -40,7 +40,7 @@ def cached_stage(run: Path, settings: dict, work: Callable[[bool], dict]) -> tup
         return record, True
     resume = (run / "config.json").is_file() and checkpoint_dir(run) is not None
     if not resume and run.exists():
-        if directory_kind(run) not in KINDS and any(run.iterdir()):
+        if directory_kind(run) not in KINDS and not only_run_files(run):
             raise SesameError(f"{run}: holds files sesame did not write; move them away so this stage can start")
         shutil.rmtree(run)
     try:
