@@ -126,7 +126,8 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
     now; refuses an option that contradicts the run."""
     config = read_config(spec.out, "--out", ("finetuned",))
     recorded = {"task": config.task, "select": config.select, "max_length": config.max_length,
-                "pooling": config.pooling, "dropout": config.model.get("dropout"), **config.setup,
+                "pooling": config.pooling, "dropout": config.model.get("dropout"), "batching": config.batching,
+                **config.setup,
                 "base": config.base, "train": config.train_file, "dev": config.dev_file}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
