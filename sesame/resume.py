@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import SesameError
 from .options import flag_name
-from .rundir import read_config
+from .rundir import read_config, write_config
 from .specs import FinetuneSpec, PretrainSpec, RunConfig
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -63,7 +63,7 @@ def _show(value: object) -> str:
 
 def _refuse(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec) -> None:
     budget = ", ".join("--" + name.replace("_", "-") for name in RESUMABLE
-                       if hasattr(spec, name) or name in TrainConfig.__dataclass_fields__)
+                       if hasattr(spec, name) or name in {f.name for f in fields(TrainConfig)})
     raise SesameError(f"{flag} {_show(given)}: the run in {spec.out} was made with {_show(recorded)}, and --resume "
                       f"changes only its budget ({budget}); give the run's value or leave {flag} out, or choose a "
                       "new --out")
@@ -155,8 +155,6 @@ def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
 
 def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None) -> None:
     """Write the run's TrainConfig (and epochs) into its config.json when they changed (a resume's budget)."""
-    from .rundir import write_config
-
     train = asdict(cfg)
     if config.train != train or (epochs is not None and config.epochs != epochs):
         config.train = train
