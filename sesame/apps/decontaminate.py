@@ -30,6 +30,7 @@ from ..data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_
 from ..data.labeled import FORMATS, json_object, read_fields, read_text
 from ..errors import SesameError
 from ..options import option
+from ..outputs import check_dir
 from ..train.checkpoint import temporary_dir
 
 _NON_WORD = re.compile(r"[\W_]+")
@@ -173,8 +174,7 @@ def decontaminate(spec: DecontaminateSpec) -> dict:
     files = resolve_sources(corpus)
     out = Path(spec.out_corpus) if spec.out_corpus else None
     if out is not None:
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise SesameError(f"--out-corpus {out}: exists and is not an empty folder; choose a new folder")
+        check_dir(out, "--out-corpus", fix="choose a new folder")
         names = _out_names(corpus)
     index = _Index(n, [read_eval(e) for e in spec.evals])
     hits: dict[tuple[int, int], tuple[str, str]] = {}  # (set, example) → (first n-gram, document)

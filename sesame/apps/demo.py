@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..api import finetune, pretrain
 from ..options import option
+from ..outputs import claim_dir
 
 ONSETS = ["bl", "cr", "d", "f", "gl", "j", "k", "m", "pl", "qu", "r", "sn", "st", "tr", "v", "z", "w", "br"]
 VOWELS = ["a", "e", "i", "o", "u", "oo", "ee", "ai"]
@@ -84,6 +85,7 @@ def run_demo(spec: DemoSpec) -> dict:
     """Pre-train a tiny GPT, fine-tune it and a from-scratch twin on 400 labels, print both accuracies."""
     started = time.time()
     out, seed, progress = Path(spec.out), spec.seed, spec.progress
+    claim_dir(out, "--out", "demo", fix="the demo writes into a new or empty folder, or starts its own afresh")
     paths = write_data(out / "data", seed)
     print(f"data in {out / 'data'}: an unlabeled corpus and 400 labeled sentences (dev words never seen in training)")
     common = dict(train=str(paths["train"]), dev=str(paths["dev"]), text_column="text", label_column="label",

@@ -43,6 +43,7 @@ from ..errors import SesameError
 from ..families import FAMILIES, get_family, get_size
 from ..objectives import OBJECTIVES
 from ..options import RATE, check_ranges, option
+from ..outputs import claim_dir
 from ..pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, trainer_state
 from ..rundir import load_tokenizer, read_config
 from ..tokenizer import extend_words
@@ -301,6 +302,7 @@ def ulmfit(spec: UlmfitSpec) -> dict:
     spec.validate()
     spec.task.check_labels()  # columns, two labels or more, no dev label unseen in training
     out = Path(spec.out)
+    claim_dir(out, "--out", "ulmfit", fix="ulmfit writes into a new or empty folder, or continues its own")
     base, origin, general = _general_lm(spec, out / STAGES[0])
     records = {STAGES[0]: general} if general is not None else {}
     records[STAGES[1]] = _target_lm(spec, base, origin, out)

@@ -38,6 +38,7 @@ from ..data.corpus import iter_texts, resolve_sources
 from ..data.vectors import PAD, UNK, WordVectors, words
 from ..errors import SesameError
 from ..options import option
+from ..outputs import new_file
 
 
 @dataclass(kw_only=True)
@@ -192,6 +193,7 @@ def glove(spec: GloveSpec) -> dict:
     """``sesame vectors train``: vocabulary, counts, GloVe, then ``spec.out`` in GloVe text format; returns a report
     (sizes, per-epoch loss, seconds per stage)."""
     files = resolve_sources(spec.corpus)
+    new_file(spec.out, "--out", {"--corpus": files})
     start = time.perf_counter()
     vocab = build_vocabulary(files, spec.lower, spec.min_count, spec.max_size, spec.text_field)
     cooc = cooccurrence(files, vocab, spec.window, spec.text_field)

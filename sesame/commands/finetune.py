@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> None:
     task_options = {"text_column": args.text_column, "label_column": args.label_column,
                     "pair_column": args.pair_column, "symmetric": args.symmetric or None,
                     **key_values(args.task_option, "--task-option", "doc_stride=128")}
-    spec = FinetuneSpec(**given(args, FinetuneSpec), task_options=task_options, recipe=Recipe(**given(args, Recipe)),
-                        training=training_options(args), progress=not args.no_progress)
+    typed, recipe = given(args, FinetuneSpec), given(args, Recipe)
+    spec = FinetuneSpec(**typed, task_options=task_options, recipe=Recipe(**recipe), training=training_options(args),
+                        explicit=frozenset({*typed, *recipe}), progress=not args.no_progress)
     print_metrics(finetune(spec), args.json)

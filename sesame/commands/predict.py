@@ -16,13 +16,16 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text-column")
     p.add_argument("--pair-column")
     p.add_argument("--output", help="also write the predictions in the task's own format (CoNLL columns for tag, "
-                                    "SQuAD's {id: answer} JSON for span_qa, JSON lines otherwise)")
+                                    "SQuAD's {id: answer} JSON for span_qa, JSON lines otherwise); a new file")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> None:
+    from ..outputs import new_file
     from ..pipelines import load
 
+    if args.output:
+        new_file(args.output, "--output", {"--input": args.input, "--model": args.model})
     predictor = load(args.model, text_column=args.text_column, pair_column=args.pair_column)
     if args.input:
         inputs = [{k: v for k, v in row.items() if k != "line"} for row in predictor.read(args.input)]

@@ -42,6 +42,7 @@ def objective_options(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> None:
     from ..pipelines import pretrain
 
-    spec = PretrainSpec(**given(args, PretrainSpec), objective_options=objective_options(args),
-                        training=training_options(args), progress=not args.no_progress)
+    typed = given(args, PretrainSpec)
+    spec = PretrainSpec(**typed, objective_options=objective_options(args), training=training_options(args),
+                        explicit=frozenset(typed), progress=not args.no_progress)
     print_metrics(pretrain(spec), args.json)

@@ -18,18 +18,20 @@ def add(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="lower-case text (default: on for wordpiece, off otherwise)")
     t.add_argument("--text-field", default="text", help="the text field of .jsonl records")
-    t.add_argument("--out", required=True, help="where to write tokenizer.json")
+    t.add_argument("--out", required=True, help="a new file to write, or a folder to write tokenizer.json in "
+                                                "(never replaces a file)")
 
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
     from ..data.corpus import iter_texts, resolve_sources
+    from ..outputs import new_file
     from ..tokenizer import train_tokenizer
 
     files = resolve_sources(args.corpus)
+    out = Path(args.out)
+    out = new_file(out / "tokenizer.json" if out.is_dir() else out, "--out", {"--corpus": files})
     tok = train_tokenizer(lambda: iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
                           show_progress=progress)
-    out = Path(args.out)
-    out = out / "tokenizer.json" if out.is_dir() else out
     tok.save(out)
     print(f"wrote {out}: {tok.kind}, {tok.vocab_size} tokens")

@@ -35,6 +35,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import SesameError
+from ..outputs import check_dir, make_dir
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import temporary_dir
 from .corpus import boundary_rule, fingerprint, iter_pieces
@@ -107,20 +108,20 @@ class _Writer:
 
 def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | Path, text_field: str = "text",
                    progress: bool = True) -> "Shards":
-    """Tokenize ``files`` into shards at ``out`` (reused when inputs and tokenizer are unchanged)."""
+    """Tokenize ``files`` into shards at ``out``, a new or empty folder; shards already there are reused when
+    made of the same inputs with the same tokenizer, and never replaced (a run may be training on them)."""
     out = Path(out)
     key = fingerprint(files, _tokenizer_hash(tokenizer), text_field, FORMAT)
-    if out.exists():
-        meta = read_meta(out)
-        if meta is not None:
-            if meta.get("fingerprint") == key:
-                try:
-                    return Shards(out)
-                except SesameError:
-                    pass  # broken (a token file cut short, deleted): prepared again below
-        elif not out.is_dir() or any(out.iterdir()):
-            raise SesameError(f"--out {out}: exists and is not a shard directory; choose an empty or new path")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = read_meta(out) if out.is_dir() else None
+    broken = False
+    if meta is not None and meta.get("fingerprint") == key:
+        try:
+            return Shards(out)
+        except SesameError:
+            broken = True  # its own shards, cut short or partly deleted: prepared again below
+    if not broken:
+        check_dir(out, "--out", fix="shards are never replaced (a run may train on them): choose a new or empty --out")
+    make_dir(out.parent, "--out")
     tmp = temporary_dir(out.parent, f".{out.name}.")
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
@@ -161,8 +162,10 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
                 "sources": [str(f) for f in files], "boundaries": rules}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         tokenizer.save(tmp / "tokenizer.json")
-        if out.exists():
-            shutil.rmtree(out)
+        if broken:
+            shutil.rmtree(out)  # the same inputs and tokenizer: what replaces them is what they were
+        elif out.exists():
+            out.rmdir()  # empty (check_dir)
         os.replace(tmp, out)
     finally:
         writer.close()

@@ -12,6 +12,7 @@ from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer, TransformerConfig
+from ..outputs import check_dir
 from .architectures import Architecture
 
 # objectives with sesame's MLM head and a second head, which *ForMaskedLM lacks
@@ -125,8 +126,8 @@ def head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
 
 
 def check_new(out: Path) -> None:
-    if out.exists() and any(out.iterdir()):
-        raise SesameError(f"--out {out}: exists and is not empty; choose a new directory")
+    """``--out`` is a new or empty directory (:func:`sesame.outputs.check_dir`)."""
+    check_dir(out, "--out", fix="choose a new directory")
 
 
 def meta_backbone(model: dict) -> Transformer:

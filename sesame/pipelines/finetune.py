@@ -19,6 +19,7 @@ import torch
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, reading_features
+from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
 from ..sources import SCRATCH, Source, resolve_source
@@ -39,6 +40,8 @@ def finetune(spec: FinetuneSpec) -> dict:
     """Fine-tune as ``spec`` says; evaluates on dev after every epoch and keeps the weights with the best dev
     ``select`` metric. Returns the kept weights' dev metrics with the trainable and total parameter counts."""
     started = time.time()
+    if spec.resume:
+        spec = resumed_finetuning(spec)  # as the run was made, with the budget given now
     spec.validate(processes=world()[1])
     resumed = from_checkpoint(spec.out, spec.resume)
     source = None if resumed else resolve_source(spec.base, "--from")
@@ -75,7 +78,7 @@ def finetune(spec: FinetuneSpec) -> dict:
             kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
             pooling=spec.pooling or config.pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
-            epochs=spec.epochs, batching=spec.batching, train=asdict(cfg)))
+            epochs=spec.epochs, batching=spec.batching, train=asdict(cfg), setup=setup_record(spec)))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
@@ -95,9 +98,8 @@ def finetune(spec: FinetuneSpec) -> dict:
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         trainer, epochs = _trainer(run, spec, cfg, model, data, tok, techniques, started)
-        if config.epochs != epochs and world()[0] == 0:  # the default, decided by the size of the training set
-            config.epochs = epochs
-            write_config(run, config)
+        if world()[0] == 0:  # the epochs and steps the training set's size decided, or a resume's budget
+            record_training(run, config, cfg, epochs)
         metrics = trainer.fit(resume=resumed)
         if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config.task_options["null_threshold"] = metrics["null_threshold"]

@@ -19,6 +19,7 @@ from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
+from ..resume import record_training, resumed_pretraining, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
 from ..specs import PretrainSpec, RunConfig
@@ -34,6 +35,8 @@ def pretrain(spec: PretrainSpec) -> dict:
     The time budget counts the whole command, tokenizer and preparation included, so runs compare at equal
     compute."""
     started = time.time()
+    if spec.resume:
+        spec = resumed_pretraining(spec)  # as the run was made, with the budget given now
     spec.validate()
     cfg = spec.train_config()
     fam = spec.fam
@@ -74,7 +77,7 @@ def pretrain(spec: PretrainSpec) -> dict:
             seq_len=spec.seq_len, base=spec.base, added_words=tok.vocab_size - base.model["vocab_size"] if base else 0,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
-            valid_size=held_out.size() if held_out else None, train=asdict(cfg))
+            valid_size=held_out.size() if held_out else None, train=asdict(cfg), setup=setup_record(spec))
         _, _, valid_windows = _windows(config, shards, valid)  # enough text?
         if OBJECTIVES[config.objective].pairs:  # and documents to draw negatives from?
             for flag, given in (("--corpus", shards), ("--valid", valid)):
@@ -87,6 +90,8 @@ def pretrain(spec: PretrainSpec) -> dict:
 
     with claimed_run(spec.out, "pretrained", spec.resume, setup) as run:
         config = read_config(run, "--out", ("pretrained",))
+        if world()[0] == 0:
+            record_training(run, config, cfg)  # a resume's budget
         tok = load_tokenizer(run)
         shards = Shards(config.shards)
         valid_shards = Shards(config.valid_shards) if config.valid_shards else None

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import SesameError
+from ..outputs import directory_kind, only_run_files
+from ..specs import KINDS
 from ..tasks import make_task
 from ..train import Interrupted
 from ..train.checkpoint import checkpoint_dir, read_json, write_json
@@ -23,8 +25,9 @@ NO_STEP_CAP = 10**9  # a stage whose time budget ends pre-training, not a step c
 def cached_stage(run: Path, settings: dict, work: Callable[[bool], dict]) -> tuple[dict, bool]:
     """(record, reused): the record of a finished stage made with ``settings``, or of ``work(resume)`` run now.
 
-    An unfinished stage resumes when it holds a run with a checkpoint; otherwise it starts afresh. A finished
-    stage made with other settings is an error: they are refused rather than mixed.
+    An unfinished stage resumes when it holds a run with a checkpoint; otherwise it starts afresh, removing the
+    unfinished run (only a run: a folder holding other files is refused, never deleted). A finished stage made
+    with other settings is an error: they are refused rather than mixed.
     """
     settings = json.loads(json.dumps(settings))
     if (run / RECORD).is_file():
@@ -36,8 +39,10 @@ def cached_stage(run: Path, settings: dict, work: Callable[[bool], dict]) -> tup
                               f"or delete {run} to redo it")
         return record, True
     resume = (run / "config.json").is_file() and checkpoint_dir(run) is not None
-    if not resume:
-        shutil.rmtree(run, ignore_errors=True)
+    if not resume and run.exists():
+        if directory_kind(run) not in KINDS and not only_run_files(run):
+            raise SesameError(f"{run}: holds files sesame did not write; move them away so this stage can start")
+        shutil.rmtree(run)
     try:
         record = {"settings": settings, **work(resume)}
     except Interrupted:

@@ -28,6 +28,7 @@ from pathlib import Path
 from ...data.corpus import resolve_sources
 from ...errors import SesameError
 from ...options import option
+from ...outputs import claim_dir
 from ...pipelines.stages import cached_stage
 from .approaches import Approach, dir_name, parse_approach
 from .baselines import C_GRID, tfidf_baseline
@@ -105,6 +106,7 @@ def compare(spec: CompareSpec) -> list[dict]:
     add the TF-IDF baseline, and write ``results.{md,csv,json,png}`` in ``spec.out``. Returns the table's rows."""
     plan, tasks = _plan(spec)
     out, options = Path(spec.out), spec.fine_tuning
+    claim_dir(out, "--out", "compare", fix="compare writes into a new or empty folder, or continues its own")
     no_pretraining = {"seconds": 0, "tokens": 0}
     origins, pre = {}, {}  # per approach: what its cells depend on, its pre-training columns
     for a in plan:

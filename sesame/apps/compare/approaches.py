@@ -28,14 +28,14 @@ if TYPE_CHECKING:
     from .tasks import CompareTask
 
 # set by compare itself, the same for every approach
-RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "progress", "objective_options", "training",
-            "max_minutes", "max_steps", "seed"}
+RESERVED = {"corpus", "out", "family", "size", "valid", "resume", "explicit", "progress", "objective_options",
+            "training", "max_minutes", "max_steps", "seed"}
 FINETUNE = "finetune."  # an approach's item finetune.KEY=VALUE sets api.finetune's KEY for its rows
 # api.finetune keywords compare sets itself: the task's files and columns, the run, the seed (the same for every
 # row) and the budget (whole epochs, evaluated and saved after each)
 FINETUNE_RESERVED = {"base", "train", "dev", "out", "task", "text_column", "label_column", "task_options", "tokenizer",
                      "recipe", "training", "resume", "progress", "select", "seed", "max_steps", "max_minutes",
-                     "eval_every", "save_every"}
+                     "eval_every", "save_every", "explicit"}
 
 
 @dataclass

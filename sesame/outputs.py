@@ -1,0 +1,144 @@
+"""Where a command may write: one rule, so that nothing a user types destroys their work.
+
+- A directory is written only when it is new or empty, or is a sesame directory of the kind the command makes
+  (:func:`check_dir`): a run to ``--resume``, a ``compare`` or ``ulmfit`` folder to continue. Anything else is
+  refused, so a command never writes into, or deletes from, a folder of someone else's files.
+- A file is written only where none is (:func:`new_file`): sesame never replaces an existing file, so it never
+  replaces one it did not write, nor one of the command's own inputs.
+- A missing parent folder is created; a parent that is a file, or a folder that cannot be created, is an error
+  naming the flag.
+
+The kind of a directory is what it says of itself (:func:`directory_kind`): a run's ``config.json``, a shard
+directory's ``meta.json``, an application folder's marker (:data:`MARKER`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from . import __version__
+from .errors import SesameError
+
+MARKER = "sesame.json"  # an application's folder: {"kind": "compare" | "ulmfit" | "demo", "sesame_version"}
+APPLICATIONS = ("compare", "ulmfit", "demo")
+# folders made before the marker existed, known by the records of their stages (sesame.pipelines.stages.RECORD)
+LEGACY = {"compare": "*/*/compare.json", "ulmfit": "*/compare.json"}
+# the entries of a run directory (sesame.rundir, sesame.train.checkpoint, a stage's record, CoVe's second tokenizer)
+RUN_NAMES = ("config.json", "tokenizer.json", "target_tokenizer.json", "model.safetensors", "labels.json",
+             "metrics.jsonl", "checkpoint", "shards", "valid-shards", "compare.json")
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def directory_kind(path: str | Path) -> str | None:
+    """What sesame directory ``path`` is: a run's kind (``pretrained``, ``finetuned``), ``shards``, or an
+    application's folder (``compare``, ``ulmfit``, ``demo``); None for anything else."""
+    path = Path(path)
+    for name, key in (("config.json", "kind"), (MARKER, "kind")):
+        data = _read_json(path / name)
+        if isinstance(data, dict) and isinstance(data.get(key), str):
+            return data[key]
+    meta = _read_json(path / "meta.json")
+    if isinstance(meta, dict) and "format" in meta and "fingerprint" in meta:
+        return "shards"
+    return next((kind for kind, pattern in LEGACY.items() if any(path.glob(pattern))), None)
+
+
+def only_run_files(path: str | Path) -> bool:
+    """Whether every entry of the folder ``path`` is one a run writes (:data:`RUN_NAMES`, or a temporary of one,
+    ``.NAME.*``): a run that died before its config.json, which sesame may delete to start it again."""
+    def ours(name: str) -> bool:
+        return name in RUN_NAMES or name.startswith(".") and any(name[1:].startswith(f"{n}.") for n in RUN_NAMES)
+
+    return all(ours(entry.name) for entry in Path(path).iterdir())
+
+
+def _describe(kind: str | None) -> str:
+    if kind is None:
+        return "other files"
+    return {"pretrained": "a pretrained run", "finetuned": "a fine-tuned run", "shards": "token shards"}.get(
+        kind, f"a {kind} folder")
+
+
+def _check_parent(path: Path, flag: str) -> None:
+    """The nearest existing folder above ``path`` is a folder, not a file."""
+    for above in path.absolute().parents:
+        if above.exists():
+            if not above.is_dir():
+                raise SesameError(f"{flag} {path}: {above} is a file, not a folder; choose another path")
+            return
+
+
+def check_dir(path: str | Path, flag: str, kind: str | None = None, *,
+              fix: str = "choose a new or empty folder") -> bool:
+    """Whether ``path`` already holds a sesame directory of ``kind`` (to continue); False when it is new or
+    empty. Anything else (a file; a folder holding other files, or a directory of another kind) is refused
+    with an error naming ``flag`` and saying ``fix``. Writes nothing."""
+    path = Path(path)
+    _check_parent(path, flag)
+    if not path.exists():
+        return False
+    if not path.is_dir():
+        raise SesameError(f"{flag} {path}: is a file, not a folder; {fix}")
+    if not any(path.iterdir()):
+        return False
+    found = directory_kind(path)
+    if kind is not None and found == kind:
+        return True
+    raise SesameError(f"{flag} {path}: exists and holds {_describe(found)}; {fix}")
+
+
+def make_dir(path: str | Path, flag: str, kind: str | None = None) -> Path:
+    """Create ``path`` and its parents (after :func:`check_dir`); an application's folder gets its marker."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if kind in APPLICATIONS and not (path / MARKER).exists():
+            (path / MARKER).write_text(json.dumps({"kind": kind, "sesame_version": __version__}) + "\n")
+    except OSError as err:
+        raise SesameError(f"{flag} {path}: cannot create it ({err.strerror}); choose a folder you can write to") \
+            from None
+    return path
+
+
+def claim_dir(path: str | Path, flag: str, kind: str, *, fix: str = "choose a new or empty folder") -> bool:
+    """:func:`check_dir`, then :func:`make_dir`: ``path`` is this command's ``kind`` folder from now on. Returns
+    whether it already was one (the command continues it)."""
+    existed = check_dir(path, flag, kind, fix=fix)
+    make_dir(path, flag, kind)
+    return existed
+
+
+def _paths(given: str | Path | Iterable[str | Path] | None) -> list[Path]:
+    if given is None:
+        return []
+    return [Path(given)] if isinstance(given, (str, Path)) else [Path(p) for p in given]
+
+
+def new_file(path: str | Path, flag: str, inputs: dict[str, str | Path | Iterable[str | Path] | None] | None = None
+             ) -> Path:
+    """``path`` checked as a file this command will write: not one of its ``inputs`` (``{flag: path or paths}``),
+    not an existing file or folder; its missing parent folders are created."""
+    path = Path(path)
+    for other, paths in (inputs or {}).items():
+        if any(p.absolute().resolve() == path.absolute().resolve() for p in _paths(paths)):
+            raise SesameError(f"{flag} {path}: is also {other}; a command never writes over its own input, so choose "
+                              f"another {flag}")
+    if path.is_dir():
+        raise SesameError(f"{flag} {path}: is a folder; give the name of a new file")
+    if path.exists() or path.is_symlink():
+        raise SesameError(f"{flag} {path}: exists; sesame never replaces an existing file, so choose a new name "
+                          "(or move that file away)")
+    _check_parent(path, flag)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SesameError(f"{flag} {path}: cannot create its folder ({err.strerror}); choose a folder you can write "
+                          "to") from None
+    return path

@@ -1,0 +1,166 @@
+"""``--resume``: continue a run as it was made.
+
+A run records how it was made: config.json (and :data:`SETUP`, the set-up options no other field holds) and
+its checkpoint's trainer state. Resuming may change only the budget, :data:`RESUMABLE`: more steps, minutes
+or epochs, and the new values are recorded in config.json. Every other option given with ``--resume`` must
+agree with what the run recorded, else it is refused, naming the flag, the value given and the run's; an option
+not given takes the run's value. (Runs made before :data:`SETUP` was recorded are checked on the rest.)
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+
+from .errors import SesameError
+from .options import flag_name
+from .rundir import read_config, setup_killed, write_config
+from .specs import FinetuneSpec, PretrainSpec, RunConfig
+from .train import TrainConfig
+from .train.checkpoint import checkpoint_dir, read_json
+from .train.recipes import Recipe
+
+RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --resume may change
+# set-up options recorded in config.json's "setup", for --resume to check (paths resolved)
+SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
+         FinetuneSpec: ("tokenizer", "cased", "drop_mult")}
+PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev")
+COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
+
+
+def _resolved(value: object) -> object:
+    if isinstance(value, list):
+        return [str(Path(p).resolve()) for p in value]
+    return str(Path(value).resolve()) if isinstance(value, (str, Path)) and ":" not in str(value) else value
+
+
+def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
+    """config.json's ``setup``: the spec's :data:`SETUP` options, paths resolved."""
+    return {name: _resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name)
+            for name in SETUP[type(spec)]}
+
+
+def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
+    """The fields the user set (``spec.explicit``, else those not at their default), without those set to None."""
+    if spec.explicit is not None:
+        names = set(spec.explicit)
+    else:
+        defaults = {f.name: f.default for f in fields(spec)} | {f"recipe.{f.name}": f.default for f in fields(Recipe)}
+        names = {f.name for f in fields(spec) if getattr(spec, f.name) != defaults[f.name]}
+        if isinstance(spec, FinetuneSpec):
+            names |= {f.name for f in fields(Recipe) if getattr(spec.recipe, f.name) != defaults[f"recipe.{f.name}"]}
+    return {name for name in names if _value(spec, name) is not None}
+
+
+def _value(spec: PretrainSpec | FinetuneSpec, name: str) -> object:
+    """The spec's field ``name``, or its recipe's."""
+    return getattr(spec, name) if hasattr(spec, name) else getattr(spec.recipe, name)
+
+
+def _show(value: object) -> str:
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _refuse(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec) -> None:
+    budget = ", ".join("--" + name.replace("_", "-") for name in RESUMABLE
+                       if hasattr(spec, name) or name in {f.name for f in fields(TrainConfig)})
+    raise SesameError(f"{flag} {_show(given)}: the run in {spec.out} was made with {_show(recorded)}, and --resume "
+                      f"changes only its budget ({budget}); give the run's value or leave {flag} out, or choose a "
+                      "new --out")
+
+
+def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec, *,
+           path: bool = False) -> None:
+    if recorded is None or given is None:
+        return
+    if path:
+        same = given == recorded or _resolved(given) == _resolved(recorded)
+    else:
+        same = given == recorded
+    if not same:
+        _refuse(flag, given, recorded, spec)
+
+
+def _training(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> dict:
+    """The TrainConfig to resume with: the run's (its checkpoint's trainer state, else config.json's), with the
+    budget given now; any other training option that differs is refused."""
+    ckpt = checkpoint_dir(Path(spec.out))
+    recorded = read_json(ckpt / "trainer_state.json")["config"] if ckpt is not None else dict(config.train or {})
+    flags = {f.name: flag_name(f) for f in fields(TrainConfig)}
+    for name, value in spec.training.items():
+        if name not in RESUMABLE and value is not None:
+            _check(flags.get(name, name), value, recorded.get(name), spec)
+    return {**recorded, **{k: v for k, v in spec.training.items() if k in RESUMABLE and v is not None}}
+
+
+def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: set[str], *, paths: bool) -> None:
+    """Check the ``explicit`` fields of ``spec`` against their ``recorded`` values, in the record's order: the paths
+    (``paths``) or the others (checked first: they say more)."""
+    flags = {f.name: flag_name(f) for f in fields(spec)}
+    for name, value in recorded.items():
+        if name in explicit and (name in PATHS) == paths:
+            _check(flags[name], getattr(spec, name), value, spec, path=paths)
+
+
+def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
+    """``spec`` as the run in ``spec.out`` was made, with the budget given now; refuses an option that
+    contradicts the run. A run killed in its setup recorded nothing: it starts afresh."""
+    if setup_killed(spec.out):
+        return replace(spec, resume=False)
+    config = read_config(spec.out, "--out", ("pretrained",))
+    recorded = {"family": config.family, "size": config.size, "objective": config.objective,
+                "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
+                "discriminative": config.discriminative, "base": config.base,
+                "dropout": config.model.get("dropout"), "attention_window": config.model.get("attention_window"),
+                **config.setup}
+    explicit = _explicit(spec)
+    _check_fields(spec, recorded, explicit, paths=False)
+    for key, value in spec.objective_options.items():
+        flag = f"--{key}" if key in ("masking", "phrases") else f"--objective-option {key}"
+        _check(flag, value, config.objective_options.get(key, "the objective's default"), spec)
+    training = _training(spec, config)
+    _check_fields(spec, recorded, explicit, paths=True)
+    return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training)
+
+
+def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
+    """``spec`` as the fine-tuned run in ``spec.out`` was made, with the budget (epochs, steps, minutes) given
+    now; refuses an option that contradicts the run. A run killed in its setup recorded nothing: it starts afresh."""
+    if setup_killed(spec.out):
+        return replace(spec, resume=False)
+    config = read_config(spec.out, "--out", ("finetuned",))
+    recorded = {"task": config.task, "select": config.select, "max_length": config.max_length,
+                "pooling": config.pooling, "dropout": config.model.get("dropout"), "batching": config.batching,
+                **config.setup,
+                "base": config.base, "train": config.train_file, "dev": config.dev_file}
+    explicit = _explicit(spec)
+    _check_fields(spec, recorded, explicit, paths=False)
+    for key, value in spec.task_options.items():
+        flag = f"--{key.replace('_', '-')}" if key in COLUMNS else f"--task-option {key}"
+        _check(flag, value, config.task_options.get(key), spec)
+    for f in fields(Recipe):
+        if f.name in explicit:
+            _check(flag_name(f), getattr(spec.recipe, f.name), (config.recipe or {}).get(f.name), spec)
+    training = _training(spec, config)
+    _check_fields(spec, recorded, explicit, paths=True)
+    epochs = spec.epochs if "epochs" in explicit else config.epochs
+    if "epochs" in explicit and "max_steps" not in spec.training:
+        training.pop("max_steps", None)  # the new epochs set the steps
+    return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
+                   recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe)
+
+
+def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
+    """The recorded values the resumed spec takes: its fields', but for paths (as given now, checked equal)."""
+    names = {f.name for f in fields(spec)}
+    return {name: value for name, value in recorded.items() if name in names and name not in PATHS
+            and value is not None}
+
+
+def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None) -> None:
+    """Write the run's TrainConfig (and epochs) into its config.json when they changed (a resume's budget)."""
+    train = asdict(cfg)
+    if config.train != train or (epochs is not None and config.epochs != epochs):
+        config.train = train
+        config.epochs = epochs if epochs is not None else config.epochs
+        write_config(run, config)

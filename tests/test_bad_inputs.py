@@ -1,0 +1,190 @@
+"""Bad input to every command: exit status 2, one line on stderr that names the flag or file, no traceback, and
+every existing file (the committed fixture runs, copied here, and the data beside them) byte-identical.
+
+Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre`` and ``clf`` (the
+fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a
+folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task).
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import refused
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAST = ["--max-steps", "1", "--batch-size", "8"]
+FT = ["--train", "{root}/train.csv", "--dev", "{root}/dev.csv"]
+
+ROWS = {
+    # tokenizer
+    "tokenizer: missing corpus": (["tokenizer", "train", "--corpus", "{root}/nothing.txt", "--out", "{root}/t.json"],
+                                  "--corpus", "nothing.txt"),
+    "tokenizer: folder without text": (["tokenizer", "train", "--corpus", "{root}/empty", "--out", "{root}/t.json"],
+                                       "--corpus", "empty"),
+    "tokenizer: over a run's tokenizer": (["tokenizer", "train", "--corpus", "{root}/corpus.txt", "--out",
+                                           "{root}/pre"], "--out", "tokenizer.json: exists"),
+    "tokenizer: over its corpus": (["tokenizer", "train", "--corpus", "{root}/corpus.txt", "--out",
+                                    "{root}/corpus.txt"], "--out", "is also --corpus"),
+    "tokenizer: parent is a file": (["tokenizer", "train", "--corpus", "{root}/corpus.txt", "--out",
+                                     "{root}/afile.txt/t.json"], "--out", "afile.txt is a file"),
+    # vectors
+    "vectors: over its corpus": (["vectors", "train", "--corpus", "{root}/corpus.txt", "--out", "{root}/corpus.txt"],
+                                 "--out", "is also --corpus"),
+    "vectors: over a file": (["vectors", "train", "--corpus", "{root}/corpus.txt", "--out", "{root}/train.csv"],
+                             "--out", "train.csv: exists"),
+    # prepare
+    "prepare: into a run": (["prepare", "--corpus", "{root}/corpus.txt", "--tokenizer", "{root}/pre", "--out",
+                             "{root}/pre"], "--out", "holds a pretrained run"),
+    "prepare: into the user's folder": (["prepare", "--corpus", "{root}/corpus.txt", "--tokenizer", "{root}/pre",
+                                         "--out", "{root}/mine"], "--out", "holds other files"),
+    "prepare: onto a file": (["prepare", "--corpus", "{root}/corpus.txt", "--tokenizer", "{root}/pre", "--out",
+                              "{root}/afile.txt"], "--out", "is a file"),
+    "prepare: no tokenizer": (["prepare", "--corpus", "{root}/corpus.txt", "--tokenizer", "{root}/empty", "--out",
+                               "{root}/new"], "--tokenizer", "no tokenizer.json"),
+    # pretrain
+    "pretrain: over a run": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/pre", *FAST], "--out",
+                             "holds a pretrained run"),
+    "pretrain: into the user's folder": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/mine",
+                                          *FAST], "--out", "holds other files"),
+    "pretrain: parent is a file": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/afile.txt/run",
+                                    *FAST], "--out", "afile.txt is a file"),
+    "pretrain: missing corpus": (["pretrain", "--corpus", "{root}/nothing.txt", "--out", "{root}/new", *FAST],
+                                 "--corpus", "nothing.txt"),
+    "pretrain: negative budget": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/new",
+                                   "--max-steps", "-3"], "--max-steps", "positive"),
+    "pretrain: missing phrases": (["pretrain", "--corpus", "{root}/corpus.txt", "--masking", "phrase", "--phrases",
+                                   "{root}/nothing.txt", "--out", "{root}/new", *FAST], "--phrases", "nothing.txt"),
+    "pretrain: resume another family": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out",
+                                         "{root}/pre", "--family", "gpt"], "--family gpt", "made with bert"),
+    "pretrain: resume another size": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out",
+                                       "{root}/pre", "--size", "mini"], "--size mini", "made with tiny"),
+    "pretrain: resume another seq-len": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out",
+                                          "{root}/pre", "--seq-len", "64"], "--seq-len 64", "made with 32"),
+    "pretrain: resume a classifier": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out",
+                                       "{root}/clf"], "--out", "holds a 'finetuned' run"),
+    "pretrain: resume nothing": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out", "{root}/new"],
+                                 "--out", "no such run directory"),
+    # finetune
+    "finetune: over a run": (["finetune", "--from", "{root}/pre", *FT, "--out", "{root}/clf"], "--out",
+                             "holds a fine-tuned run"),
+    "finetune: onto a file": (["finetune", "--from", "{root}/pre", *FT, "--out", "{root}/afile.txt"], "--out",
+                              "is a file"),
+    "finetune: missing train file": (["finetune", "--from", "{root}/pre", "--train", "{root}/nothing.csv", "--dev",
+                                      "{root}/dev.csv", "--out", "{root}/new"], "nothing.csv"),
+    "finetune: missing run": (["finetune", "--from", "{root}/nothing", *FT, "--out", "{root}/new"], "--from"),
+    "finetune: missing column": (["finetune", "--from", "{root}/pre", *FT, "--text-column", "sentence", "--out",
+                                  "{root}/new"], "train.csv", "'sentence'"),
+    "finetune: zero epochs": (["finetune", "--from", "{root}/pre", *FT, "--epochs", "0", "--out", "{root}/new"],
+                              "--epochs 0"),
+    "finetune: resume another task": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out", "{root}/clf",
+                                       "--task", "regress"], "--task regress", "made with classify"),
+    "finetune: resume another max-length": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out",
+                                             "{root}/clf", "--max-length", "64"], "--max-length 64", "made with 32"),
+    "finetune: resume another lr": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out", "{root}/clf",
+                                     "--lr", "0.5"], "--lr 0.5", "made with 0.001"),
+    "finetune: resume a pretrained run": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out",
+                                           "{root}/pre"], "--out", "holds a 'pretrained' run"),
+    # evaluate
+    "evaluate: missing run": (["evaluate", "--model", "{root}/nothing", "--data", "{root}/dev.csv"], "--model",
+                              "nothing"),
+    "evaluate: missing data": (["evaluate", "--model", "{root}/clf", "--data", "{root}/nothing.csv"],
+                               "nothing.csv"),
+    "evaluate: not a run": (["evaluate", "--model", "{root}/mine", "--data", "{root}/dev.csv"], "--model", "mine"),
+    # predict
+    "predict: over its input": (["predict", "--model", "{root}/clf", "--input", "{root}/dev.csv", "--output",
+                                 "{root}/dev.csv"], "--output", "is also --input"),
+    "predict: over a run's file": (["predict", "--model", "{root}/clf", "--input", "{root}/dev.csv", "--output",
+                                    "{root}/pre/config.json"], "--output", "config.json: exists"),
+    "predict: parent is a file": (["predict", "--model", "{root}/clf", "--input", "{root}/dev.csv", "--output",
+                                   "{root}/afile.txt/p.jsonl"], "--output", "afile.txt is a file"),
+    "predict: missing input": (["predict", "--model", "{root}/clf", "--input", "{root}/nothing.csv"],
+                               "nothing.csv"),
+    # convert
+    "convert: export over a run": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/clf"], "--out",
+                                   "holds a fine-tuned run"),
+    "convert: export into its own run": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/pre"], "--out",
+                                         "holds a pretrained run"),
+    "convert: missing model": (["convert", "--from-hf", "{root}/nothing", "--out", "{root}/new"], "--from-hf"),
+    "convert: generator without import": (["convert", "--to-hf", "{root}/pre", "--generator", "{root}/pre", "--out",
+                                           "{root}/new"], "--generator"),
+    # generate
+    "generate: missing prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/nothing.txt"],
+                                  "--prompts", "nothing.txt"),
+    "generate: empty prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/blank.txt"],
+                                "--prompts", "blank.txt"),
+    # translate
+    "translate: over its input": (["translate", "--model", "{root}/pre", "--input", "{root}/corpus.txt",
+                                   "--output", "{root}/corpus.txt"], "--output", "is also --input"),
+    # compare
+    "compare: into the user's folder": (["compare", "--approaches", "bert:tiny", "--corpus", "{root}/corpus.txt",
+                                         "--tasks", "{root}/tasks.json", "--minutes", "1", "--out", "{root}/mine"],
+                                        "--out", "holds other files"),
+    "compare: into a run": (["compare", "--approaches", "bert:tiny", "--corpus", "{root}/corpus.txt", "--tasks",
+                             "{root}/tasks.json", "--minutes", "1", "--out", "{root}/pre"], "--out",
+                            "holds a pretrained run"),
+    "compare: onto a file": (["compare", "--approaches", "bert:tiny", "--corpus", "{root}/corpus.txt", "--tasks",
+                              "{root}/tasks.json", "--minutes", "1", "--out", "{root}/afile.txt"], "--out",
+                             "is a file"),
+    "compare: missing corpus": (["compare", "--approaches", "bert:tiny", "--corpus", "{root}/nothing.txt",
+                                 "--tasks", "{root}/tasks.json", "--minutes", "1", "--out", "{root}/new"],
+                                "--corpus", "nothing.txt"),
+    # ulmfit
+    "ulmfit: into the user's folder": (["ulmfit", "--corpus", "{root}/corpus.txt", *FT, "--out", "{root}/mine"],
+                                       "--out", "holds other files"),
+    "ulmfit: into a run": (["ulmfit", "--corpus", "{root}/corpus.txt", *FT, "--out", "{root}/clf"], "--out",
+                           "holds a fine-tuned run"),
+    # decontaminate
+    "decontaminate: into the user's folder": (["decontaminate", "--corpus", "{root}/corpus.txt", "--eval",
+                                               "{root}/dev.csv", "--out-corpus", "{root}/mine"], "--out-corpus",
+                                              "holds other files"),
+    "decontaminate: missing corpus": (["decontaminate", "--corpus", "{root}/nothing.txt", "--eval", "{root}/dev.csv"],
+                                      "--corpus", "nothing.txt"),
+    # demo
+    "demo: into the user's folder": (["demo", "--out", "{root}/mine"], "--out", "holds other files"),
+    # neighbors, prompt-eval, cove
+    "neighbors: missing run": (["neighbors", "--model", "{root}/nothing", "--word", "cat", "--corpus",
+                                "{root}/corpus.txt"], "--model", "nothing"),
+    "prompt-eval: demonstrations without --train": (["prompt-eval", "--model", "{root}/pre", "--data",
+                                                     "{root}/dev.csv", "--k", "8"], "--k 8", "--train"),
+    "cove: missing source": (["cove", "--train-src", "{root}/nothing.txt", "--train-tgt", "{root}/corpus.txt",
+                              "--valid-src", "{root}/corpus.txt", "--valid-tgt", "{root}/corpus.txt", "--out",
+                              "{root}/new"], "--train-src", "nothing.txt"),
+    "cove: over a run": (["cove", "--train-src", "{root}/corpus.txt", "--train-tgt", "{root}/corpus.txt",
+                          "--valid-src", "{root}/corpus.txt", "--valid-tgt", "{root}/corpus.txt", "--out",
+                          "{root}/pre"], "--out", "holds a pretrained run"),
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad_inputs")
+    shutil.copytree(FIXTURES / "runs" / "pretrained", root / "pre")
+    shutil.copytree(FIXTURES / "runs" / "classifier", root / "clf")
+    shutil.copy(FIXTURES / "data" / "eval.txt", root / "corpus.txt")
+    for name in ("train.csv", "dev.csv"):
+        shutil.copy(FIXTURES / "data" / name, root / name)
+    (root / "afile.txt").write_text("a file, not a folder\n")
+    (root / "blank.txt").write_text("\n  \n")
+    (root / "mine").mkdir()
+    (root / "mine" / "thesis.tex").write_text("years of work\n")
+    (root / "empty").mkdir()
+    (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
+                                                 "dev": str(root / "dev.csv")}))
+    return root
+
+
+def test_the_table_covers_every_command():
+    from sesame.commands import COMMANDS
+
+    covered = {argv[0] for argv, *_ in ROWS.values()}
+    assert len(ROWS) >= 40
+    assert set(COMMANDS) == {name.replace("-", "_") for name in covered}
+
+
+@pytest.mark.parametrize("case", list(ROWS))
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, root, capsys):
+    argv, *expected = ROWS[case]
+    refused([a.format(root=root) for a in argv], capsys, root, *expected)
+    assert not (root / "new").exists()

@@ -1,0 +1,73 @@
+"""--resume continues a run as it was made (sesame/resume.py): it refuses an option that contradicts the run,
+naming the flag, the value given and the run's; it changes only the budget, and records it in config.json."""
+import json
+import shutil
+
+import pytest
+
+from sesame.cli import main
+from sesame.resume import RESUMABLE
+
+from .conftest import refused
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def pretrain_resume(root, *extra, out=None):
+    return ["pretrain", "--resume", "--corpus", str(root / "corpus.txt"), "--out", str(out or root / "pre"), *extra]
+
+
+def finetune_resume(root, *extra, out=None):
+    return ["finetune", "--resume", "--from", str(root / "pre"), "--train", str(root / "train.csv"), "--dev",
+            str(root / "dev.csv"), "--out", str(out or root / "clf"), *extra]
+
+
+@pytest.mark.parametrize("flag, value, made_with", [
+    ("--family", "gpt", "bert"), ("--size", "mini", "tiny"), ("--lr", "0.01", "0.001"), ("--seq-len", "64", "32"),
+    ("--batch-size", "16", "8"), ("--vocab-size", "300", "200"), ("--masking", "whole_word", "objective's default"),
+    ("--corpus", "other.txt", "corpus.txt")])
+def test_pretrain_resume_refuses_what_contradicts_the_run(tiny_runs, capsys, flag, value, made_with):
+    argv = pretrain_resume(tiny_runs, flag, str(tiny_runs / value) if flag == "--corpus" else value)
+    refused(argv, capsys, tiny_runs, f"{flag} ", value, "was made with", made_with)
+
+
+@pytest.mark.parametrize("flag, value, made_with", [
+    ("--task", "regress", "classify"), ("--task", "pair", "classify"), ("--max-length", "64", "32"),
+    ("--lr", "0.1", "0.0003"), ("--text-column", "sentence", "text"), ("--select", "macro_f1", "accuracy"),
+    ("--dropout", "0.3", "0.1"), ("--gradual-unfreezing", None, "False"), ("--train", "dev.csv", "train.csv"),
+    ("--from", "clf", "pre")])
+def test_finetune_resume_refuses_what_contradicts_the_run(tiny_runs, capsys, flag, value, made_with):
+    argv = finetune_resume(tiny_runs)
+    if flag in ("--train", "--from"):
+        argv[argv.index(flag) + 1] = str(tiny_runs / value)
+    else:
+        argv += [flag] + ([value] if value else [])
+    refused(argv, capsys, tiny_runs, f"{flag} ", "was made with", made_with)
+
+
+def test_the_budget_is_all_resume_may_change():
+    assert RESUMABLE == ("max_steps", "max_minutes", "epochs")
+
+
+def test_pretrain_resume_extends_the_budget_keeps_the_rest_and_records_it(tiny_runs, tmp_path):
+    run = shutil.copytree(tiny_runs / "pre", tmp_path / "pre")  # still trains on tiny_runs/pre/shards, read only
+    config = json.loads((run / "config.json").read_text())
+    assert main(["--no-progress", *pretrain_resume(tiny_runs, "--max-steps", "4", out=run)]) == 0
+    after = json.loads((run / "config.json").read_text())
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 4 and after["train"]["max_steps"] == 4 == state["config"]["max_steps"]
+    # --lr was not given: the run's own 1e-3 goes on, not pre-training's default
+    assert after["train"] == {**config["train"], "max_steps": 4} and after["train"]["lr"] == 1e-3
+
+
+def test_finetune_resume_extends_the_epochs_and_records_them(tiny_runs, tmp_path):
+    run = shutil.copytree(tiny_runs / "clf", tmp_path / "clf")
+    config = json.loads((run / "config.json").read_text())
+    first = json.loads((run / "checkpoint" / "trainer_state.json").read_text())["step"]
+    assert config["epochs"] == 1 and config["train"]["max_steps"] == first  # config.json records the real budget
+    assert main(["--no-progress", *finetune_resume(tiny_runs, "--epochs", "2", out=run)]) == 0
+    after = json.loads((run / "config.json").read_text())
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert after["epochs"] == 2 and state["step"] == after["train"]["max_steps"] == 2 * first
+    assert {k: v for k, v in after["train"].items() if k != "max_steps"} == \
+        {k: v for k, v in config["train"].items() if k != "max_steps"}
