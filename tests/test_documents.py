@@ -123,9 +123,10 @@ def test_shards_remember_documents_and_their_sources(tok, tmp_path):
     assert texts[1].startswith("= beta") and texts[-1] == "another one."
 
 
-def test_format_one_shards_still_load_and_are_rebuilt_by_prepare(tok, corpus, tmp_path):
+def test_format_one_shards_still_load_and_are_not_reused_by_prepare(tok, corpus, tmp_path):
     """Shards written before documents were cut inside files: read as they were (every document its own
-    source), and not reused by `sesame prepare`, whose rules changed."""
+    source), and not reused by `sesame prepare`, whose rules changed; nor replaced (a run may train on them):
+    prepare writes the new format into a new folder."""
     files = sorted(corpus.glob("*.txt"))
     prepare_corpus(files, tok, tmp_path / "s", progress=False)
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
@@ -135,8 +136,10 @@ def test_format_one_shards_still_load_and_are_rebuilt_by_prepare(tok, corpus, tm
     (tmp_path / "s" / "sources.bin").unlink()
     old = Corpus.of(str(tmp_path / "s"), "--corpus").shards(tok, tmp_path / "unused", progress=False)
     assert old.doc_sources.tolist() == [0, 1] and len(old.windows(16)) > 0
-    rebuilt = prepare_corpus(files, tok, tmp_path / "s", progress=False)
-    assert rebuilt.meta["format"] == "sesame-shards/2" and (tmp_path / "s" / "sources.bin").is_file()
+    with pytest.raises(SesameError, match="shards are never replaced"):
+        prepare_corpus(files, tok, tmp_path / "s", progress=False)
+    rebuilt = prepare_corpus(files, tok, tmp_path / "s2", progress=False)
+    assert rebuilt.meta["format"] == "sesame-shards/2" and (tmp_path / "s2" / "sources.bin").is_file()
 
 
 @pytest.fixture
