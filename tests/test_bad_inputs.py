@@ -143,6 +143,35 @@ ROWS = {
                                       "--corpus", "nothing.txt"),
     # demo
     "demo: into the user's folder": (["demo", "--out", "{root}/mine"], "--out", "holds other files"),
+    # what the readers refuse (file:line and the fix)
+    "finetune: a row with an extra field": (["finetune", "--from", "{root}/pre", "--train", "{root}/more.csv", "--dev",
+                                             "{root}/dev.csv", "--out", "{root}/new"], "more.csv:3", "quote"),
+    "finetune: a row short of a field": (["finetune", "--from", "{root}/pre", "--train", "{root}/fewer.csv", "--dev",
+                                          "{root}/dev.csv", "--out", "{root}/new"], "fewer.csv:2", "1 field"),
+    "finetune: an unclosed quote": (["finetune", "--from", "{root}/pre", "--train", "{root}/open.csv", "--dev",
+                                     "{root}/dev.csv", "--out", "{root}/new"], "open.csv:2"),
+    "finetune: a column named twice": (["finetune", "--from", "{root}/pre", "--train", "{root}/twice.csv", "--dev",
+                                        "{root}/dev.csv", "--out", "{root}/new"], "twice.csv:1", "more than once"),
+    "finetune: a target that is nan": (["finetune", "--from", "{root}/pre", "--task", "regress", "--train",
+                                        "{root}/nan.csv", "--dev", "{root}/nan.csv", "--out", "{root}/new"],
+                                       "nan.csv:3", "finite"),
+    "finetune: not UTF-8": (["finetune", "--from", "{root}/pre", "--train", "{root}/latin1.csv", "--dev",
+                             "{root}/dev.csv", "--out", "{root}/new"], "latin1.csv:3", "UTF-8"),
+    "finetune: dropout of 1.5": (["finetune", "--from", "{root}/pre", *FT, "--dropout", "1.5", "--out", "{root}/new"],
+                                 "--dropout 1.5"),
+    "pretrain: dropout of -0.1": (["pretrain", "--corpus", "{root}/corpus.txt", "--dropout", "-0.1", "--out",
+                                   "{root}/new", *FAST], "--dropout -0.1"),
+    "pretrain: shards cut short": (["pretrain", "--corpus", "{root}/cut-shards", "--out", "{root}/new", *FAST],
+                                   "cut-shards", "prepare"),
+    "pretrain: shards with a garbled meta.json": (["pretrain", "--corpus", "{root}/garbled-shards", "--out",
+                                                   "{root}/new", *FAST], "garbled-shards", "meta.json"),
+    "evaluate: seq-len 0": (["evaluate", "--model", "{root}/pre", "--data", "{root}/corpus.txt", "--seq-len", "0"],
+                            "--seq-len 0"),
+    "evaluate: weights cut short": (["evaluate", "--model", "{root}/cut", "--data", "{root}/corpus.txt"],
+                                    "model.safetensors"),
+    "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
+                                    "latin1.csv:3", "UTF-8"),
+    "generate: an empty prompt": (["generate", "--model", "{root}/pre", "--prompt", ""], "--prompt"),
     # neighbors, prompt-eval, cove
     "neighbors: missing run": (["neighbors", "--model", "{root}/nothing", "--word", "cat", "--corpus",
                                 "{root}/corpus.txt"], "--model", "nothing"),
@@ -170,6 +199,23 @@ def root(tmp_path_factory) -> Path:
     (root / "mine").mkdir()
     (root / "mine" / "thesis.tex").write_text("years of work\n")
     (root / "empty").mkdir()
+    (root / "more.csv").write_text("text,label\ngood,positive\nlate again, friendly staff,negative\n")
+    (root / "fewer.csv").write_text("text,label\ngreat flight\n")
+    (root / "open.csv").write_text('text,label\n"never closed,positive\nfine,negative\n')
+    (root / "twice.csv").write_text("text,text\na,b\n")
+    (root / "nan.csv").write_text("text,label\nfine,1.0\nodd,nan\n")
+    (root / "latin1.csv").write_bytes("text,label\nok,positive\ncaf\u00e9,negative\n".encode("latin-1"))
+    shutil.copytree(root / "pre", root / "cut")
+    weights = root / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    from sesame.data.shards import prepare_corpus
+    from sesame.rundir import load_tokenizer
+
+    for name in ("cut-shards", "garbled-shards"):
+        prepare_corpus([root / "corpus.txt"], load_tokenizer(root / "pre"), root / name, progress=False)
+    tokens = next((root / "cut-shards").glob("tokens-*.bin"))
+    tokens.write_bytes(tokens.read_bytes()[:10])
+    (root / "garbled-shards" / "meta.json").write_text('{"format": "sesame-sh')
     (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
                                                  "dev": str(root / "dev.csv")}))
     return root
