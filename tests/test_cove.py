@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -152,6 +153,22 @@ def test_resume_continues_the_run(tmp_path, one_thread):
     dev_steps = [r["step"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
                  if r["split"] == "dev"]
     assert dev_steps == [2, 4, 6, 8]
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, one_thread):
+    """With config.json and tokenizers but no checkpoint (a kill before the first save), --resume starts the run
+    again from its initial weights, as an uninterrupted run would, instead of refusing it."""
+    p = parallel(tmp_path, 200, 10)
+    training = dict(batch_size=16, eval_every=2, save_every=2, max_steps=4)
+    for name in ("straight", "killed"):
+        train_cove(CoveSpec(**files(p), out=str(tmp_path / name), size="tiny", progress=False, training=training))
+    shutil.rmtree(tmp_path / "killed" / "checkpoint")
+    (tmp_path / "killed" / "model.safetensors").unlink()
+    (tmp_path / "killed" / "metrics.jsonl").unlink()
+    train_cove(CoveSpec(**files(p), out=str(tmp_path / "killed"), size="tiny", progress=False, training=training,
+                        resume=True))
+    straight, resumed = (load_weights(tmp_path / name / "model.safetensors") for name in ("straight", "killed"))
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
 
 
 def test_vectors_initialise_a_fixed_source_embedding(tmp_path, one_thread):

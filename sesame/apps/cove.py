@@ -43,7 +43,7 @@ from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
 from ..outputs import new_file
-from ..rundir import load_backbone, load_tokenizer, new_run, read_config, write_config
+from ..rundir import from_checkpoint, load_backbone, load_tokenizer, new_run, read_config, write_config
 from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
@@ -217,22 +217,27 @@ def _vectors(model: MTLSTM, vectors: WordVectors, source: TextTokenizer) -> floa
     return float(found[real].float().mean())
 
 
+def _new_model(model_cfg: CoveConfig, source: TextTokenizer, *, seed: int, vectors: WordVectors | None
+               ) -> tuple[MTLSTM, float | None]:
+    """A freshly initialised MT-LSTM, its source embedding from ``vectors`` when given, and their coverage."""
+    torch.manual_seed(seed)
+    model = MTLSTM(model_cfg)
+    return model, _vectors(model, vectors, source) if vectors else None
+
+
 def _create(run: Path, spec: CoveSpec, cfg: TrainConfig, src: list[str], tgt: list[str]) -> MTLSTM:
     """A new run's two word vocabularies, config.json and freshly initialised MT-LSTM (its source embedding from
     ``spec.vectors`` when given)."""
     source = train_tokenizer(src, "word", spec.vocab_size, lowercase=True)
     target = train_tokenizer(tgt, "word", spec.vocab_size, lowercase=True)
     embedding, hidden = COVE_SIZES[spec.size]
-    word_vectors, coverage = load_vectors(spec.vectors) if spec.vectors else None, None
+    word_vectors = load_vectors(spec.vectors) if spec.vectors else None
     model_cfg = CoveConfig(
         vocab_size=source.vocab_size, target_vocab_size=target.vocab_size,
         embedding_size=word_vectors.dim if word_vectors else embedding, hidden_size=hidden,
         pad_id=source.specials.pad, target_pad_id=target.specials.pad, dropout=spec.dropout,
         freeze_embedding=spec.vectors is not None)
-    torch.manual_seed(cfg.seed)
-    model = MTLSTM(model_cfg)
-    if word_vectors:
-        coverage = _vectors(model, word_vectors, source)
+    model, coverage = _new_model(model_cfg, source, seed=cfg.seed, vectors=word_vectors)
     source.save(run / "tokenizer.json")
     target.save(run / TARGET_TOKENIZER)
     write_config(run, RunConfig(
@@ -258,6 +263,7 @@ def train_cove(spec: CoveSpec) -> dict:
     src, tgt = read_parallel(spec.train_src, spec.train_tgt, "--train-src", "--train-tgt")
     dev_src, dev_tgt = read_parallel(spec.valid_src, spec.valid_tgt, "--valid-src", "--valid-tgt")
 
+    resumed = from_checkpoint(spec.out, spec.resume)  # else a new model, also for a run killed before its first
     with new_run(spec.out, "pretrained", spec.resume) as run:
         if not spec.resume:
             model = _create(run, spec, cfg, src, tgt)
@@ -266,9 +272,9 @@ def train_cove(spec: CoveSpec) -> dict:
             raise SesameError(f"--out {run}: a {config.family} run; --resume needs a run of `sesame cove`")
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
-        if spec.resume:
-            torch.manual_seed(cfg.seed)
-            model = MTLSTM(CoveConfig(**config.model))
+        if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
+            vectors = load_vectors(config.vectors) if config.vectors and not resumed else None
+            model, _ = _new_model(CoveConfig(**config.model), source, seed=cfg.seed, vectors=vectors)
         objective = build_objective(config.objective, model, source)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
@@ -297,7 +303,7 @@ def train_cove(spec: CoveSpec) -> dict:
 
         trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
                           progress=spec.progress)
-        metrics = trainer.fit(resume=spec.resume)
+        metrics = trainer.fit(resume=resumed)
         coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
                 "train_sentences": len(train_ids), "source_vocab": source.vocab_size,
