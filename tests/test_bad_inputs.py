@@ -169,6 +169,8 @@ ROWS = {
                             "--seq-len 0"),
     "evaluate: weights cut short": (["evaluate", "--model", "{root}/cut", "--data", "{root}/corpus.txt"],
                                     "model.safetensors"),
+    "evaluate: config.json not UTF-8": (["evaluate", "--model", "{root}/latin1-run", "--data", "{root}/corpus.txt"],
+                                        "config.json", "not UTF-8"),
     "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
                                     "latin1.csv:3", "UTF-8"),
     "generate: an empty prompt": (["generate", "--model", "{root}/pre", "--prompt", ""], "--prompt"),
@@ -208,6 +210,9 @@ def root(tmp_path_factory) -> Path:
     shutil.copytree(root / "pre", root / "cut")
     weights = root / "cut" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    shutil.copytree(root / "pre", root / "latin1-run")
+    config = root / "latin1-run" / "config.json"
+    config.write_bytes(config.read_bytes().replace(b'"kind"', '"k\u00efnd"'.encode("latin-1"), 1))
     from sesame.data.shards import prepare_corpus
     from sesame.rundir import load_tokenizer
 

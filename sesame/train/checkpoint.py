@@ -75,10 +75,13 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """A JSON file sesame wrote (a run's config.json, trainer state); missing, not UTF-8 or not JSON is one line."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes())  # bytes: JSON's own UTF-8 (with or without a BOM), whatever the locale
     except FileNotFoundError:
         raise SesameError(f"{path}: missing; is {path.parent} a sesame run directory?") from None
+    except UnicodeDecodeError:
+        raise SesameError(f"{path}: not UTF-8 text, so not a file sesame wrote; restore it or recreate the run") from None
     except json.JSONDecodeError as err:
         raise SesameError(f"{path}: not valid JSON ({err})") from None
 
