@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields, replace
 from pathlib import Path
+from typing import Any
 
 from .errors import SesameError
 from .options import flag_name
@@ -23,7 +24,8 @@ RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --res
 # set-up options recorded in config.json's "setup", for --resume to check (paths resolved)
 SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
          FinetuneSpec: ("tokenizer", "cased", "drop_mult")}
-PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev")
+PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
+         "vectors")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
 
 
@@ -41,7 +43,7 @@ def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
 
 def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
     """The fields the user set (``spec.explicit``, else those not at their default), without those set to None."""
-    if spec.explicit is not None:
+    if getattr(spec, "explicit", None) is not None:
         names = set(spec.explicit)
     else:
         defaults = {f.name: f.default for f in fields(spec)} | {f"recipe.{f.name}": f.default for f in fields(Recipe)}
@@ -148,6 +150,16 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
         training.pop("max_steps", None)  # the new epochs set the steps
     return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
                    recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe)
+
+
+def resumed_spec(spec: Any, config: RunConfig, recorded: dict) -> Any:
+    """An application's spec (``sesame cove``'s) as its run was made: the ``recorded`` values (spec field →
+    the run's value) and the run's training with the budget given now; refuses an option that contradicts them."""
+    explicit = _explicit(spec)
+    _check_fields(spec, recorded, explicit, paths=False)
+    training = _training(spec, config)
+    _check_fields(spec, recorded, explicit, paths=True)
+    return replace(spec, **_kept(spec, recorded), training=training)
 
 
 def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:

@@ -146,6 +146,11 @@ def test_resume_continues_the_run(tmp_path, one_thread):
     first = load_weights(tmp_path / "run" / "checkpoint" / "model.safetensors")
     with pytest.raises(SesameError, match="--resume"):
         train_cove(CoveSpec(**options, training=dict(training, max_steps=4)))
+    for contradiction, message in (({"size": "mini"}, "--size mini: the run .* was made with tiny"),
+                                   ({"dropout": 0.5}, "--dropout 0.5: the run .* was made with 0.2"),
+                                   ({"train_src": str(p["valid_src"])}, "--train-src .*: the run .* was made with")):
+        with pytest.raises(SesameError, match=message):  # --resume changes only the budget
+            train_cove(CoveSpec(**{**options, **contradiction}, training=dict(training, max_steps=8), resume=True))
     train_cove(CoveSpec(**options, training=dict(training, max_steps=8), resume=True))
     assert read_json(tmp_path / "run" / "checkpoint" / "trainer_state.json")["step"] == 8
     later = load_weights(tmp_path / "run" / "checkpoint" / "model.safetensors")

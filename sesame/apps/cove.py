@@ -43,7 +43,8 @@ from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
 from ..outputs import new_file
-from ..rundir import from_checkpoint, load_backbone, load_tokenizer, new_run, read_config, write_config
+from ..resume import resumed_spec
+from ..rundir import from_checkpoint, load_backbone, load_tokenizer, new_run, read_config, setup_killed, write_config
 from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
@@ -258,6 +259,14 @@ def train_cove(spec: CoveSpec) -> dict:
     logged; the weights with the best dev BLEU are kept. Returns the kept weights' dev metrics (and the
     GloVe coverage when ``vectors`` is given)."""
     started = time.time()
+    if spec.resume and not setup_killed(spec.out):  # as the run was made, with the budget given now
+        config = read_config(spec.out, "--out", ("pretrained",))
+        if config.objective != "translation":
+            raise SesameError(f"--out {spec.out}: a {config.family} run; --resume needs a run of `sesame cove`")
+        spec = resumed_spec(spec, config, {
+            "size": config.size, "max_length": config.max_length, "dropout": config.model.get("dropout"),
+            "vectors": config.vectors, "train_src": config.train_src, "train_tgt": config.train_tgt,
+            "valid_src": config.valid_src, "valid_tgt": config.valid_tgt})
     spec.validate()
     cfg = spec.train_config()
     src, tgt = read_parallel(spec.train_src, spec.train_tgt, "--train-src", "--train-tgt")
@@ -268,8 +277,6 @@ def train_cove(spec: CoveSpec) -> dict:
         if not spec.resume:
             model = _create(run, spec, cfg, src, tgt)
         config = read_config(run, "--out", ("pretrained",))
-        if config.objective != "translation":
-            raise SesameError(f"--out {run}: a {config.family} run; --resume needs a run of `sesame cove`")
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
         if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
