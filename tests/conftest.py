@@ -128,3 +128,11 @@ def tiny_runs(tmp_path_factory) -> Path:
                      str(root / "dev.csv"), "--epochs", "1", "--batch-size", "16", "--max-length", "32",
                      "--out", str(root / "clf")]) == 0
     return root
+
+
+def load_script(path: Path, name: str):
+    """A script outside the package (benchmarks/, scripts/) imported as module ``name``, for its tests."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,7 +1,6 @@
 """benchmarks/generate.py on a tiny model: four contenders per batch size, the same greedy tokens, flag errors."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,16 +8,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from .conftest import sentences  # noqa: E402
+from .conftest import load_script, sentences  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "generate.py"
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_generate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "benchmark_generate")
 
 
 def test_tiny_run_measures_four_contenders_with_parity(tmp_path: Path, capsys, one_thread) -> None:

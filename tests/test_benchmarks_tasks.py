@@ -1,7 +1,6 @@
 """benchmarks/tasks_vs_transformers.py in its smoke mode: every task on both sides with a tiny BERT, on real data."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,16 +10,13 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("seqeval")
 
-from .conftest import minilm, shared_data  # noqa: E402
+from .conftest import load_script, minilm, shared_data  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tasks_vs_transformers.py"
 
 
 def load_benchmark():
-    spec = importlib.util.spec_from_file_location("tasks_vs_transformers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "tasks_vs_transformers")
 
 
 def tiny_bert(folder: Path) -> Path:
