@@ -172,7 +172,8 @@ def test_progress_bars_are_drawn_only_on_a_terminal(terminal, flags, drawn, tmp_
 
     (tmp_path / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
     tok = str(tmp_path / "tok.json")
-    assert main(["tokenizer", "train", "--corpus", str(tmp_path / "corpus.txt"), "--vocab-size", "100", "--out", tok]) == 0
+    assert main(["tokenizer", "train", "--corpus", str(tmp_path / "corpus.txt"), "--vocab-size", "100",
+                 "--out", tok]) == 0
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     capsys.readouterr()
     assert main([*flags, "prepare", "--corpus", str(tmp_path / "corpus.txt"), "--tokenizer", tok, "--out",
