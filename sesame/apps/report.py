@@ -12,6 +12,7 @@ import html
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SesameError
 from ..options import option
@@ -19,6 +20,9 @@ from ..outputs import APPLICATIONS, directory_kind, new_file
 from ..specs import KINDS
 from ..train.checkpoint import atomic_write_bytes, atomic_write_text, read_json
 from ..train.metrics_log import read_metrics, scalars
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FIRST = {"train/loss": "training loss", "train/lr": "learning rate", "train/tokens_per_s": "throughput (tokens/s)"}
 NOT_CURVES = ("elapsed", "n", "tokens", "entities", "predicted_entities", "correct_entities")  # times and counts
@@ -86,7 +90,7 @@ def _title(tag: str) -> str:
     return FIRST.get(tag) or tag.replace("/", " ").replace("_", " ")
 
 
-def chart(runs: list[Curves]):
+def chart(runs: list[Curves]) -> Figure:
     """The figure: a panel per curve (its axes' SVG group id ``chart-SPLIT-NAME``), every run in its colour and style,
     one legend below."""
     from matplotlib.figure import Figure

@@ -1,12 +1,13 @@
 """A run's metrics.jsonl: one JSON object per log point, ``{"step", "split": "train" | "dev", ...}``, appended by
 the trainer (:class:`MetricsLog`) and read by ``sesame report`` (:func:`read_metrics`).
 
-When the ``tensorboard`` package is installed (``pip install 'sesame-nlp[tensorboard]'``), every scalar of a record
-(:func:`scalars`) also goes to TensorBoard event files in ``RUN/tensorboard/``, at the record's step, tagged
-``split/name`` (``train/loss``, ``dev/accuracy``). Each :class:`MetricsLog` (one per trainer, so one per command)
-writes an event file of its own, opened and closed for every record (no writer thread, nothing to close). The file
-begins with TensorBoard's restart marker one step after the last record metrics.jsonl then holds, so TensorBoard
-hides the events a resumed run logged after its checkpoint, as the trainer drops those lines from metrics.jsonl.
+When the ``tensorboard`` package is installed (``pip install tensorboard``, or the ``tensorboard`` extra), every
+scalar of a record (:func:`scalars`) also goes to TensorBoard event files in ``RUN/tensorboard/``, at the record's
+step, tagged ``split/name`` (``train/loss``, ``dev/accuracy``). Each :class:`MetricsLog` (one per trainer, so one per
+command) writes an event file of its own, opened and closed for every record (no writer thread, nothing to close).
+The file begins with TensorBoard's restart marker one step after the last record metrics.jsonl then holds, so
+TensorBoard hides the events a resumed run logged after its checkpoint, as the trainer drops those lines from
+metrics.jsonl.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from types import SimpleNamespace
 from ..errors import SesameError
 
 TENSORBOARD = "tensorboard"  # the folder of a run's event files
-ENABLE = "pip install 'sesame-nlp[tensorboard]'"  # or: pip install tensorboard
+ENABLE = "pip install tensorboard"
 
 
 def scalars(record: dict) -> dict[str, float]:
