@@ -17,15 +17,23 @@ def _parser() -> argparse.ArgumentParser:
     from .commands import COMMANDS
 
     parser = argparse.ArgumentParser(prog="sesame", description="Transfer learning for NLP.")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="hide progress bars (hidden anyway with --json and when stderr is not a terminal)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).add(sub)
     return parser
 
 
+def quiet(args: argparse.Namespace) -> bool:
+    """Whether progress bars stay hidden: with ``--no-progress`` or ``--json``, and whenever stderr, where they are
+    drawn, is not a terminal (a log file, a pipe, CI). Every command reads the answer as ``args.no_progress``."""
+    return args.no_progress or getattr(args, "json", False) or not sys.stderr.isatty()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.no_progress = quiet(args)
     # Under torchrun (WORLD_SIZE > 1) training commands run on every process as one process group;
     # every other command runs on rank 0 alone, so it does not write the same files N times.
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -24,9 +24,9 @@ MARKER = "sesame.json"  # an application's folder: {"kind": "compare" | "ulmfit"
 APPLICATIONS = ("compare", "ulmfit", "demo")
 # folders made before the marker existed, known by the records of their stages (sesame.pipelines.stages.RECORD)
 LEGACY = {"compare": "*/*/compare.json", "ulmfit": "*/compare.json"}
-# the entries of a run directory (sesame.rundir, sesame.train.checkpoint, a stage's record, CoVe's second tokenizer)
+# the entries of a run directory (rundir, train.checkpoint and .metrics_log, a stage's record, CoVe's 2nd tokenizer)
 RUN_NAMES = ("config.json", "tokenizer.json", "target_tokenizer.json", "model.safetensors", "labels.json",
-             "metrics.jsonl", "checkpoint", "shards", "valid-shards", "compare.json")
+             "metrics.jsonl", "tensorboard", "checkpoint", "shards", "valid-shards", "compare.json")
 
 
 def _read_json(path: Path) -> object:

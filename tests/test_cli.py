@@ -163,3 +163,28 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs):
     assert message in result.stderr
     assert {name: snapshot(runs / name) for name in before} == before
     assert not (runs / "new").exists()
+
+
+@pytest.mark.parametrize("terminal, flags, drawn", [(True, [], True), (False, [], False),
+                                                    (True, ["--no-progress"], False)])
+def test_progress_bars_are_drawn_only_on_a_terminal(terminal, flags, drawn, tmp_path, capsys, monkeypatch):
+    from .conftest import sentences
+
+    (tmp_path / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
+    tok = str(tmp_path / "tok.json")
+    assert main(["tokenizer", "train", "--corpus", str(tmp_path / "corpus.txt"), "--vocab-size", "100",
+                 "--out", tok]) == 0
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
+    capsys.readouterr()
+    assert main([*flags, "prepare", "--corpus", str(tmp_path / "corpus.txt"), "--tokenizer", tok, "--out",
+                 str(tmp_path / "shards")]) == 0
+    assert ("prepare:" in capsys.readouterr().err) == drawn
+
+
+def test_json_output_hides_progress_bars_even_on_a_terminal(monkeypatch):
+    from sesame.cli import _parser, quiet
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["evaluate", "--model", "run", "--data", "dev.csv"]
+    assert not quiet(_parser().parse_args(argv))
+    assert quiet(_parser().parse_args([*argv, "--json"]))

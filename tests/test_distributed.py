@@ -6,6 +6,7 @@ once and passed as ``--corpus``, so both runs see the same token ids.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -124,12 +125,16 @@ def assert_same_training(single: Path, multi: Path, splits: tuple[str, ...] = ("
                         for k in losses(single, s))}
 
 
-def assert_written_once(run: Path) -> None:
-    """Only rank 0 wrote: one record per (step, split), no leftover temp files, one copy of each file."""
+def assert_written_once(run: Path, commands: int = 1) -> None:
+    """Only rank 0 wrote: one record per (step, split), no leftover temp files, one copy of each file (and, with
+    TensorBoard installed, one event file per command)."""
     keys = [(r["step"], r["split"]) for r in records(run)]
     assert len(keys) == len(set(keys)), f"duplicate metrics lines: {keys}"
-    assert sorted(p.name for p in run.iterdir()) == [
-        "checkpoint", "config.json", "metrics.jsonl", "model.safetensors", "tokenizer.json"]
+    board = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+    assert sorted(p.name for p in run.iterdir()) == sorted([
+        "checkpoint", "config.json", "metrics.jsonl", "model.safetensors", "tokenizer.json", *board])
+    if board:
+        assert len(list((run / "tensorboard").iterdir())) == commands
     assert sorted(p.name for p in (run / "checkpoint").iterdir()) == [
         "model.safetensors", "optimizer.json", "optimizer.safetensors", "trainer_state.json"]
 
@@ -192,7 +197,7 @@ def test_ctrl_c_under_torchrun_saves_once_and_resumes(prepared, tmp_path):
 
     run_sesame(2, args(multi) + ["--resume"])
     assert_same_training(single, multi)
-    assert_written_once(multi)
+    assert_written_once(multi, commands=2)
 
 
 def test_finetune_two_processes_like_one(prepared, tmp_path):

@@ -12,7 +12,7 @@ from ..options import add_flags, given
 from ..train import TrainConfig
 
 COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "convert", "neighbors",
-            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "demo")
+            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report", "demo")
 
 
 def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,

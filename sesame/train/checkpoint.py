@@ -70,6 +70,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     _commit(tmp, path)
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = _temporary(path)
+    Path(tmp).write_bytes(data)
+    _commit(tmp, path)
+
+
 def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 

@@ -14,6 +14,7 @@ import signal
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,7 @@ from ..errors import SesameError
 from ..options import option
 from .checkpoint import (atomic_write_text, checkpoint_dir, load_optimizer, load_weights, read_json, remove_leftovers,
                          save_checkpoint, save_weights)
+from .metrics_log import MetricsLog
 from .optim import adamw, linear_warmup_decay, slanted_triangular
 
 Batch = dict[str, torch.Tensor]
@@ -225,10 +227,14 @@ class Trainer:
         if self.rank == 0:
             save_checkpoint(self.run, self.model.state_dict(), self.optimizer, self.trainer_state())
 
+    @cached_property
+    def metrics_log(self) -> MetricsLog:
+        """metrics.jsonl, and TensorBoard's files when it is installed: this trainer's log from its first record."""
+        return MetricsLog(self.run)
+
     def log(self, record: dict) -> None:
         if self.rank == 0:
-            with open(self.run / "metrics.jsonl", "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+            self.metrics_log.append(record)
 
     # -- loop ------------------------------------------------------------------------------
     def _budget_spent(self) -> bool:
