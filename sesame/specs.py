@@ -49,9 +49,13 @@ def check_length(flag: str, value: int) -> None:
 
 
 def training(defaults: dict, overrides: dict) -> TrainConfig:
-    """The validated TrainConfig of ``overrides`` over ``defaults`` (a family's recipe) over TrainConfig's own."""
+    """The validated TrainConfig of ``overrides`` over ``defaults`` (a family's recipe) over TrainConfig's own. A
+    time budget given without a step budget is the budget: ``max_minutes`` alone lifts the default step cap."""
     split_known(overrides, TrainConfig)  # a misspelt name is a TypeError naming the known ones
-    cfg = TrainConfig(**{**defaults, **{k: v for k, v in overrides.items() if v is not None}})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "max_minutes" in given and "max_steps" not in given:
+        given["max_steps"] = None
+    cfg = TrainConfig(**{**defaults, **given})
     cfg.validate()
     return cfg
 

@@ -168,6 +168,16 @@ def test_small_training_sets_get_enough_steps_and_a_time_budget_is_used():
     assert default_epochs(32, timed=True) == TIMED_EPOCHS
 
 
+def test_a_time_budget_alone_is_not_cut_short_by_the_default_step_cap():
+    """`pretrain --max-minutes 15` trains for 15 minutes: the default 1,000 steps stopped such a run after 13 (the
+    NSP re-run of the 15-minute compare) while the schedule decayed by time."""
+    timed = PretrainSpec.of(["c.txt"], "run", family="bert", max_minutes=15).train_config()
+    assert timed.max_steps is None and timed.max_minutes == 15
+    both = PretrainSpec.of(["c.txt"], "run", family="bert", max_minutes=15, max_steps=500).train_config()
+    assert both.max_steps == 500 and both.max_minutes == 15
+    assert PretrainSpec.of(["c.txt"], "run", family="bert").train_config().max_steps == 1000
+
+
 def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
     train, dev = labeled  # 120 rows: 4 steps of 32 per epoch
     api.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "run"), progress=False, max_length=16)

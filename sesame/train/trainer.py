@@ -50,7 +50,7 @@ class TrainConfig:
     batch_size: int = option(32, help="sequences per optimizer step, over all micro-batches and processes")
     accumulate: int = option(1, help="micro-batches per step")
     clip: float = option(1.0, help="max global gradient norm (0 = off)")
-    max_steps: int | None = option(1000, help="step budget")
+    max_steps: int | None = option(1000, help="step budget (default 1000; none when only --max-minutes is given)")
     max_minutes: float | None = option(None, help="wall-time budget for the whole command")
     eval_every: int = option(200, help="validate every N steps")
     save_every: int = option(200, help="checkpoint every N steps")
