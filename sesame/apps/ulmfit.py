@@ -266,6 +266,15 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
     return record
 
 
+def classifier_recipe(*, epochs: int, lr: float, dropout: float) -> dict:
+    """Stage (c)'s fine-tuning options (§3.3), for :func:`sesame.api.finetune` from an ulmfit run or
+    ``scratch:ulmfit:SIZE``: gradual unfreezing (the head alone in epoch 1, one more layer group per epoch),
+    discriminative rates (÷2.6 per group) and one slanted triangle per epoch peaking at ``lr``, for ``epochs``;
+    ``dropout`` is the output dropout (the concat head's first). Concat pooling is the family's."""
+    return {"discriminative": DISCRIMINATIVE, "gradual_unfreezing": True, "schedule": "stlr", "warmup": CUT_FRAC,
+            "lr": lr, "epochs": epochs, "cycles": epochs, "dropout": dropout}
+
+
 def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
     """Stage (c): the target LM fine-tuned as a classifier with gradual unfreezing."""
     classifier = out / STAGES[2]
@@ -273,10 +282,10 @@ def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
     def fine_tune_classifier(resume: bool) -> dict:
         dev_metrics = api.finetune(base=str(out / STAGES[1]), train=spec.train, dev=spec.dev, out=str(classifier),
                                    task="classify", text_column=spec.text_column, label_column=spec.label_column,
-                                   max_length=spec.max_length, epochs=spec.classifier_epochs, dropout=spec.dropout,
-                                   resume=resume, progress=spec.progress, discriminative=DISCRIMINATIVE,
-                                   gradual_unfreezing=True, schedule="stlr", warmup=CUT_FRAC, lr=spec.classifier_lr,
-                                   cycles=spec.classifier_epochs, batch_size=spec.batch_size, seed=spec.seed)
+                                   max_length=spec.max_length, resume=resume, progress=spec.progress,
+                                   batch_size=spec.batch_size, seed=spec.seed,
+                                   **classifier_recipe(epochs=spec.classifier_epochs, lr=spec.classifier_lr,
+                                                       dropout=spec.dropout))
         return {"epochs": spec.classifier_epochs, "seconds": round(trainer_state(classifier)["elapsed"], 3),
                 "dev": {k: v for k, v in dev_metrics.items() if isinstance(v, (int, float))}}
 
