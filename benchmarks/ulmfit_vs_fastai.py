@@ -30,10 +30,12 @@ Per stage, the dev accuracy after it and the wall time so far: head only, +LSTM 
 
     pip install -c constraints.txt -e '.[fastai]'
     python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai --write-docs    # about 75 minutes on 2 cores
-    python benchmarks/ulmfit_vs_fastai.py --out /tmp/smoke --smoke                    # tiny data, under a minute
+    python benchmarks/ulmfit_vs_fastai.py --out /tmp/smoke --smoke                    # tiny data (see below)
 
-The 75 minutes: two LMs of ``--lm-minutes`` 20 each, then four classifiers of 5 epochs on 11,712 tweets (about
-4 minutes each on mini), per seed.
+The 75 minutes are an estimate, not yet measured: two LMs of ``--lm-minutes`` 20 each, then per seed four
+classifiers of 5 epochs on 11,712 tweets (sesame's took 3.6 minutes on mini, docs/ulmfit.md; fastai's took
+about twice sesame's time in the smoke run). The smoke run takes about 30 s of one core (4 minutes of wall time
+on a loaded 2-core machine).
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def smoke_data(out: Path) -> dict[str, Path]:
     paths = {}
     for name, source, n in (("train", "airline/train.csv", 241), ("dev", "airline/dev.csv", 81),
                             ("corpus", "wikitext2/train.txt", 600), ("valid", "wikitext2/valid.txt", 100)):
-        paths[name] = folder / Path(source).name.replace(".", f"-{name}.", 1)
+        paths[name] = folder / f"{name}{Path(source).suffix}"
         if not paths[name].exists():
             with (DATA / source).open(encoding="utf-8", newline="") as f:
                 lines = [line for _, line in zip(range(n), f)] if source.endswith(".txt") else None
@@ -108,7 +110,7 @@ def sesame_lm(data: dict[str, Path], run: Path, settings: dict, minutes: float, 
     dev = api.pretrain([str(data["corpus"])], str(run), family=FAMILY, size=settings["size"],
                        vocab_size=settings["vocab_size"], seq_len=settings["seq_len"], valid=[str(data["valid"])],
                        max_minutes=minutes, max_steps=NO_STEP_CAP, batch_size=settings["batch_size"], seed=seed,
-                       progress=False)
+                       progress=False, resume=(run / "config.json").is_file())  # an interrupted run continues
     return {"dev_loss": dev["loss"], "perplexity": float(np.exp(dev["loss"]))}
 
 
@@ -116,7 +118,7 @@ def sesame_classifier(base: str, data: dict[str, Path], run: Path, settings: dic
     """sesame's classifier recipe from ``base``; each epoch's dev accuracy and the seconds spent by then."""
     api.finetune(base, str(data["train"]), str(data["dev"]), str(run), text_column=TEXT, label_column=LABEL,
                  max_length=settings["max_length"], batch_size=settings["batch_size"], seed=seed, progress=False,
-                 **classifier_recipe(epochs=epochs, lr=settings["classifier_lr"], dropout=0.4))
+                 resume=(run / "config.json").is_file(), **classifier_recipe(epochs=epochs, lr=settings["classifier_lr"], dropout=0.4))
     evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs_seen = [e for e in evaluations if e["split"] == "dev"]
     stages = {name: epochs_seen[SESAME_EPOCH.get(name, len(epochs_seen)) - 1] for name in STAGES}
@@ -283,9 +285,9 @@ def main(argv: list[str] | None = None) -> dict:
     settings, minutes = (SMOKE, 0.05) if args.smoke else (FULL, args.lm_minutes)
     data = smoke_data(out) if args.smoke else real_data()
     record, results = open_record(out)
-    if results.get("settings", {**settings, "lm_minutes": minutes}) != {**settings, "lm_minutes": minutes}:
+    made = {**settings, "lm_minutes": minutes, "epochs": args.epochs}
+    if results.setdefault("settings", made) != made:
         parser.error(f"--out {out}: made with other settings ({results['settings']}); choose another --out")
-    results["settings"] = {**settings, "lm_minutes": minutes}
 
     sesame_run, fastai_run = out / "sesame-lm", out / "fastai-lm"
     stage(results, "lm/sesame", record, lambda: sesame_lm(data, sesame_run, settings, minutes, args.seeds[0]))
