@@ -23,7 +23,7 @@ from .train.recipes import Recipe
 RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --resume may change
 # set-up options recorded in config.json's "setup", for --resume to check (paths resolved)
 SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
-         FinetuneSpec: ("tokenizer", "cased", "drop_mult")}
+         FinetuneSpec: ("tokenizer", "cased", "drop_mult", "dropout")}  # dropout: as given, not as scaled or moved
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
          "vectors")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own

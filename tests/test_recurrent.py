@@ -14,7 +14,9 @@ from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.objectives.clm import AwdLM
 from sesame.tasks.classify import SequenceModel, pool
 from sesame.tokenizer import SpecialIds
+from sesame.resume import resumed_finetuning
 from sesame.rundir import load_tokenizer, read_config
+from sesame.specs import FinetuneSpec
 from sesame.train import recipes
 
 
@@ -256,10 +258,14 @@ def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
     sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                     str(tmp_path / "clf"), epochs=1, dropout=0.4, drop_mult=0.3, **common)
     clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model
-    assert {n: clf[n] for n in names} == pytest.approx({n: row[n] * 0.3 for n in names})  # not 0.5 × 0.3
+    inside = names[1:]  # the output dropout is the concat head's (fastai's get_text_classifier), applied once
+    assert {n: clf[n] for n in inside} == pytest.approx({n: row[n] * 0.3 for n in inside})  # not 0.5 × 0.3
+    assert clf["dropout"] == 0.0
     rebuilt = sesame.load(tmp_path / "clf").model.backbone.config  # evaluate and predict rebuild it as trained
-    assert rebuilt.weight_dropout == pytest.approx(row["weight_dropout"] * 0.3)
-    assert rebuilt.dropout == pytest.approx(0.4 * 0.3)
+    assert rebuilt.weight_dropout == pytest.approx(row["weight_dropout"] * 0.3) and rebuilt.dropout == 0.0
+    again = FinetuneSpec.of(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                            str(tmp_path / "clf"), dropout=0.4, drop_mult=0.3, resume=True)
+    assert resumed_finetuning(again).head_dropout == pytest.approx(0.4 * 0.3)  # --resume keeps the head's, unscaled
     with pytest.raises(sesame.SesameError, match="--drop-mult: scales the five dropouts of a recurrent"):
         sesame.finetune("scratch:bert:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                         str(tmp_path / "bert"), epochs=1, drop_mult=0.5, **common)

@@ -2,6 +2,7 @@
 import functools
 import hashlib
 import json
+import random
 import signal
 
 import pytest
@@ -15,7 +16,7 @@ from sesame.objectives import build_objective
 from sesame.objectives.clm import AwdLM, bptt_length
 from sesame.tokenizer import SpecialIds
 from sesame.train import Interrupted, Trainer
-from sesame.apps.ulmfit import STAGES, UlmfitSpec, ulmfit
+from sesame.apps.ulmfit import STAGES, UlmfitSpec, classifier_recipe, ulmfit
 
 from .conftest import sentences
 
@@ -199,3 +200,37 @@ def test_the_family_pretrains_with_variable_length_bptt(done):
     obj = build_objective(config["objective"], build_backbone(read_config(out / "general-lm", "--lm")),
                           load_tokenizer(out / "general-lm"))
     assert isinstance(obj, AwdLM)
+
+
+CUES = {"good": "pos", "great": "pos", "bad": "neg", "awful": "neg", "maybe": "mid", "perhaps": "mid"}
+
+
+def cue_task(path, n: int, seed: int) -> list[str]:
+    """``n`` texts of 3 to 10 random filler words (100 of them) with one cue word of :data:`CUES` inserted at a
+    random place, which alone decides the label (three classes, about a third each); returns the labels."""
+    rng = random.Random(seed)
+    rows, labels = ["text,label"], []
+    for _ in range(n):
+        cue = rng.choice(list(CUES))
+        words = [f"w{rng.randrange(100)}" for _ in range(rng.randint(3, 10))]
+        words.insert(rng.randrange(len(words) + 1), cue)
+        rows.append(" ".join(words) + "," + CUES[cue])
+        labels.append(CUES[cue])
+    path.write_text("\n".join(rows) + "\n")
+    return labels
+
+
+def test_the_full_classifier_recipe_from_scratch_learns_a_word_cue_task(tmp_path):
+    """A collapse check (issue 16): ULMFiT's whole classifier recipe (concat pooling, gradual unfreezing, ÷2.6
+    rates, STLR, the family's dropouts scaled as fastai's classifier scales them) on a random AWD-LSTM must learn
+    which word decides the label, as fastai's recipe does on the same data (benchmarks/ulmfit_vs_fastai.py
+    --smoke). On the recipe as it was (all five dropouts at the LM's rates, the output dropout applied twice)
+    it stayed at the majority class."""
+    cue_task(tmp_path / "train.csv", 2000, seed=1)
+    dev = cue_task(tmp_path / "dev.csv", 200, seed=2)
+    majority = max(dev.count(label) for label in set(dev)) / len(dev)
+    assert majority < 0.4
+    metrics = api.finetune("scratch:ulmfit:tiny", str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"),
+                           str(tmp_path / "clf"), progress=False, batch_size=32, max_length=16, seed=0,
+                           **classifier_recipe(epochs=5, lr=0.01, dropout=0.4))
+    assert metrics["accuracy"] > majority + 0.3, metrics

@@ -21,8 +21,9 @@ started afresh when it has none. A stage's settings include the records of the s
 builds on, so changing an earlier stage's settings is refused rather than mixed with old later stages.
 
 Hyperparameters follow §4: batch 64, BPTT 70, a base rate of 0.004 for fine-tuning the LM and 0.01 for
-the classifier, dropouts of the ``ulmfit`` family row (``dropout`` sets the classifier's output dropout
-alone). The target vocabulary is the general corpus's plus the training texts' words seen twice or more
+the classifier, dropouts of the ``ulmfit`` family row, the classifier's times 0.5 as in fastai (``dropout``
+sets the classifier's output dropout, applied once, in the concat head). The target vocabulary is the
+general corpus's plus the training texts' words seen twice or more
 (at most ``vocab_size``), each new word starting at the mean embedding as in the paper's code (§3.2), and the
 classifier keeps it. Deviations: AdamW with the trainer's betas (the paper: Adam with β1 = 0.7, β2 = 0.99);
 the general LM trains for a wall-time budget with the family's recipe (linear decay), not to convergence;
@@ -53,6 +54,10 @@ COMMAND = "ulmfit"
 FAMILY = next(f.name for f in FAMILIES.values() if f.command == COMMAND)  # the family whose whole recipe this is
 DISCRIMINATIVE = 2.6  # §3.2: η^{l−1} = η^l / 2.6
 CUT_FRAC = 0.1  # STLR's cut_frac (§3.2, eq. 3; its ratio 32 is TrainConfig.stlr_ratio's default)
+# the classifier's dropouts: AWD-LSTM's five times 0.5, as fastai's text_classifier_learner (drop_mult=0.5) and
+# its ULMFiT notebook fine-tune the classifier; at the row's full rates the recipe stayed at the majority class
+# from scratch, in sesame and in fastai alike (tests/test_ulmfit.py's word-cue task)
+CLASSIFIER_DROP_MULT = 0.5
 # gradual unfreezing reaches "all" in the epoch that unfreezes the last of the 5 layer groups (embeddings,
 # 3 LSTM layers, head), so the classifier trains for at least that many epochs
 MIN_CLASSIFIER_EPOCHS = 5
@@ -85,8 +90,8 @@ class UlmfitSpec:
     classifier_lr: float = option(1e-2, help="peak rate of the classifier")
     batch_size: int = option(64, help="all stages")
     max_length: int = option(128, help="classifier: tokens per text")
-    dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the last LSTM layer's and the concat "
-                                                   "head's first; AWD-LSTM's other four stay at the family's)")
+    dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the concat head's first), times 0.5 "
+                                                   "as AWD-LSTM's other four (fastai's classifier drop_mult)")
     seed: int = option(0, help="seed of every stage")
     progress: bool = option(True, cli=False, help="show progress bars")
 
@@ -266,6 +271,17 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
     return record
 
 
+def classifier_recipe(*, epochs: int, lr: float, dropout: float) -> dict:
+    """Stage (c)'s fine-tuning options (§3.3), for :func:`sesame.api.finetune` from an ulmfit run or
+    ``scratch:ulmfit:SIZE``: gradual unfreezing (the head alone in epoch 1, one more layer group per epoch),
+    discriminative rates (÷2.6 per group) and one slanted triangle per epoch peaking at ``lr``, for ``epochs``;
+    ``dropout`` is the output dropout (the concat head's first, applied once:
+    :func:`sesame.tasks.classify.concat_head`), AWD-LSTM's other four the family row's, all five times
+    :data:`CLASSIFIER_DROP_MULT` as in fastai. Concat pooling is the family's."""
+    return {"discriminative": DISCRIMINATIVE, "gradual_unfreezing": True, "schedule": "stlr", "warmup": CUT_FRAC,
+            "lr": lr, "epochs": epochs, "cycles": epochs, "dropout": dropout, "drop_mult": CLASSIFIER_DROP_MULT}
+
+
 def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
     """Stage (c): the target LM fine-tuned as a classifier with gradual unfreezing."""
     classifier = out / STAGES[2]
@@ -273,10 +289,10 @@ def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
     def fine_tune_classifier(resume: bool) -> dict:
         dev_metrics = api.finetune(base=str(out / STAGES[1]), train=spec.train, dev=spec.dev, out=str(classifier),
                                    task="classify", text_column=spec.text_column, label_column=spec.label_column,
-                                   max_length=spec.max_length, epochs=spec.classifier_epochs, dropout=spec.dropout,
-                                   resume=resume, progress=spec.progress, discriminative=DISCRIMINATIVE,
-                                   gradual_unfreezing=True, schedule="stlr", warmup=CUT_FRAC, lr=spec.classifier_lr,
-                                   cycles=spec.classifier_epochs, batch_size=spec.batch_size, seed=spec.seed)
+                                   max_length=spec.max_length, resume=resume, progress=spec.progress,
+                                   batch_size=spec.batch_size, seed=spec.seed,
+                                   **classifier_recipe(epochs=spec.classifier_epochs, lr=spec.classifier_lr,
+                                                       dropout=spec.dropout))
         return {"epochs": spec.classifier_epochs, "seconds": round(trainer_state(classifier)["elapsed"], 3),
                 "dev": {k: v for k, v in dev_metrics.items() if isinstance(v, (int, float))}}
 
@@ -284,7 +300,8 @@ def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
         "stage": STAGES[2], "from": target, "task": {**spec.task.columns, "train": str(Path(spec.train).resolve()),
                                                      "dev": str(Path(spec.dev).resolve())},
         "epochs": spec.classifier_epochs, "lr": spec.classifier_lr, "batch_size": spec.batch_size,
-        "max_length": spec.max_length, "dropout": spec.dropout, "seed": spec.seed}, fine_tune_classifier)
+        "max_length": spec.max_length, "dropout": spec.dropout, "drop_mult": CLASSIFIER_DROP_MULT, "seed": spec.seed},
+        fine_tune_classifier)
     _say(STAGES[2], record, reused)
     return record
 

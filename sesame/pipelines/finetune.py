@@ -61,6 +61,11 @@ def finetune(spec: FinetuneSpec) -> dict:
         config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
         config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
                                                     arch=config.model.get("arch", "transformer")))
+        pooling = spec.pooling or config.pooling
+        if pooling == "concat" and config.model.get("arch") == "recurrent":
+            # fastai's text classifier (get_text_classifier): the encoder's output dropout is the concat head's
+            # first, and AWD_LSTM drops nothing after its last layer, so it is applied once, not twice
+            config.model["dropout"] = 0.0
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)
@@ -76,7 +81,7 @@ def finetune(spec: FinetuneSpec) -> dict:
             write_json(run / "labels.json", labels)
         write_config(run, RunConfig(
             kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
-            pooling=spec.pooling or config.pooling, model=config.model, base=spec.base, max_length=spec.max_length,
+            pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
             epochs=spec.epochs, batching=spec.batching, train=asdict(cfg), setup=setup_record(spec)))
 

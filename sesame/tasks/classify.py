@@ -65,7 +65,9 @@ class BatchNorm(nn.BatchNorm1d):
 def concat_head(width: int, n_out: int, dropout: float) -> nn.Sequential:
     """ULMFiT's classifier (§3.3): two blocks of batch normalisation, dropout and a linear layer, ReLU between.
     The dropouts are fastai's (``get_text_classifier``): ``dropout`` (the encoder's output dropout, scaled by
-    ``drop_mult``) in the first block and :data:`CONCAT_DROPOUT` in the second."""
+    ``drop_mult``) in the first block and :data:`CONCAT_DROPOUT` in the second. A recurrent encoder under this
+    head drops nothing after its last layer (fastai's AWD_LSTM; the fine-tuning pipeline records its output
+    dropout as 0), so the output dropout is applied once, here."""
     return nn.Sequential(BatchNorm(width), nn.Dropout(dropout), nn.Linear(width, CONCAT_HIDDEN), nn.ReLU(),
                          BatchNorm(CONCAT_HIDDEN), nn.Dropout(CONCAT_DROPOUT), nn.Linear(CONCAT_HIDDEN, n_out))
 
