@@ -84,10 +84,10 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
     token ``eos``, or when ``stopped(tokens)`` says so (a stop string: the tokens are kept); at ``max_len``
     steps the live hypotheses compete too. See the module docstring for ``early_stopping``; ``beam`` = 1 is
     greedy decoding."""
-    rows, k = len(start), beam
-    state = state.select(torch.arange(rows).repeat_interleave(k))
+    rows, k, device = len(start), beam, start.device  # the model's device, as start's
+    state = state.select(torch.arange(rows, device=device).repeat_interleave(k))
     previous = start.repeat_interleave(k)
-    totals = torch.full((rows, k), -INF)
+    totals = torch.full((rows, k), -INF, device=device)
     totals[:, 0] = 0.0  # one live hypothesis per sentence at the start
     history: list[list[int]] = [[] for _ in range(rows * k)]
     finished: list[list[Hypothesis]] = [[] for _ in range(rows)]
@@ -119,10 +119,10 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
             picked += live + [(r * k, eos, -INF)] * (k - len(live))  # done or short: dead rows
         if all(done):
             break
-        index = torch.tensor([row for row, _, _ in picked])
+        index = torch.tensor([row for row, _, _ in picked], device=device)
         state = state.select(index)
-        previous = torch.tensor([token for _, token, _ in picked])
-        totals = torch.tensor([total for _, _, total in picked]).reshape(rows, k)
+        previous = torch.tensor([token for _, token, _ in picked], device=device)
+        totals = torch.tensor([total for _, _, total in picked], device=device).reshape(rows, k)
         history = [history[row] + [token] for row, token, _ in picked]
     for r in range(rows):  # the length limit: live hypotheses compete too
         if not done[r]:
