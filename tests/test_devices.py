@@ -1,0 +1,285 @@
+"""Devices, precision and compile (sesame.runtime): the same code path on the CPU with --device cpu explicit, a
+fake device that catches tensors made on the CPU beside the model, fp16's scaler on the CPU, and the GPU tests
+(marked ``gpu``: skipped without CUDA; scripts/gpu_check.sh runs them on one)."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import sesame
+from sesame.cli import main
+from sesame.errors import SesameError
+from sesame.objectives import build_objective
+from sesame.runtime import Placement, Runtime, resolve_device
+from sesame.tasks import make_task
+from sesame.tokenizer import train_tokenizer
+from sesame.train import Interrupted, TrainConfig, Trainer
+from sesame.train.checkpoint import load_weights
+
+from .conftest import sentences
+
+TINY = dict(family="bert", size="tiny", vocab_size=200, seq_len=32, batch_size=8, eval_every=2, save_every=2,
+            progress=False)
+
+
+def test_device_names_resolve_or_are_refused_in_one_line():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type in ("cuda", "mps", "cpu")
+    with pytest.raises(SesameError, match="--device gpu0: choose auto, cpu, cuda, cuda:N or mps"):
+        resolve_device("gpu0")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--device", "cuda:0"], "--device cuda:0: this machine has no CUDA GPU"),
+    (["--device", "cpu", "--precision", "fp16"], "--precision fp16: float16 training needs a CUDA GPU"),
+    (["--device", "cpu", "--tf32"], "--tf32: TF32 is a mode of NVIDIA GPUs"),
+    (["--device", "tpu"], "--device tpu: choose auto, cpu, cuda, cuda:N or mps"),
+])
+def test_impossible_device_and_precision_exit_2_in_one_line_writing_nothing(flags, message, corpus, tmp_path,
+                                                                           capsys):
+    if flags[1].startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(out), "--size", "tiny", "--max-steps", "1",
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sesame: error: ") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_the_cpu_explicitly_runs_pretrain_finetune_and_predict_and_records_it(corpus, labeled, tmp_path, capsys):
+    pre, fine = tmp_path / "pre", tmp_path / "fine"
+    assert main(["--no-progress", "pretrain", "--corpus", str(corpus), "--out", str(pre), "--size", "tiny",
+                 "--vocab-size", "200", "--seq-len", "32", "--batch-size", "8", "--max-steps", "2",
+                 "--device", "cpu"]) == 0
+    assert json.loads((pre / "config.json").read_text())["runtime"] == {
+        "device": "cpu", "precision": "fp32", "tf32": False, "compile": False}
+    train, dev = labeled
+    assert main(["--no-progress", "finetune", "--from", str(pre), "--train", str(train), "--dev", str(dev),
+                 "--out", str(fine), "--epochs", "1", "--batch-size", "16", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(fine), "--input", str(dev), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 40 and json.loads(lines[0])["label"] in ("animal", "none")
+
+
+def stopped_at_2_then_resumed(corpus, out, monkeypatch, *, precision, device):
+    """A 4-step run stopped after step 2 (as Ctrl-C stops it), then resumed without --precision."""
+    original = Trainer._train_step
+
+    def stop_after_two(self, wrapped):
+        result = original(self, wrapped)
+        self._stop_requested = self.step == 2
+        return result
+
+    monkeypatch.setattr(Trainer, "_train_step", stop_after_two)
+    with pytest.raises(Interrupted, match="step 2"):
+        sesame.pretrain([str(corpus)], str(out), max_steps=4, precision=precision, device=device, **TINY)
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    sesame.pretrain([str(corpus)], str(out), max_steps=4, resume=True, device=device, **TINY)
+
+
+def same_weights(a, b):
+    a, b = load_weights(a / "model.safetensors"), load_weights(b / "model.safetensors")
+    return all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_bf16_on_the_cpu_trains_with_finite_loss_and_resumes_exactly_keeping_its_precision(corpus, tmp_path,
+                                                                                          monkeypatch):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    sesame.pretrain([str(corpus)], str(whole), max_steps=4, precision="bf16", device="cpu", **TINY)
+    stopped_at_2_then_resumed(corpus, cut, monkeypatch, precision="bf16", device="cpu")
+    losses = [r["loss"] for r in map(json.loads, (cut / "metrics.jsonl").read_text().splitlines())]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    assert json.loads((cut / "config.json").read_text())["runtime"]["precision"] == "bf16"
+    assert same_weights(whole, cut)
+
+
+def test_older_runs_precision_in_their_training_config_is_the_one_resume_takes():
+    from sesame.resume import _runtime
+    from sesame.specs import PretrainSpec, RunConfig
+
+    spec = PretrainSpec(corpus="c", out="o")
+    old = RunConfig(kind="pretrained", family="bert", model={}, train={"precision": "bf16"})
+    assert _runtime(spec, old).precision == "bf16"
+    given = PretrainSpec(corpus="c", out="o", runtime=Runtime(precision="fp32"))
+    assert _runtime(given, old).precision == "fp32"  # the runtime may change on resume (sesame.runtime)
+
+
+# -- the trainer's fp16 path (its gradient scaler) on the CPU: CPU autocast runs float16 too -----------------
+
+class Scaled(nn.Module):
+    """Σ w·x over a batch: a model whose gradients a test can make overflow."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, batch):
+        return (self.w * batch["x"]).sum()
+
+
+def fp16_trainer(run, steps, x):
+    batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
+                                       "x": x.clone()}]
+    cfg = TrainConfig(max_steps=steps, save_every=2, eval_every=100, clip=0.0, warmup=0.0, lr=1e-3)
+    return Trainer(Scaled(), run, cfg, batches, progress=False,
+                   runtime=Placement(device=torch.device("cpu"), precision="fp16"))
+
+
+def test_fp16_saves_its_scaler_with_the_checkpoint_and_resume_restores_it(tmp_path):
+    trainer = fp16_trainer(tmp_path / "run", 2, torch.ones(4))
+    trainer.fit()
+    state = json.loads((tmp_path / "run/checkpoint/trainer_state.json").read_text())
+    assert state["scaler"]["scale"] == trainer.scaler.get_scale() == 65536.0
+    state["scaler"]["scale"] = 1024.0  # a scale a longer run would have reached
+    (tmp_path / "run/checkpoint/trainer_state.json").write_text(json.dumps(state))
+    resumed = fp16_trainer(tmp_path / "run", 3, torch.ones(4))
+    resumed.resume()
+    assert resumed.scaler.get_scale() == 1024.0 and resumed.step == 2
+
+
+def test_fp16_skips_a_step_whose_gradients_overflow_and_halves_the_scale(tmp_path):
+    trainer = fp16_trainer(tmp_path / "run", 1, torch.full((4,), 1e37))  # finite loss, but x·scale overflows
+    trainer.fit()
+    assert torch.equal(trainer.model.w.detach(), torch.ones(4))  # the step was skipped
+    assert trainer.scaler.get_scale() == 32768.0
+
+
+def test_compile_falls_back_with_one_warning_where_it_fails(tmp_path, monkeypatch, capsys):
+    class Failed(torch._dynamo.exc.TorchDynamoException):
+        pass
+
+    def failing(fn, **kwargs):
+        def call(*args, **kw):
+            raise Failed("no backend for this device")
+        return call
+
+    monkeypatch.setattr(torch, "compile", failing)
+    batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
+                                       "x": torch.ones(4)}]
+    cfg = TrainConfig(max_steps=3, save_every=100, eval_every=100, clip=0.0, warmup=0.0)
+    trainer = Trainer(Scaled(), tmp_path / "run", cfg, batches, progress=False,
+                      runtime=Placement(device=torch.device("cpu"), compile=True))
+    trainer.fit()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "--compile" in line]
+    assert len(warnings) == 1 and "running it uncompiled" in warnings[0] and "Failed" in warnings[0]
+    assert trainer.step == 3 and not torch.equal(trainer.model.w.detach(), torch.ones(4))
+
+
+def test_compile_wraps_the_training_forward_pass(tmp_path, monkeypatch):
+    compiled = []
+
+    def fake(fn, **kwargs):
+        compiled.append(fn)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake)
+    model = Scaled()
+    batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
+                                       "x": torch.ones(4)}]
+    cfg = TrainConfig(max_steps=1, save_every=100, eval_every=100)
+    Trainer(model, tmp_path / "run", cfg, batches, progress=False,
+            runtime=Placement(device=torch.device("cpu"), compile=True)).fit()
+    assert compiled == [model]
+
+
+# -- placement: tensors made without the model's device ----------------------------------------------------
+# Under ``torch.device("meta")`` a tensor made inside a forward pass without ``device=`` lands on the meta device
+# and fails as soon as it meets the model's (CPU) tensors, as a CPU tensor would beside a CUDA model; the model
+# and its batch stay on the CPU, so what a forward pass reads back from its tensors (lengths, counts) still works.
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(sentences(300), "wordpiece", 200)
+
+
+def tiny_backbone(family, tokenizer):
+    from sesame.families import backbone_config
+
+    return sesame.models.build_model(backbone_config(family, "tiny", tokenizer.vocab_size, tokenizer.specials.pad,
+                                                     0.1, 64).to_dict())
+
+
+def forward_backward_off_the_default_device(model, batch):
+    model.train()
+    with torch.device("meta"):
+        output = model(batch)
+        loss = sum(output.values()) if isinstance(output, dict) else output
+        loss.backward()
+    assert loss.device.type == "cpu" and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("objective, family", [("mlm", "bert"), ("clm", "gpt"), ("span", "spanbert"),
+                                               ("electra", "electra"), ("mlm_nsp", "bert")])
+def test_objectives_make_no_tensor_off_the_models_device(objective, family, tokenizer):
+    from sesame.data.windows import generators
+
+    obj = build_objective(objective, tiny_backbone(family, tokenizer), tokenizer, {})
+    windows = torch.randint(5, tokenizer.vocab_size, (2, obj.window_length(16)))
+    partners = windows.flip(0) if obj.pairs else None
+    forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1]), partners))
+
+
+@pytest.mark.parametrize("task, example, labels", [
+    ("classify", {"text": "the cat sleeps", "label": "a"}, ["a", "b"]),
+    ("tag", {"words": ["the", "cat"], "tags": ["O", "B-X"]}, ["O", "B-X"]),
+])
+def test_task_models_make_no_tensor_off_the_models_device(task, example, labels, tokenizer):
+    job = make_task(task, {})
+    model = job.build(tiny_backbone("bert", tokenizer), len(labels), "last", 0.1)
+    features = job.features([{**example, "line": 1}, {**example, "line": 2}], tokenizer, 32, labels, False)
+    forward_backward_off_the_default_device(model, job.collate(features, tokenizer.specials.pad))
+
+
+def test_the_default_device_check_catches_a_tensor_made_without_the_models_device():
+    class Careless(nn.Module):
+        def forward(self, batch):
+            return (batch["x"] * torch.ones(batch["x"].shape)).sum()  # no device=
+
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        forward_backward_off_the_default_device(Careless(), {"x": torch.ones(3, requires_grad=True)})
+
+
+# -- on a GPU (scripts/gpu_check.sh) ---------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_a_run_trained_on_cuda_loads_on_the_cpu_with_the_same_weights_and_predictions(corpus, labeled, tmp_path):
+    pre, fine = tmp_path / "pre", tmp_path / "fine"
+    sesame.pretrain([str(corpus)], str(pre), max_steps=4, device="cuda", **TINY)
+    train, dev = labeled
+    sesame.finetune(str(pre), str(train), str(dev), str(fine), epochs=1, batch_size=16, device="cuda",
+                    progress=False)
+    on_gpu = sesame.load(fine, runtime=Runtime(device="cuda"))
+    on_cpu = sesame.load(fine, runtime=Runtime(device="cpu"))
+    weights = load_weights(fine / "model.safetensors")
+    assert all(torch.equal(on_cpu.model.state_dict()[k], weights[k]) for k in weights)
+    assert all(torch.equal(on_gpu.model.state_dict()[k].cpu(), weights[k]) for k in weights)
+    texts = ["the cat sleeps", "a tree near the river"]
+    a, b = on_gpu.predict(texts), on_cpu.predict(texts)
+    assert [x["label"] for x in a] == [x["label"] for x in b]
+    for x, y in zip(a, b):
+        assert all(abs(x["probabilities"][k] - y["probabilities"][k]) < 1e-4 for k in x["probabilities"])
+
+
+@pytest.mark.gpu
+def test_a_cpu_run_resumes_on_cuda(corpus, tmp_path):
+    run = tmp_path / "run"
+    sesame.pretrain([str(corpus)], str(run), max_steps=2, device="cpu", **TINY)
+    sesame.pretrain([str(corpus)], str(run), max_steps=4, resume=True, device="cuda", **TINY)
+    assert json.loads((run / "config.json").read_text())["runtime"]["device"].startswith("cuda")
+    assert all(torch.isfinite(w).all() for w in load_weights(run / "model.safetensors").values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_on_cuda_trains_and_resumes_exactly(precision, corpus, tmp_path, monkeypatch):
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bfloat16")
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    sesame.pretrain([str(corpus)], str(whole), max_steps=4, precision=precision, device="cuda", **TINY)
+    stopped_at_2_then_resumed(corpus, cut, monkeypatch, precision=precision, device="cuda")
+    state = json.loads((cut / "checkpoint/trainer_state.json").read_text())
+    assert ("scaler" in state) == (precision == "fp16")
+    assert same_weights(whole, cut)  # the same GPU and kernels: the same numbers
