@@ -134,6 +134,11 @@ class Placement:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The type autocast's matrix products give (float32 in fp32): what a KV cache stores."""
+        return DTYPES.get(self.precision, torch.float32)
+
     def scaler(self) -> torch.amp.GradScaler:
         """fp16's gradient scaler (a step whose gradients overflow is skipped and the scale halved); a disabled
         one, which passes everything through, in the other precisions."""
