@@ -170,12 +170,13 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
 
 def resumed_spec(spec: Any, config: RunConfig, recorded: dict) -> Any:
     """An application's spec (``sesame cove``'s) as its run was made: the ``recorded`` values (spec field →
-    the run's value) and the run's training with the budget given now; refuses an option that contradicts them."""
+    the run's value), the run's training with the budget given now and its precision unless one is given;
+    refuses an option that contradicts them."""
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
-    return replace(spec, **_kept(spec, recorded), training=training)
+    return replace(spec, **_kept(spec, recorded), training=training, runtime=_runtime(spec, config))
 
 
 def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ContextManager
 
 import torch
@@ -66,6 +66,12 @@ class Runtime:
                 raise SesameError(f"--tf32: TF32 is a mode of NVIDIA GPUs; --device is {device}; drop --tf32")
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         return Placement(device=device, precision=precision, compile=self.compile)
+
+
+def given_runtime(spec: dict, fields: dict) -> Runtime:
+    """The runtime of the Python API's keywords: ``spec``'s ``runtime`` (popped from it; default :class:`Runtime`'s)
+    with the Runtime ``fields`` given as keywords over it (``runtime=Runtime(device="cuda"), precision="bf16"``)."""
+    return replace(spec.pop("runtime", None) or Runtime(), **fields)
 
 
 def _local_rank() -> int:

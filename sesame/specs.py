@@ -18,7 +18,7 @@ from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .options import RATE, check_ranges, option, split_known
-from .runtime import Runtime
+from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
@@ -123,8 +123,8 @@ class PretrainSpec(RecurrentDropouts):
     def of(cls, corpus: list[str] | str, out: str, **options: Any) -> PretrainSpec:
         """The spec of the Python API's keywords: spec fields, and TrainConfig fields (``lr=...``) as ``training``."""
         spec, train, runtime = split_known(options, cls, TrainConfig, Runtime)
-        return cls(corpus=corpus, out=out, **spec, training={**spec.pop("training", {}), **train},
-                   runtime=spec.pop("runtime", None) or Runtime(**runtime),
+        training, runtime = {**spec.pop("training", {}), **train}, given_runtime(spec, runtime)
+        return cls(corpus=corpus, out=out, **spec, training=training, runtime=runtime,
                    explicit=frozenset({"corpus", "out", *spec}))
 
     @property
@@ -235,12 +235,13 @@ class FinetuneSpec(RecurrentDropouts):
         fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
         columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
         spec, recipe, train_options, runtime = split_known(options, cls, Recipe, TrainConfig, Runtime)
+        runtime = given_runtime(spec, runtime)
         explicit = frozenset({"base", "train", "dev", "out", *spec, *recipe})
         task_options = {**(spec.pop("task_options", None) or {}), **columns}
-        return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options,
-                   recipe=spec.pop("recipe", None) or Recipe(**recipe), training={**spec.pop("training", {}),
-                                                                                 **train_options},
-                   runtime=spec.pop("runtime", None) or Runtime(**runtime), explicit=explicit)
+        recipe = spec.pop("recipe", None) or Recipe(**recipe)
+        training = {**spec.pop("training", {}), **train_options}
+        return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options, recipe=recipe,
+                   training=training, runtime=runtime, explicit=explicit)
 
     @property
     def head_dropout(self) -> float:
