@@ -331,6 +331,163 @@ def test_the_placement_check_catches_a_tensor_made_without_the_models_device(car
         forward_backward_off_the_default_device(Careless(), {"x": torch.ones(3, 2, requires_grad=True)})
 
 
+# -- every command that runs a model takes the runtime --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Tiny inputs of every command: a GPT run, a labeled task (CSV, and as compare's JSON task), a corpus, a
+    parallel corpus and a trained MT-LSTM run."""
+    from sesame.apps.cove import CoveSpec, train_cove
+    from sesame.families import backbone_config
+    from sesame.rundir import write_config
+    from sesame.specs import RunConfig
+    from sesame.train.checkpoint import save_weights
+
+    root = tmp_path_factory.mktemp("commands")
+    tok = train_tokenizer(sentences(200), "bpe", 300)
+    cfg = backbone_config("gpt", "tiny", tok.vocab_size, tok.specials.pad, 0.0, 64)
+    gpt = root / "gpt"
+    gpt.mkdir()
+    tok.save(gpt / "tokenizer.json")
+    save_weights(gpt / "model.safetensors", {"backbone." + k: v for k, v in sesame.models.Transformer(cfg)
+                                             .state_dict().items()})
+    write_config(gpt, RunConfig(kind="pretrained", family="gpt", size="tiny", seq_len=32, model=cfg.to_dict(),
+                                objective="clm", pooling="last"))
+    (root / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
+    for split, seed, n in (("train", 10, 48), ("dev", 11, 16)):
+        (root / f"{split}.csv").write_text("text,label\n" + "".join(
+            f'"{s}",{"animal" if {"cat", "dog"} & set(s.lower()[:-1].split()) else "none"}\n'
+            for s in sentences(n, seed)))
+    (root / "task.json").write_text(json.dumps({"name": "animals", "train": str(root / "train.csv"),
+                                                "dev": str(root / "dev.csv")}))
+    lines = "".join(f"{' '.join(s.lower().split()[:4])}\n" for s in sentences(60, 3))
+    for name in ("src", "tgt"):
+        (root / f"pairs.{name}").write_text(lines)
+    pairs = {f"{split}_{side}": str(root / f"pairs.{side}") for split in ("train", "valid") for side in ("src", "tgt")}
+    train_cove(CoveSpec(**pairs, out=str(root / "cove"), size="tiny", progress=False,
+                        training=dict(max_steps=2, eval_every=2, batch_size=16)))
+    return root
+
+
+def command(name, root, out):
+    """``name``'s command line on the tiny inputs, writing (if at all) into ``out``."""
+    compare_approach = "gpt:tiny:seq_len=16:batch_size=8:vocab_size=200"
+    return {
+        "generate": ["generate", "--model", f"{root}/gpt", "--prompt", "The cat", "--prompt", "A dog",
+                     "--max-new-tokens", "3", "--json"],
+        "prompt-eval": ["prompt-eval", "--model", f"{root}/gpt", "--data", f"{root}/dev.csv", "--k", "0", "--json"],
+        "neighbors": ["neighbors", "--model", f"{root}/gpt", "--word", "cat", "--corpus", f"{root}/corpus.txt",
+                      "--json"],
+        "translate": ["translate", "--model", f"{root}/cove", "--input", f"{root}/pairs.src", "--output", str(out)],
+        "cove": ["cove", "--train-src", f"{root}/pairs.src", "--train-tgt", f"{root}/pairs.tgt", "--valid-src",
+                 f"{root}/pairs.src", "--valid-tgt", f"{root}/pairs.tgt", "--out", str(out), "--size", "tiny",
+                 "--max-steps", "2", "--eval-every", "2", "--batch-size", "16"],
+        "ulmfit": ["ulmfit", "--train", f"{root}/train.csv", "--dev", f"{root}/dev.csv", "--corpus",
+                   f"{root}/corpus.txt", "--out", str(out), "--size", "tiny", "--vocab-size", "100", "--seq-len", "16",
+                   "--lm-steps", "2", "--target-epochs", "1", "--batch-size", "16", "--max-length", "24"],
+        "compare": ["compare", "--approaches", compare_approach, "--corpus", f"{root}/corpus.txt", "--tasks",
+                    f"{root}/task.json", "--out", str(out), "--minutes", "1", "--max-steps", "2", "--epochs", "1",
+                    "--batch-size", "16", "--max-length", "24"],
+        "demo": ["demo", "--out", str(out)],
+    }[name]
+
+
+COMMANDS = ("generate", "prompt-eval", "neighbors", "translate", "cove", "ulmfit", "compare", "demo")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_model_command_refuses_a_device_it_lacks_in_one_line_writing_nothing(name, inputs, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    out = tmp_path / "out"
+    assert main(["--no-progress", *command(name, inputs, out), "--device", "cuda:0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"sesame: error: --device cuda:0: this machine has no CUDA GPU that PyTorch {torch.__version__} " \
+                  "can use; use --device cpu (or auto)"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["generate", "prompt-eval", "neighbors", "translate", "cove"])
+def test_the_cpu_explicitly_runs_every_inference_command_as_the_default_does(name, inputs, tmp_path, capsys):
+    outputs = []
+    for device, out in ((["--device", "cpu"], tmp_path / "cpu"), ([], tmp_path / "default")):
+        capsys.readouterr()
+        assert main(["--no-progress", *command(name, inputs, out), *device]) == 0
+        text = out.read_text() if out.is_file() else capsys.readouterr().out
+        outputs.append(text if name != "cove" else json.loads((out / "config.json").read_text())["runtime"])
+    assert outputs[0] and (outputs[0] == outputs[1] or name == "cove")
+    if name == "cove":
+        assert outputs[0] == {"device": "cpu", "precision": "fp32", "tf32": False, "compile": False}
+
+
+def stage_settings(folder):
+    return {str(path.parent.relative_to(folder)): json.loads(path.read_text())["settings"]
+            for path in folder.rglob("compare.json")}
+
+
+def test_compare_records_the_precision_not_the_device_in_its_cells_settings(inputs, tmp_path, capsys):
+    out = tmp_path / "compare"
+    assert main(["--no-progress", *command("compare", inputs, out), "--device", "cpu"]) == 0
+    settings = stage_settings(out)
+    assert len(settings) == 4 and not any({"device", "precision"} & set(s) for s in settings.values())
+    capsys.readouterr()
+    assert main(["--no-progress", *command("compare", inputs, out), "--precision", "fp32"]) == 0  # any device
+    assert capsys.readouterr().err.count("(reused)") == 4
+    assert main(["--no-progress", *command("compare", inputs, out), "--precision", "bf16"]) == 2
+    assert "made with other settings (precision)" in capsys.readouterr().err
+
+
+def test_stage_runtime_gives_the_precision_explicitly_and_records_only_a_lower_one():
+    from sesame.pipelines.stages import stage_runtime
+
+    assert stage_runtime(Runtime(device="cpu")) == (Runtime(device="cpu", precision="fp32"), {})
+    assert stage_runtime(Runtime(precision="bf16", compile=True)) == (Runtime(precision="bf16", compile=True),
+                                                                      {"precision": "bf16"})
+
+
+def test_compare_takes_an_approachs_precision_and_refuses_its_device():
+    from sesame.apps.compare import parse_approach
+
+    approach = parse_approach("gpt:tiny:precision=bf16:finetune.precision=fp32")
+    assert approach.options == {"precision": "bf16"} and approach.finetune == {"precision": "fp32"}
+    with pytest.raises(SesameError, match="precision=fp8: choose one of fp32, bf16, fp16"):
+        parse_approach("gpt:tiny:precision=fp8")
+    with pytest.raises(SesameError, match="device is the machine's choice, the same for every approach; give "
+                                          "compare --device"):
+        parse_approach("gpt:tiny:device=cuda")
+    with pytest.raises(SesameError, match="finetune.tf32 is the machine's choice"):
+        parse_approach("gpt:tiny:finetune.tf32=true")
+
+
+def test_ulmfit_gives_its_stages_the_runtime_and_records_no_device(inputs, tmp_path):
+    out = tmp_path / "ulmfit"
+    assert main(["--no-progress", *command("ulmfit", inputs, out), "--device", "cpu", "--json"]) == 0
+    settings = stage_settings(out)
+    assert set(settings) == {"general-lm", "target-lm", "classifier"}
+    assert not any({"device", "precision"} & set(s) for s in settings.values())
+    assert {json.loads((out / stage / "config.json").read_text())["runtime"]["device"] for stage in settings} == {"cpu"}
+
+
+def test_the_api_merges_runtime_keywords_over_a_runtime():
+    from sesame.specs import FinetuneSpec, PretrainSpec
+
+    spec = PretrainSpec.of("c", "o", runtime=Runtime(device="cpu"), precision="bf16", lr=1.0)
+    assert spec.runtime == Runtime(device="cpu", precision="bf16") and spec.training == {"lr": 1.0}
+    tuned = FinetuneSpec.of("b", "t", "d", "o", runtime=Runtime(device="cpu"), training={"lr": 2.0})
+    assert tuned.runtime == Runtime(device="cpu") and tuned.training == {"lr": 2.0}
+
+
+def test_a_language_model_caches_keys_in_its_compute_type_on_its_device(tokenizer):
+    from sesame.language_model import LanguageModel
+
+    lm = LanguageModel(tiny_backbone("gpt", tokenizer), tokenizer,
+                       placement=Placement(device=torch.device("cpu"), precision="bf16"))
+    cache = lm.cache(1, 8)
+    assert cache.keys[0].dtype == torch.bfloat16 and cache.keys[0].device == lm.device
+    logits = lm.logits(torch.tensor([[5, 6, 7]]), cache=cache)
+    assert logits.dtype == torch.float32 and cache.length == 3
+
+
 # -- on a GPU (scripts/gpu_check.sh) ---------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -372,3 +529,31 @@ def test_mixed_precision_on_cuda_trains_and_resumes_exactly(precision, corpus, t
     state = json.loads((cut / "checkpoint/trainer_state.json").read_text())
     assert ("scaler" in state) == (precision == "fp16")
     assert same_weights(whole, cut)  # the same GPU and kernels: the same numbers
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["generate", "prompt-eval", "neighbors", "translate"])
+def test_the_inference_commands_give_on_cuda_what_they_give_on_the_cpu(name, inputs, tmp_path, capsys):
+    outputs = []
+    for device in ("cpu", "cuda"):
+        out = tmp_path / device
+        capsys.readouterr()
+        assert main(["--no-progress", *command(name, inputs, out), "--device", device]) == 0
+        outputs.append(out.read_text() if out.is_file() else capsys.readouterr().out)
+    if name == "neighbors":  # cosines agree to rounding
+        a, b = (json.loads(text) for text in outputs)
+        assert [n["token"] for n in a["static"]] == [n["token"] for n in b["static"]]
+        assert all(abs(x["score"] - y["score"]) < 1e-3 for o, p in zip(a["occurrences"], b["occurrences"])
+                   for x, y in zip(o["neighbors"], p["neighbors"]))
+    else:  # greedy tokens, translations and accuracies: the same
+        assert outputs[0] == outputs[1]
+
+
+@pytest.mark.gpu
+def test_sampling_draws_the_same_tokens_on_cuda_as_on_the_cpu(inputs):
+    from sesame.apps.generate import GenerationConfig, generate
+
+    cfg = GenerationConfig(sample=True, seed=5, max_new_tokens=8)
+    texts = [generate(str(inputs / "gpt"), ["The cat", "A dog"], cfg, runtime=Runtime(device=device))
+             for device in ("cpu", "cuda")]
+    assert texts[0] == texts[1]  # the same uniform draws; a tiny model's probabilities agree across them

@@ -101,7 +101,8 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
         for i, e in enumerate(chunk):
             ids[i, : len(e.ids)] = torch.tensor(e.ids)
             padding[i, : len(e.ids)] = True
-        states = backbone(*to_device((ids, padding), device_of(backbone)), all_layers=True)[layer]
+        ids, padding = to_device((ids, padding), device_of(backbone))
+        states = backbone(ids, padding=padding, all_layers=True)[layer]
         hidden += list(states.float().cpu())
     vectors = []
     for o in occurrences:
