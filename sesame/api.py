@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 from . import pipelines
 from .apps import prompting
+from .options import split_known
 from .pipelines import Predictor, evaluate, load, predict
+from .runtime import Runtime, given_runtime
 from .specs import FinetuneSpec, PretrainSpec
 
 
@@ -34,8 +36,11 @@ def finetune(base: str, train: str, dev: str, out: str, **options: Any) -> dict:
 def prompt_eval(model: str, data: str, **options: Any) -> dict:
     """Zero- and few-shot in-context classification accuracy of the causal language model ``model`` on the labeled
     file ``data``; e.g. ``prompt_eval("runs/gpt2", "dev.csv", train="train.csv", ks=(0, 4))``. Returns the accuracy
-    per number of demonstrations (:func:`sesame.apps.prompting.prompt_eval`)."""
-    return prompting.prompt_eval(prompting.PromptSpec(model=model, data=data, **options))
+    per number of demonstrations (:func:`sesame.apps.prompting.prompt_eval`); ``device``, ``precision``: its
+    runtime (:class:`sesame.runtime.Runtime`)."""
+    spec, runtime = split_known(options, prompting.PromptSpec, Runtime)
+    runtime = given_runtime(spec, runtime)
+    return prompting.prompt_eval(prompting.PromptSpec(model=model, data=data, **spec, runtime=runtime))
 
 
 __all__ = ["Predictor", "evaluate", "finetune", "load", "predict", "pretrain", "prompt_eval"]

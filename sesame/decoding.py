@@ -4,7 +4,8 @@ A decoder is a *step*: ``step(previous, state) → (log_probs, state)``, the log
 each row's next token given its previous token (N,) and the state the step left (the MT-LSTM's
 LSTM states and attention memory, a language model's tokens and KV cache). The state's
 ``select(index)`` keeps rows ``index``, in that order and repeated as often as listed: beam search
-makes ``beam`` rows per sentence, then follows its surviving hypotheses with it.
+makes ``beam`` rows per sentence, then follows its surviving hypotheses with it. The tensors of a search live
+on the device of ``start`` (the model's); its bookkeeping is Python lists, copied off the device once a step.
 
 Beam search (Sutskever et al. 2014, §3.2): keep the ``beam`` most likely partial hypotheses of each
 sentence; a finished one is ranked by Σ log p / length^α, the length penalty of Wu et al. 2016 (§7)
@@ -62,14 +63,15 @@ def greedy(step: Step[StateT], state: StateT, start: torch.Tensor, *, eos: int, 
     for _ in range(max_len):
         log_probs, state = step(previous, state)
         best, previous = log_probs.max(-1)
+        scores, tokens = best.tolist(), previous.tolist()  # one copy off the model's device per step
         for r in list(live):
-            hyps[r].log_prob += float(best[r])
+            hyps[r].log_prob += scores[r]
             hyps[r].length += 1
-            if int(previous[r]) == eos:
+            if tokens[r] == eos:
                 hyps[r].finish = "end"
                 live.discard(r)
             else:
-                hyps[r].tokens.append(int(previous[r]))
+                hyps[r].tokens.append(tokens[r])
         if not live:
             break
     return hyps
@@ -84,10 +86,10 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
     token ``eos``, or when ``stopped(tokens)`` says so (a stop string: the tokens are kept); at ``max_len``
     steps the live hypotheses compete too. See the module docstring for ``early_stopping``; ``beam`` = 1 is
     greedy decoding."""
-    rows, k = len(start), beam
-    state = state.select(torch.arange(rows).repeat_interleave(k))
+    rows, k, device = len(start), beam, start.device  # the model's device, as start's
+    state = state.select(torch.arange(rows, device=device).repeat_interleave(k))
     previous = start.repeat_interleave(k)
-    totals = torch.full((rows, k), -INF)
+    totals = torch.full((rows, k), -INF, device=device)
     totals[:, 0] = 0.0  # one live hypothesis per sentence at the start
     history: list[list[int]] = [[] for _ in range(rows * k)]
     finished: list[list[Hypothesis]] = [[] for _ in range(rows)]
@@ -96,11 +98,11 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
         log_probs, state = step(previous, state)
         vocab = log_probs.shape[-1]
         candidates = (totals.reshape(-1, 1) + log_probs.float()).reshape(rows, k * vocab)
-        values, indices = candidates.topk(min(2 * k, k * vocab), dim=1)
+        values, indices = (t.tolist() for t in candidates.topk(min(2 * k, k * vocab), dim=1))  # one copy off the device
         picked: list[tuple[int, int, float]] = []  # (row, token, total) of each new live hypothesis
         for r in range(rows):
             live: list[tuple[int, int, float]] = []
-            for rank, (total, index) in enumerate(zip(values[r].tolist(), indices[r].tolist())):
+            for rank, (total, index) in enumerate(zip(values[r], indices[r])):
                 if done[r] or total == -INF or len(live) == k:
                     break
                 row, token = r * k + index // vocab, index % vocab
@@ -119,10 +121,10 @@ def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam:
             picked += live + [(r * k, eos, -INF)] * (k - len(live))  # done or short: dead rows
         if all(done):
             break
-        index = torch.tensor([row for row, _, _ in picked])
+        index = torch.tensor([row for row, _, _ in picked], device=device)
         state = state.select(index)
-        previous = torch.tensor([token for _, token, _ in picked])
-        totals = torch.tensor([total for _, _, total in picked]).reshape(rows, k)
+        previous = torch.tensor([token for _, token, _ in picked], device=device)
+        totals = torch.tensor([total for _, _, total in picked], device=device).reshape(rows, k)
         history = [history[row] + [token] for row, token, _ in picked]
     for r in range(rows):  # the length limit: live hypotheses compete too
         if not done[r]:

@@ -3,11 +3,15 @@ layer is its tied input embedding, with its tokenizer (:class:`LanguageModel`), 
 transformers directory, and the log-probabilities it gives continuations of prompts
 (:func:`continuation_logprobs`). Generation (:mod:`sesame.apps.generate`) and in-context classification
 (:mod:`sesame.apps.prompting`) are built on it.
+
+The model lives on its :class:`sesame.runtime.Placement`'s device and computes under its autocast; its callers
+build token ids on the CPU and move them with :meth:`LanguageModel.to_device`; logits and scores come back in
+float32 (scores on the CPU).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -16,10 +20,12 @@ from .interop import resolve
 from .models import Transformer
 from .models.transformer import KVCache
 from .rundir import load_backbone, load_tokenizer, read_config
+from .runtime import Placement, Runtime, to_device
 from .specs import RunConfig
 from .tasks.base import pad
 from .tokenizer import TextTokenizer
 
+T = TypeVar("T")
 BATCH_TOKENS = 8192  # token positions per forward pass of continuation_logprobs (rows × padded width)
 
 
@@ -29,25 +35,41 @@ class LanguageModel:
     A checkpoint imported from transformers may carry *aliases*: rows appended for sesame's special
     roles, copies of the checkpoint's own tokens (GPT-2's ``</s>`` copies ``<|endoftext|>``,
     :mod:`sesame.interop.hf_tokenizer`). They are left out of the output distribution (``output``), so
-    probabilities are the checkpoint's, and the document separator is the checkpoint's own (``end``)."""
+    probabilities are the checkpoint's, and the document separator is the checkpoint's own (``end``).
+    ``placement``: where it runs (default: the CPU in float32)."""
 
-    def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: RunConfig | None = None):
+    def __init__(self, backbone: Transformer, tokenizer: TextTokenizer, config: RunConfig | None = None, *,
+                 placement: Placement | None = None):
         if not backbone.config.causal:
             raise SesameError("--model: generation and prompting need a causal language model (gpt, gpt2)")
-        self.backbone, self.tokenizer, self.config = backbone.eval(), tokenizer, config
+        self.placement = placement or Placement.cpu()
+        self.backbone, self.tokenizer, self.config = self.placement.model(backbone).eval(), tokenizer, config
         aliases = ((config.hf if config else None) or {}).get("tokenizer", {}).get("aliases", {})
         sep = tokenizer.backend.id_to_token(tokenizer.specials.sep)
         self.end = tokenizer.backend.token_to_id(aliases.get(sep, sep))  # ends a document, and a generation
         self.vocab = backbone.config.vocab_size - len(aliases)  # the aliases are the last rows
 
     @classmethod
-    def load(cls, run: str | Path, flag: str = "--model") -> LanguageModel:
+    def load(cls, run: str | Path, flag: str = "--model", *, placement: Placement | None = None) -> LanguageModel:
         """A pre-trained causal run (for transformers directories, see :func:`load_language_model`)."""
         config = read_config(run, flag, ("pretrained",))
         if not config.causal:
             raise SesameError(f"{flag} {run}: a bidirectional {config.family} model; generation and prompting "
                               "need a causal language model (family gpt or gpt2)")
-        return cls(load_backbone(run, flag), load_tokenizer(run, flag), config)
+        return cls(load_backbone(run, flag), load_tokenizer(run, flag), config, placement=placement)
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+    def to_device(self, tensors: T) -> T:
+        """A tensor, or a tuple of them, made on the CPU, on the model's device."""
+        return to_device(tensors, self.device)
+
+    def cache(self, batch: int, capacity: int) -> KVCache:
+        """An empty KV cache for ``batch`` rows of up to ``capacity`` tokens, on the model's device, in the type its
+        keys and values are computed in."""
+        return KVCache(self.backbone.config, batch, capacity, dtype=self.placement.dtype, device=self.device)
 
     @property
     def output(self) -> torch.Tensor:
@@ -60,15 +82,19 @@ class LanguageModel:
 
     def logits(self, ids: torch.Tensor, *, padding: torch.Tensor | None = None,
                positions: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
-        """Next-token logits at the last position of each row: (batch, vocabulary)."""
-        hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
-        return hidden[:, -1] @ self.output.T
+        """Next-token logits at the last position of each row: (batch, vocabulary), in float32 on the model's device
+        (the inputs must be there)."""
+        with self.placement.autocast():
+            hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
+            return (hidden[:, -1] @ self.output.T).float()
 
 
-def load_language_model(model: str) -> LanguageModel:
-    """A run directory or a transformers directory with a causal LM head (``GPT2LMHeadModel``), loaded."""
+def load_language_model(model: str, *, runtime: Runtime | None = None) -> LanguageModel:
+    """A run directory or a transformers directory with a causal LM head (``GPT2LMHeadModel``), loaded onto
+    ``runtime``'s device (default :class:`Runtime`'s: ``auto``)."""
+    placement = (runtime or Runtime()).place()
     with resolve(model, "--model") as run:
-        return LanguageModel.load(run)
+        return LanguageModel.load(run, placement=placement)
 
 
 def _shared_rows(continuations: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
@@ -116,7 +142,8 @@ def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
             while end < len(order) and (end + 1 - start) * width(order[end]) * len(rows) <= BATCH_TOKENS:
                 end += 1
             chunk = order[start:end]
-            hidden = backbone(pad([[*prompts[i], *row] for i in chunk for row in rows], pad_id))
+            with lm.placement.autocast():
+                hidden = backbone(lm.to_device(pad([[*prompts[i], *row] for i in chunk for row in rows], pad_id)))
             where, targets, owner = [], [], []
             for q, i in enumerate(chunk):
                 length = len(prompts[i])
@@ -125,10 +152,10 @@ def continuation_logprobs(lm: LanguageModel, prompts: Sequence[Sequence[int]],
                     where += [(row, length - 1 + t) for t in range(len(tokens))]
                     targets += tokens
                     owner += [q * len(continuations) + c] * len(tokens)
-            rows_at, positions = torch.tensor(where).T
+            rows_at, positions = lm.to_device(torch.tensor(where).T)
             logits = hidden[rows_at, positions].float() @ output.float().T
-            picked = logits.gather(1, torch.tensor(targets)[:, None])[:, 0] - logits.logsumexp(1)
-            sums = torch.zeros(len(chunk) * len(continuations)).index_add_(0, torch.tensor(owner), picked)
+            picked = logits.gather(1, lm.to_device(torch.tensor(targets))[:, None])[:, 0] - logits.logsumexp(1)
+            sums = torch.zeros(len(chunk) * len(continuations)).index_add_(0, torch.tensor(owner), picked.cpu())
             out[chunk] = sums.view(len(chunk), len(continuations))
             if done is not None:
                 done(len(chunk))

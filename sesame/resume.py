@@ -5,6 +5,8 @@ its checkpoint's trainer state. Resuming may change only the budget, :data:`RESU
 or epochs, and the new values are recorded in config.json. Every other option given with ``--resume`` must
 agree with what the run recorded, else it is refused, naming the flag, the value given and the run's; an option
 not given takes the run's value. (Runs made before :data:`SETUP` was recorded are checked on the rest.)
+The runtime (:mod:`sesame.runtime`) is the machine's choice, not the run's: any device, TF32 and compile setting
+may resume a run, and its precision is the run's unless ``--precision`` is given.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 from .errors import SesameError
 from .options import flag_name
 from .rundir import read_config, setup_killed, write_config
+from .runtime import Runtime
 from .specs import FinetuneSpec, PretrainSpec, RunConfig
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -27,6 +30,7 @@ SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
          "vectors")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
+MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime holds now
 
 
 def _resolved(value: object) -> object:
@@ -88,11 +92,21 @@ def _training(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> dict:
     budget given now; any other training option that differs is refused."""
     ckpt = checkpoint_dir(Path(spec.out))
     recorded = read_json(ckpt / "trainer_state.json")["config"] if ckpt is not None else dict(config.train or {})
+    recorded = {name: value for name, value in recorded.items() if name not in MOVED}
     flags = {f.name: flag_name(f) for f in fields(TrainConfig)}
     for name, value in spec.training.items():
         if name not in RESUMABLE and value is not None:
             _check(flags.get(name, name), value, recorded.get(name), spec)
     return {**recorded, **{k: v for k, v in spec.training.items() if k in RESUMABLE and v is not None}}
+
+
+def _runtime(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> Runtime:
+    """The runtime to resume with: the one given, with the run's precision unless ``--precision`` was given (older
+    runs kept it in their TrainConfig)."""
+    if spec.runtime.precision is not None:
+        return spec.runtime
+    older = (config.train or {}).get("precision")
+    return replace(spec.runtime, precision=(config.runtime or {}).get("precision", older))
 
 
 def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: set[str], *, paths: bool) -> None:
@@ -122,7 +136,8 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
         _check(flag, value, config.objective_options.get(key, "the objective's default"), spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
-    return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training)
+    return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training,
+                   runtime=_runtime(spec, config))
 
 
 def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
@@ -149,17 +164,19 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
     if "epochs" in explicit and "max_steps" not in spec.training:
         training.pop("max_steps", None)  # the new epochs set the steps
     return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
-                   recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe)
+                   recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe,
+                   runtime=_runtime(spec, config))
 
 
 def resumed_spec(spec: Any, config: RunConfig, recorded: dict) -> Any:
     """An application's spec (``sesame cove``'s) as its run was made: the ``recorded`` values (spec field →
-    the run's value) and the run's training with the budget given now; refuses an option that contradicts them."""
+    the run's value), the run's training with the budget given now and its precision unless one is given;
+    refuses an option that contradicts them."""
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
-    return replace(spec, **_kept(spec, recorded), training=training)
+    return replace(spec, **_kept(spec, recorded), training=training, runtime=_runtime(spec, config))
 
 
 def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
@@ -169,10 +186,13 @@ def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
             and value is not None}
 
 
-def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None) -> None:
-    """Write the run's TrainConfig (and epochs) into its config.json when they changed (a resume's budget)."""
+def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None, *,
+                    runtime: dict | None = None) -> None:
+    """Write the run's TrainConfig (and epochs, and the ``runtime`` it trains with now) into its config.json when
+    they changed (a resume's budget, another device)."""
     train = asdict(cfg)
-    if config.train != train or (epochs is not None and config.epochs != epochs):
-        config.train = train
+    runtime = runtime if runtime is not None else config.runtime
+    if config.train != train or (epochs is not None and config.epochs != epochs) or config.runtime != runtime:
+        config.train, config.runtime = train, runtime
         config.epochs = epochs if epochs is not None else config.epochs
         write_config(run, config)

@@ -18,6 +18,7 @@ from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .options import RATE, check_ranges, option, split_known
+from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .train import TrainConfig
 from .train.recipes import Recipe
@@ -109,6 +110,7 @@ class PretrainSpec(RecurrentDropouts):
                                                     "target-task LM)")
     discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the family's recipe")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
     explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
                                                                   "which --resume checks against the run (None: those "
@@ -124,8 +126,9 @@ class PretrainSpec(RecurrentDropouts):
     @classmethod
     def of(cls, corpus: list[str] | str, out: str, **options: Any) -> PretrainSpec:
         """The spec of the Python API's keywords: spec fields, and TrainConfig fields (``lr=...``) as ``training``."""
-        spec, train = split_known(options, cls, TrainConfig)
-        return cls(corpus=corpus, out=out, **spec, training={**spec.pop("training", {}), **train},
+        spec, train, runtime = split_known(options, cls, TrainConfig, Runtime)
+        training, runtime = {**spec.pop("training", {}), **train}, given_runtime(spec, runtime)
+        return cls(corpus=corpus, out=out, **spec, training=training, runtime=runtime,
                    explicit=frozenset({"corpus", "out", *spec}))
 
     @property
@@ -220,6 +223,7 @@ class FinetuneSpec(RecurrentDropouts):
                                 "batches, whose label mix does not follow text length")
     recipe: Recipe = option(factory=Recipe, cli=False, help="which parameters move and how fast")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the fine-tuning defaults")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
     explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
                                                                   "which --resume checks against the run (None: those "
@@ -234,12 +238,14 @@ class FinetuneSpec(RecurrentDropouts):
         """The spec of the Python API's keywords: spec fields, recipe fields (``lm_weight=0.5``), TrainConfig
         fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
         columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
-        spec, recipe, train_options = split_known(options, cls, Recipe, TrainConfig)
+        spec, recipe, train_options, runtime = split_known(options, cls, Recipe, TrainConfig, Runtime)
+        runtime = given_runtime(spec, runtime)
         explicit = frozenset({"base", "train", "dev", "out", *spec, *recipe})
         task_options = {**(spec.pop("task_options", None) or {}), **columns}
-        return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options,
-                   recipe=spec.pop("recipe", None) or Recipe(**recipe), training={**spec.pop("training", {}),
-                                                                                 **train_options}, explicit=explicit)
+        recipe = spec.pop("recipe", None) or Recipe(**recipe)
+        training = {**spec.pop("training", {}), **train_options}
+        return cls(base=base, train=train, dev=dev, out=out, **spec, task_options=task_options, recipe=recipe,
+                   training=training, runtime=runtime, explicit=explicit)
 
     @property
     def head_dropout(self) -> float:
@@ -281,6 +287,7 @@ class RunConfig:
     base: str | None = None  # the run or model it started from
     train: dict | None = None  # its TrainConfig
     hf: dict | None = None  # imported from transformers: the source's model type, config and tokenizer record
+    runtime: dict | None = None  # the sesame.runtime.Runtime it last trained with (resumable on any device)
     version: int = SCHEMA_VERSION
     sesame_version: str = __version__
     # pretrained

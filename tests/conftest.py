@@ -23,6 +23,16 @@ def documents(lines: list[str], size: int = 40) -> str:
     return "\n\n".join("\n".join(lines[i: i + size]) for i in range(0, len(lines), size)) + "\n"
 
 
+def pytest_collection_modifyitems(items: list) -> None:
+    """Tests marked ``gpu`` skip, saying why, on a machine without CUDA (scripts/gpu_check.sh runs them on one)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is false here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models train fastest on one thread, above all on a CPU shared with other jobs."""

@@ -10,7 +10,7 @@ import torch
 from sesame import cli
 from sesame.errors import SesameError
 from sesame.apps.generate import (Continuation, GenerationConfig, beam_search, decode, generate, next_tokens,
-                             penalise_repetition, tldr, top_k_filter, top_p_filter)
+                                  penalise_repetition, tldr, top_k_filter, top_p_filter, uniform_draws)
 from sesame.language_model import LanguageModel, load_language_model
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import KVCache
@@ -122,7 +122,7 @@ def test_top_p_never_samples_outside_the_nucleus() -> None:
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
     cfg = GenerationConfig(sample=True, top_p=0.8)
     generator = torch.Generator().manual_seed(0)
-    draws = [int(next_tokens(probs.log(), cfg, generator)) for _ in range(2000)]
+    draws = [int(next_tokens(probs.log(), cfg, torch.rand(1, generator=generator))) for _ in range(2000)]
     assert set(draws) == {0, 1}  # 0.5 + 0.3 reaches p: the nucleus is the two most likely tokens
     assert abs(draws.count(0) / 2000 - 0.5 / 0.8) < 0.04  # renormalised within the nucleus
     kept = top_p_filter(probs.log(), 0.81).isfinite()
@@ -134,7 +134,7 @@ def test_top_k_and_temperature() -> None:
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
     assert top_k_filter(logits, 2).isfinite().tolist() == [[False, True, True, False]]
     cold = GenerationConfig(sample=True, temperature=0.01)
-    assert int(next_tokens(logits, cold, torch.Generator().manual_seed(1))) == 1
+    assert int(next_tokens(logits, cold, torch.rand(1, generator=torch.Generator().manual_seed(1)))) == 1
 
 
 def test_repetition_penalty_follows_ctrl() -> None:
@@ -147,6 +147,20 @@ def test_sampling_is_repeatable_under_a_seed(tokenizer) -> None:
     lm = tiny_lm(tokenizer)
     runs = [generate(lm, PROMPTS, GenerationConfig(sample=True, seed=seed, max_new_tokens=12)) for seed in (3, 3, 4)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_sampling_draws_are_a_function_of_seed_prompt_and_step_alone(tokenizer) -> None:
+    assert torch.equal(uniform_draws(3, [2], 5), uniform_draws(3, range(4), 5)[2:3])
+    assert len({float(uniform_draws(3, [p], s)) for p in range(3) for s in range(3)}) == 9
+    lm, cfg = tiny_lm(tokenizer), GenerationConfig(sample=True, seed=3, max_new_tokens=12)
+    together = generate(lm, PROMPTS, cfg, batch_size=len(PROMPTS))
+    assert [generate(lm, [p], cfg, first=i)[0] for i, p in enumerate(PROMPTS)] == together  # any batching
+
+
+def test_inverse_cdf_sampling_never_picks_a_token_of_probability_zero() -> None:
+    logits = torch.tensor([[0.0, 0.0, float("-inf")]] * 3)
+    drawn = torch.tensor([0.0, 0.49, 1.0])  # 1.0: where u · total rounds up to the total
+    assert next_tokens(logits, GenerationConfig(sample=True), drawn).tolist() == [0, 0, 1]
 
 
 def test_stop_strings_cut_the_text_and_streaming_adds_up(tokenizer) -> None:

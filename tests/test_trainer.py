@@ -90,6 +90,7 @@ def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_fp32_weights(corpus, t
     assert losses[-1] < losses[0] - 1.0  # and it trains as fp32 does (test above)
     weights = load_weights(tmp_path / "run/model.safetensors")
     assert {w.dtype for w in weights.values()} == {torch.float32}
-    assert json.loads((tmp_path / "run/config.json").read_text())["train"]["precision"] == "bf16"
-    with pytest.raises(SesameError, match="--precision: choose one of fp32, bf16"):
-        sesame.pretrain([str(corpus)], str(tmp_path / "bad"), max_steps=2, precision="fp16", **TINY)
+    assert json.loads((tmp_path / "run/config.json").read_text())["runtime"]["precision"] == "bf16"
+    with pytest.raises(SesameError, match="--precision fp16: float16 training needs a CUDA GPU"):
+        sesame.pretrain([str(corpus)], str(tmp_path / "bad"), max_steps=2, precision="fp16", device="cpu", **TINY)
+    assert not (tmp_path / "bad").exists()

@@ -43,8 +43,9 @@ from ..models.cove import COVE_SIZES, CoveConfig, MTLSTM
 from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
 from ..outputs import new_file
-from ..resume import resumed_spec
+from ..resume import record_training, resumed_spec
 from ..rundir import from_checkpoint, load_backbone, load_tokenizer, new_run, read_config, setup_killed, write_config
+from ..runtime import Placement, Runtime, device_of, to_device
 from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
@@ -76,6 +77,7 @@ class CoveSpec:
     dropout: float = option(0.2, within=RATE, help="dropout rate of the MT-LSTM")
     bleu_sentences: int | None = option(None, help="dev BLEU at evaluations on the first N dev lines (default all)")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over DEFAULTS")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
     resume: bool = option(False, help="continue the run in --out from its last checkpoint")
     progress: bool = option(True, cli=False, help="show progress bars")
 
@@ -138,41 +140,44 @@ def collate(source: Sequence[Sequence[int]], target: Sequence[Sequence[int]], so
 # -- a trained model -------------------------------------------------------------------------------
 
 class Translator:
-    """A trained MT-LSTM run loaded for translation: its two tokenizers and the model in eval mode."""
+    """A trained MT-LSTM run loaded for translation: its two tokenizers and the model in eval mode, on
+    ``placement``'s device (default: the CPU in float32)."""
 
-    def __init__(self, run: str | Path, flag: str = "--model"):
+    def __init__(self, run: str | Path, flag: str = "--model", *, placement: Placement | None = None):
         self.run = Path(run)
         self.config = read_config(self.run, flag, ("pretrained",))
         if self.config.objective != "translation":
             raise SesameError(f"{flag} {run}: a {self.config.family} run; translate needs a run of `sesame cove`")
         self.source = load_tokenizer(self.run, flag)
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
-        self.model = load_backbone(self.run, flag)
+        self.placement = placement or Placement.cpu()
+        self.model = self.placement.model(load_backbone(self.run, flag))
 
     def translate(self, texts: Sequence[str], *, beam: int = 1, batch_size: int = EVAL_BATCH,
                   progress: bool = False) -> list[str]:
         """Translations of ``texts`` (lower-cased words joined by spaces); ``beam`` 1 decodes greedily."""
-        return decode(self.model, self.source, self.target, texts, max_length=self.config.max_length, beam=beam,
-                      batch_size=batch_size, progress=progress)
+        with self.placement.autocast():
+            return decode(self.model, self.source, self.target, texts, max_length=self.config.max_length, beam=beam,
+                          batch_size=batch_size, progress=progress)
 
 
 def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: Sequence[str], *, max_length: int,
            beam: int = 1, batch_size: int = EVAL_BATCH, progress: bool = False) -> list[str]:
-    """Translate ``texts`` in batches of similar length; at most 2 × source length + 10 output tokens (and
-    2 × ``max_length``)."""
+    """Translate ``texts`` in batches of similar length, on ``model``'s device; at most 2 × source length + 10
+    output tokens (and 2 × ``max_length``)."""
     if beam < 1:
         raise SesameError(f"--beam {beam}: must be at least 1 (1 is greedy decoding)")
     ids = source.encode(list(texts), max_length=max_length)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
-    bos, eos = target.specials.cls, target.specials.sep
+    bos, eos, device = target.specials.cls, target.specials.sep, device_of(model)
     with torch.no_grad():
         for start in tqdm(range(0, len(order), batch_size), desc="translate", unit="batch", disable=not progress):
             chunk = order[start: start + batch_size]
-            batch = pad([ids[i] for i in chunk], source.specials.pad)
+            batch = to_device(pad([ids[i] for i in chunk], source.specials.pad), device)
             padding = batch != source.specials.pad
             limit = min(2 * max_length, 2 * batch.shape[1] + 10)
-            state, start = model.start(batch, padding), torch.full((len(chunk),), bos)
+            state, start = model.start(batch, padding), torch.full((len(chunk),), bos, device=device)
             hyps = (greedy(model.step, state, start, eos=eos, max_len=limit) if beam == 1 else
                     beam_search(model.step, state, start, beam=beam, eos=eos, max_len=limit))
             for i, hyp in zip(chunk, hyps):
@@ -181,12 +186,14 @@ def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: S
 
 
 def translate_file(model: str, input: str, *, reference: str | None = None, beam: int = 1,
-                   output: str | None = None, progress: bool = True) -> dict:
-    """Translate the lines of ``input`` (written to ``output`` if given); with ``reference``, line-aligned with
-    ``input``, also the BLEU of the translations. Returns {"translations", "bleu"?, ...}."""
+                   output: str | None = None, progress: bool = True, runtime: Runtime | None = None) -> dict:
+    """Translate the lines of ``input`` (written to ``output`` if given) on ``runtime``'s device; with
+    ``reference``, line-aligned with ``input``, also the BLEU of the translations. Returns {"translations",
+    "bleu"?, ...}."""
+    placement = (runtime or Runtime()).place()
     if output:
         new_file(output, "--output", {"--input": input, "--reference": reference, "--model": model})
-    translator = Translator(model)
+    translator = Translator(model, placement=placement)
     if reference:
         sources, references = read_parallel(input, reference, "--input", "--reference")
     else:
@@ -268,6 +275,7 @@ def train_cove(spec: CoveSpec) -> dict:
             "vectors": config.vectors, "train_src": config.train_src, "train_tgt": config.train_tgt,
             "valid_src": config.valid_src, "valid_tgt": config.valid_tgt})
     spec.validate()
+    placement = spec.runtime.place()
     cfg = spec.train_config()
     src, tgt = read_parallel(spec.train_src, spec.train_tgt, "--train-src", "--train-tgt")
     dev_src, dev_tgt = read_parallel(spec.valid_src, spec.valid_tgt, "--valid-src", "--valid-tgt")
@@ -277,6 +285,7 @@ def train_cove(spec: CoveSpec) -> dict:
         if not spec.resume:
             model = _create(run, spec, cfg, src, tgt)
         config = read_config(run, "--out", ("pretrained",))
+        record_training(run, config, cfg, runtime=spec.runtime.record(placement))
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
         if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
@@ -300,7 +309,7 @@ def train_cove(spec: CoveSpec) -> dict:
         def evaluate(m: Translation) -> dict:
             total, count = 0.0, 0
             for start in range(0, len(dev_ids), EVAL_BATCH):
-                batch = _collate(dev_ids[start: start + EVAL_BATCH], source, target)
+                batch = to_device(_collate(dev_ids[start: start + EVAL_BATCH], source, target), device_of(m))
                 total += float(m(batch))
                 count += batch["targets"].numel()
             report = language_model_report(total, count)
@@ -309,7 +318,7 @@ def train_cove(spec: CoveSpec) -> dict:
                     "bleu": bleu(hyps, dev_tgt[: len(shown)])}
 
         trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
-                          progress=spec.progress)
+                          progress=spec.progress, runtime=placement)
         metrics = trainer.fit(resume=resumed)
         coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),

@@ -24,6 +24,7 @@ from pathlib import Path
 from ..api import finetune, pretrain
 from ..options import option
 from ..outputs import claim_dir
+from ..runtime import Runtime
 
 ONSETS = ["bl", "cr", "d", "f", "gl", "j", "k", "m", "pl", "qu", "r", "sn", "st", "tr", "v", "z", "w", "br"]
 VOWELS = ["a", "e", "i", "o", "u", "oo", "ee", "ai"]
@@ -48,6 +49,7 @@ class DemoSpec:
     """``sesame demo``: where to write the data and the three runs, and the seed of everything."""
     out: str = option("runs/demo", help="folder of the generated data, the runs and result.json")
     seed: int = option(0, help="seed of the generated world and of training")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device and precision of its runs (sesame.runtime)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
 
@@ -85,16 +87,18 @@ def run_demo(spec: DemoSpec) -> dict:
     """Pre-train a tiny GPT, fine-tune it and a from-scratch twin on 400 labels, print both accuracies."""
     started = time.time()
     out, seed, progress = Path(spec.out), spec.seed, spec.progress
+    spec.runtime.place()  # a device or precision this machine lacks is refused before anything is written
     claim_dir(out, "--out", "demo", fix="the demo writes into a new or empty folder, or starts its own afresh")
     paths = write_data(out / "data", seed)
     print(f"data in {out / 'data'}: an unlabeled corpus and 400 labeled sentences (dev words never seen in training)")
     common = dict(train=str(paths["train"]), dev=str(paths["dev"]), text_column="text", label_column="label",
-                  epochs=8, batch_size=16, lr=3e-4, seed=seed, progress=progress)
+                  epochs=8, batch_size=16, lr=3e-4, seed=seed, progress=progress, runtime=spec.runtime)
     for name in ("pretrained", "pretrained-finetuned", "scratch-finetuned"):  # a demo starts afresh
         shutil.rmtree(out / name, ignore_errors=True)
     print("1/3 pre-training a tiny GPT (causal LM) on the unlabeled corpus ...")
     pretrain(corpus=[str(paths["corpus"])], out=str(out / "pretrained"), family="gpt", size="tiny", vocab_size=1000,
-             seq_len=64, max_steps=600, batch_size=32, lr=1e-3, eval_every=200, seed=seed, progress=progress)
+             seq_len=64, max_steps=600, batch_size=32, lr=1e-3, eval_every=200, seed=seed, progress=progress,
+             runtime=spec.runtime)
     print("2/3 fine-tuning it ...")
     transfer = finetune(base=str(out / "pretrained"), out=str(out / "pretrained-finetuned"), **common)
     print("3/3 fine-tuning a randomly initialised twin (same architecture and tokenizer) ...")

@@ -14,8 +14,13 @@ A prompt is read as the start of a document: it follows the separator token that
 document in pre-training, and generation ends at the next separator, at a stop string (cut off
 from the text), or after ``max_new_tokens``. With the KV cache (the default) each step feeds only
 the new token through the network; without it, each step recomputes the whole sequence. Prompts
-are decoded in batches, left-padded, each counting positions from its own first token; with
-sampling, the output is repeatable for the same prompts, seed and batch size.
+are decoded in batches, left-padded, each counting positions from its own first token.
+
+Sampling is inverse-CDF sampling: at each step a prompt's next token is the first whose cumulative probability
+exceeds one uniform number, drawn on a CPU generator seeded by (seed, the prompt's index, the step) and moved to
+the model's device (:func:`uniform_draws`). The draws are therefore the same on every device and whatever the
+batch size; the tokens are too, unless two devices' probabilities differ across a draw (rounding, bf16).
+The model, its KV cache and every tensor of a step live on the language model's device.
 """
 from __future__ import annotations
 
@@ -26,8 +31,10 @@ import torch
 
 from .. import decoding
 from ..errors import SesameError
+from ..data.windows import example_seed
 from ..language_model import LanguageModel, load_language_model
 from ..models.transformer import KVCache
+from ..runtime import Runtime
 from ..tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
@@ -98,12 +105,24 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
-def next_tokens(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator) -> torch.Tensor:
-    """One token per row: the argmax, or a sample after temperature, top-k and top-p."""
+def uniform_draws(seed: int, prompts: Sequence[int], step: int) -> torch.Tensor:
+    """One uniform number in [0, 1) for each of ``prompts`` (their indices among all prompts) at decoding step
+    ``step``, each from a CPU generator seeded by (seed, prompt, step) alone."""
+    return torch.tensor([float(torch.rand((), generator=torch.Generator().manual_seed(
+        example_seed(example_seed(seed, prompt), step)))) for prompt in prompts])
+
+
+def next_tokens(logits: torch.Tensor, cfg: GenerationConfig, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row: the argmax, or a sample after temperature, top-k and top-p: the first token whose
+    cumulative probability exceeds the row's number of ``uniforms`` (:func:`uniform_draws`, moved to the logits'
+    device), never one of probability 0."""
     if not cfg.sample:
         return logits.argmax(-1)
-    logits = top_p_filter(top_k_filter(logits / cfg.temperature, cfg.top_k), cfg.top_p)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+    probs = top_p_filter(top_k_filter(logits / cfg.temperature, cfg.top_k), cfg.top_p).softmax(-1)
+    cdf = probs.cumsum(-1)
+    drawn = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
+    last = (probs > 0).long().cumsum(-1).argmax(-1, keepdim=True)  # rounding can never reach past it
+    return torch.searchsorted(cdf, drawn, right=True).minimum(last)[:, 0]
 
 
 # -- the text side: stop strings and streaming --------------------------------------------------------
@@ -151,21 +170,23 @@ def _left_pad(sequences: list[list[int]], pad: int) -> tuple[torch.Tensor, torch
 
 @torch.no_grad()
 def decode(lm: LanguageModel, prompts: list[list[int]], cfg: GenerationConfig,
-           on_text: Callable[[int, str], None] | None = None) -> list[Continuation]:
-    """Greedy or sampled continuations of a batch of token-id prompts; ``on_text(row, text)`` streams them."""
-    ids, padding = _left_pad(prompts, lm.tokenizer.specials.pad)
+           on_text: Callable[[int, str], None] | None = None, *, first: int = 0) -> list[Continuation]:
+    """Greedy or sampled continuations of a batch of token-id prompts, the first of which is prompt ``first`` of
+    all (sampling's draws are the prompt's, :func:`uniform_draws`); ``on_text(row, text)`` streams them."""
+    ids, padding = lm.to_device(_left_pad(prompts, lm.tokenizer.specials.pad))
     positions = (padding.long().cumsum(1) - 1).clamp(min=0)
     out = [Continuation(lm.tokenizer, cfg.stop, lm.end) for _ in prompts]
-    cache = KVCache(lm.backbone.config, len(prompts), ids.shape[1] + cfg.max_new_tokens) if cfg.cache else None
-    generator = torch.Generator().manual_seed(cfg.seed)
+    cache = lm.cache(len(prompts), ids.shape[1] + cfg.max_new_tokens) if cfg.cache else None
+    indices = range(first, first + len(prompts))
     step_ids, step_positions = ids, positions
-    for _ in range(cfg.max_new_tokens):
+    for step in range(cfg.max_new_tokens):
         if cache is not None:
             logits = lm.logits(step_ids, padding=padding, positions=step_positions, cache=cache)
         else:
             logits = lm.logits(ids, padding=padding, positions=positions)
         context = torch.where(padding, ids, ids[:, -1:])  # the pads stand in for a real token of their row
-        tokens = next_tokens(penalise_repetition(logits, context, cfg.repetition_penalty), cfg, generator)
+        uniforms = uniform_draws(cfg.seed, indices, step) if cfg.sample else None
+        tokens = next_tokens(penalise_repetition(logits, context, cfg.repetition_penalty), cfg, uniforms)
         for row, token in enumerate(tokens.tolist()):
             if out[row].finish is None:
                 out[row].add(token)
@@ -201,7 +222,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
     early_stopping=False)``. A hypothesis is finished by the end token or a stop string when it ranks among
     the step's best ``beams`` candidates; the search stops when no live hypothesis can still rank above the
     worst of ``beams`` finished ones (Hugging Face's default criterion), or after ``max_new_tokens``."""
-    cache = KVCache(lm.backbone.config, 1, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
+    cache = lm.cache(1, len(prompt) + cfg.max_new_tokens) if cfg.cache else None
 
     def step(previous: torch.Tensor, context: _Context) -> tuple[torch.Tensor, _Context]:
         ids = torch.cat([context.ids, previous[:, None]], 1)
@@ -212,8 +233,9 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
         text = lm.tokenizer.decode(ids)
         return any(s in text for s in cfg.stop)
 
-    start = _Context(torch.tensor([prompt[:-1]], dtype=torch.long), cache)  # the last prompt token is the first step's
-    best = decoding.beam_search(step, start, torch.tensor(prompt[-1:]), beam=cfg.beams, eos=lm.end,
+    # the last prompt token is the first step's input
+    start = _Context(lm.to_device(torch.tensor([prompt[:-1]], dtype=torch.long)), cache)
+    best = decoding.beam_search(step, start, lm.to_device(torch.tensor(prompt[-1:])), beam=cfg.beams, eos=lm.end,
                                 max_len=cfg.max_new_tokens, length_penalty=cfg.length_penalty, early_stopping=False,
                                 stopped=stopped if cfg.stop else None)[0]
     out = Continuation(lm.tokenizer, cfg.stop, lm.end)
@@ -225,13 +247,16 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
 
 
 def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None, *,
-             batch_size: int = 8, on_text: Callable[[int, str], None] | None = None) -> list[dict]:
-    """Continue each prompt; ``model`` is a run or transformers directory, or a loaded :class:`LanguageModel`.
-    Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}`` (``finish``: end, stop or length).
-    ``on_text(index, text)`` receives each prompt's text as it becomes final (streaming)."""
+             batch_size: int = 8, on_text: Callable[[int, str], None] | None = None, first: int = 0,
+             runtime: Runtime | None = None) -> list[dict]:
+    """Continue each prompt; ``model`` is a run or transformers directory (loaded onto ``runtime``'s device), or a
+    loaded :class:`LanguageModel`. Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}``
+    (``finish``: end, stop or length). ``on_text(index, text)`` receives each prompt's text as it becomes final
+    (streaming). ``first``: the index of ``prompts[0]`` among all the prompts of a run given in parts, whose
+    sampling draws (:func:`uniform_draws`) are then those of one call with every prompt."""
     cfg = config or GenerationConfig()
     cfg.validate()
-    lm = load_language_model(model) if isinstance(model, str) else model
+    lm = load_language_model(model, runtime=runtime) if isinstance(model, str) else model
     encoded = lm.encode(prompts)
     room = lm.backbone.config.max_positions
     for i, ids in enumerate(encoded):
@@ -247,7 +272,8 @@ def generate(model: str | LanguageModel, prompts: Sequence[str], config: Generat
             if on_text is not None:
                 on_text(start, done[0].fresh())
         else:
-            done = decode(lm, batch, cfg, None if on_text is None else lambda row, text: on_text(start + row, text))
+            done = decode(lm, batch, cfg, None if on_text is None else lambda row, text: on_text(start + row, text),
+                          first=first + start)
         results += [{"prompt": prompts[start + i], "text": c.text, "new_tokens": len(c.ids) + (c.finish == "end"),
                      "finish": c.finish} for i, c in enumerate(done)]
     return results

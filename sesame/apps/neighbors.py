@@ -31,6 +31,7 @@ from ..data.corpus import decoded_lines
 from ..errors import SesameError
 from ..options import option
 from ..rundir import load_backbone, load_tokenizer
+from ..runtime import Runtime, device_of, to_device
 from ..sources import opened
 from ..tokenizer import TextTokenizer
 
@@ -51,6 +52,7 @@ class NeighborsSpec:
     layer: int | None = option(None, help="hidden layer of the contextual vectors: 0 = embeddings (default: last)")
     clusters: int = option(2, help="group the occurrences into N by k-means (0 = off)")
     seed: int = option(0, help="seed of the k-means restarts")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device and precision (sesame.runtime)")
 
 
 @dataclass
@@ -80,7 +82,8 @@ def _covering(offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[
 def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrences: list[Occurrence], layer: int,
                        corpus: Path) -> torch.Tensor:
     """One vector per occurrence: the mean of ``layer``'s hidden states over the tokens covering it
-    (layer 0 is the embedding output, the last layer the backbone's output)."""
+    (layer 0 is the embedding output, the last layer the backbone's output), computed on the backbone's device
+    and returned on the CPU in float32."""
     lines = sorted({o.line: o.sentence for o in occurrences}.items())
     row = {lineno: i for i, (lineno, _) in enumerate(lines)}
     encodings = tok.encodings([sentence for _, sentence in lines])
@@ -98,7 +101,9 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
         for i, e in enumerate(chunk):
             ids[i, : len(e.ids)] = torch.tensor(e.ids)
             padding[i, : len(e.ids)] = True
-        hidden += list(backbone(ids, padding=padding, all_layers=True)[layer])
+        ids, padding = to_device((ids, padding), device_of(backbone))
+        states = backbone(ids, padding=padding, all_layers=True)[layer]
+        hidden += list(states.float().cpu())
     vectors = []
     for o in occurrences:
         positions = _covering(encodings[row[o.line]].offsets, o.start, o.end)
@@ -190,14 +195,16 @@ def _neighbors(run: Path, spec: NeighborsSpec) -> dict:
     if clusters and not 2 <= clusters <= len(occurrences):
         raise SesameError(f"--clusters {clusters}: give 0 (none) or 2 to {len(occurrences)}, the number of "
                           "occurrences")
-    backbone = load_backbone(run, "--model")
+    placement = spec.runtime.place()
+    backbone = placement.model(load_backbone(run, "--model"))
     tok = load_tokenizer(run, "--model")
     depth = backbone.config.layers
     layer = depth if spec.layer is None else spec.layer
     if not 0 <= layer <= depth:
         raise SesameError(f"--layer {layer}: this model has layers 0 (embeddings) to {depth}")
-    static = static_neighbors(backbone.embed.tokens.weight.detach(), tok, word, k)
-    vectors = F.normalize(contextual_vectors(backbone, tok, occurrences, layer, corpus), dim=1)
+    static = static_neighbors(backbone.embed.tokens.weight.detach().float().cpu(), tok, word, k)
+    with placement.autocast():
+        vectors = F.normalize(contextual_vectors(backbone, tok, occurrences, layer, corpus), dim=1)
     similarity = (vectors @ vectors.T).fill_diagonal_(-float("inf"))
     k_near = min(k, len(occurrences) - 1)
     top = similarity.topk(k_near, dim=1)

@@ -48,6 +48,7 @@ from ..errors import SesameError
 from ..language_model import continuation_logprobs, load_language_model
 from ..metrics import accuracy, spread
 from ..options import option
+from ..runtime import Runtime
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")
@@ -74,6 +75,7 @@ class PromptSpec:
                           help="compare verbalisers by mean log-probability per token (GPT-3), total, or calibrated "
                                "against a content-free input (Zhao et al. 2021)")
     max_length: int | None = option(None, help="prompt length in tokens (default: the model's pre-training length)")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device and precision (sesame.runtime)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
@@ -236,7 +238,7 @@ def prompt_eval(spec: PromptSpec) -> dict:
     train_rows = _read(train, "--train", spec.text_column, spec.label_column) if train is not None else []
     verbalizers = _verbalizers(spec.verbalizers, rows + train_rows)
     labels = list(verbalizers)
-    lm = load_language_model(spec.model)
+    lm = load_language_model(spec.model, runtime=spec.runtime)
     tok, config = lm.tokenizer, lm.config
     context = _context(config, spec.model, spec.max_length)
     candidates = tok.encode([form.continuation(verbalizers[label]) for label in labels], special=False)

@@ -45,8 +45,9 @@ from ..families import FAMILIES, get_family, get_size
 from ..objectives import OBJECTIVES
 from ..options import RATE, check_ranges, option
 from ..outputs import claim_dir
-from ..pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, trainer_state
+from ..pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, stage_runtime, trainer_state
 from ..rundir import load_tokenizer, read_config
+from ..runtime import Runtime
 from ..tokenizer import extend_words
 from ..train.checkpoint import checkpoint_dir, write_json
 
@@ -93,6 +94,8 @@ class UlmfitSpec:
     dropout: float = option(0.4, within=RATE, help="classifier: output dropout (the concat head's first), times 0.5 "
                                                    "as AWD-LSTM's other four (fastai's classifier drop_mult)")
     seed: int = option(0, help="seed of every stage")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="every stage's device and precision (sesame.runtime; "
+                                                               "the precision is a stage setting, the device not)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def validate(self) -> None:
@@ -228,18 +231,19 @@ def _general_lm(spec: UlmfitSpec, general: Path) -> tuple[Path, dict, dict | Non
         return Path(spec.lm), {"lm": str(Path(spec.lm).resolve())}, None
     corpus = [str(Path(p).resolve()) for p in spec.corpus]
     valid = [str(Path(p).resolve()) for p in spec.valid] if spec.valid else None
+    runtime, precision = stage_runtime(spec.runtime)
 
     def pretrain(resume: bool) -> dict:
         api.pretrain(corpus=corpus, out=str(general), family=FAMILY, size=spec.size, vocab_size=spec.vocab_size,
                      seq_len=spec.seq_len, valid=valid, resume=resume, progress=spec.progress,
                      max_minutes=spec.lm_minutes, max_steps=spec.lm_steps or NO_STEP_CAP, batch_size=spec.batch_size,
-                     seed=spec.seed)
+                     seed=spec.seed, runtime=runtime)
         return _lm_record(general)
 
     record, reused = cached_stage(general, {
         "stage": STAGES[0], "corpus": corpus, "valid": valid, "size": spec.size, "vocab_size": spec.vocab_size,
         "seq_len": spec.seq_len, "minutes": spec.lm_minutes, "max_steps": spec.lm_steps, "batch_size": spec.batch_size,
-        "seed": spec.seed}, pretrain)
+        "seed": spec.seed, **precision}, pretrain)
     _say(STAGES[0], record, reused)
     return general, record, record
 
@@ -247,6 +251,7 @@ def _general_lm(spec: UlmfitSpec, general: Path) -> tuple[Path, dict, dict | Non
 def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
     """Stage (b): the LM ``base`` continued on the task's texts, discriminatively and with STLR."""
     target = out / STAGES[1]
+    runtime, precision = stage_runtime(spec.runtime)
 
     def fine_tune_lm(resume: bool) -> dict:
         length = OBJECTIVES[get_family(FAMILY).objective].window_length(spec.seq_len)
@@ -258,7 +263,7 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
                      valid=[str(dev_texts.path)], resume=resume, progress=spec.progress, base=str(base),
                      discriminative=DISCRIMINATIVE, schedule="stlr", warmup=CUT_FRAC, lr=spec.lm_lr,
                      max_steps=spec.target_epochs * per_epoch, eval_every=per_epoch, save_every=per_epoch,
-                     batch_size=spec.batch_size, seed=spec.seed)
+                     batch_size=spec.batch_size, seed=spec.seed, runtime=runtime)
         return {**_lm_record(target), "epochs": spec.target_epochs}
 
     record, reused = cached_stage(target, {
@@ -266,7 +271,7 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
                                                      "dev": str(Path(spec.dev).resolve()),
                                                      "text_column": spec.text_column},
         "seq_len": spec.seq_len, "epochs": spec.target_epochs, "lr": spec.lm_lr, "batch_size": spec.batch_size,
-        "seed": spec.seed, "new_words": spec.vocab_size}, fine_tune_lm)
+        "seed": spec.seed, "new_words": spec.vocab_size, **precision}, fine_tune_lm)
     _say(STAGES[1], record, reused)
     return record
 
@@ -285,12 +290,13 @@ def classifier_recipe(*, epochs: int, lr: float, dropout: float) -> dict:
 def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
     """Stage (c): the target LM fine-tuned as a classifier with gradual unfreezing."""
     classifier = out / STAGES[2]
+    runtime, precision = stage_runtime(spec.runtime)
 
     def fine_tune_classifier(resume: bool) -> dict:
         dev_metrics = api.finetune(base=str(out / STAGES[1]), train=spec.train, dev=spec.dev, out=str(classifier),
                                    task="classify", text_column=spec.text_column, label_column=spec.label_column,
                                    max_length=spec.max_length, resume=resume, progress=spec.progress,
-                                   batch_size=spec.batch_size, seed=spec.seed,
+                                   batch_size=spec.batch_size, seed=spec.seed, runtime=runtime,
                                    **classifier_recipe(epochs=spec.classifier_epochs, lr=spec.classifier_lr,
                                                        dropout=spec.dropout))
         return {"epochs": spec.classifier_epochs, "seconds": round(trainer_state(classifier)["elapsed"], 3),
@@ -300,7 +306,8 @@ def _classifier(spec: UlmfitSpec, target: dict, out: Path) -> dict:
         "stage": STAGES[2], "from": target, "task": {**spec.task.columns, "train": str(Path(spec.train).resolve()),
                                                      "dev": str(Path(spec.dev).resolve())},
         "epochs": spec.classifier_epochs, "lr": spec.classifier_lr, "batch_size": spec.batch_size,
-        "max_length": spec.max_length, "dropout": spec.dropout, "drop_mult": CLASSIFIER_DROP_MULT, "seed": spec.seed},
+        "max_length": spec.max_length, "dropout": spec.dropout, "drop_mult": CLASSIFIER_DROP_MULT, "seed": spec.seed,
+        **precision},
         fine_tune_classifier)
     _say(STAGES[2], record, reused)
     return record
@@ -317,6 +324,7 @@ def ulmfit(spec: UlmfitSpec) -> dict:
     ``classifier_lr`` on ``train``'s ``text_column`` → ``label_column``, evaluated on ``dev``.
     """
     spec.validate()
+    spec.runtime.place()  # a device or precision this machine lacks is refused before anything is written
     spec.task.check_labels()  # columns, two labels or more, no dev label unseen in training
     out = Path(spec.out)
     claim_dir(out, "--out", "ulmfit", fix="ulmfit writes into a new or empty folder, or continues its own")

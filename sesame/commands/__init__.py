@@ -9,6 +9,7 @@ import json
 
 from ..errors import SesameError
 from ..options import add_flags, given
+from ..runtime import Runtime
 from ..train import TrainConfig
 
 COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "convert", "neighbors",
@@ -34,6 +35,16 @@ def add_training_flags(p: argparse.ArgumentParser) -> None:
 def training_options(args: argparse.Namespace) -> dict:
     """The TrainConfig fields given on the command line."""
     return given(args, TrainConfig)
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    """Runtime's fields as flags: ``--device``, ``--precision``, ``--tf32``, ``--compile`` (sesame.runtime)."""
+    add_flags(p.add_argument_group("runtime: where and how the model runs (sesame.runtime)"), Runtime)
+
+
+def runtime_options(args: argparse.Namespace) -> Runtime:
+    """The runtime the command line asks for (its flags not given keep their defaults)."""
+    return Runtime(**given(args, Runtime))
 
 
 def key_values(items: list[str], flag: str, example: str) -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import print_metrics
+from . import add_runtime_flags, print_metrics, runtime_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +15,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label-column")
     p.add_argument("--seq-len", type=int, help="language models: window length (default: the run's)")
     p.add_argument("--json", action="store_true")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -22,4 +23,4 @@ def run(args: argparse.Namespace) -> None:
     from ..pipelines import evaluate
 
     print_metrics(evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
-                           seq_len=args.seq_len), args.json)
+                           seq_len=args.seq_len, runtime=runtime_options(args)), args.json)

@@ -6,7 +6,7 @@ import argparse
 from ..options import add_flags, given
 from ..specs import FinetuneSpec
 from ..train.recipes import Recipe
-from . import add_training_flags, key_values, print_metrics, training_options
+from . import add_runtime_flags, add_training_flags, key_values, print_metrics, runtime_options, training_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +24,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_flags(p.add_argument_group("recipe: which parameters move and how fast"), Recipe)
     p.add_argument("--json", action="store_true")
     add_training_flags(p)
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -35,5 +36,6 @@ def run(args: argparse.Namespace) -> None:
                     **key_values(args.task_option, "--task-option", "doc_stride=128")}
     typed, recipe = given(args, FinetuneSpec), given(args, Recipe)
     spec = FinetuneSpec(**typed, task_options=task_options, recipe=Recipe(**recipe), training=training_options(args),
-                        explicit=frozenset({*typed, *recipe}), progress=not args.no_progress)
+                        runtime=runtime_options(args), explicit=frozenset({*typed, *recipe}),
+                        progress=not args.no_progress)
     print_metrics(finetune(spec), args.json)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..data.labeled import decode, stdin_lines
 from ..errors import SesameError
+from . import add_runtime_flags, runtime_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +38,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tldr", action="store_true", help="GPT-2's summarisation prompt: append '\\nTL;DR:' to each "
                                                        "prompt, sample with top-k 2, keep three sentences")
     p.add_argument("--json", action="store_true", help="one JSON line per prompt (the default for several prompts)")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> None:
         length_penalty=args.length_penalty, stop=tuple(s.replace("\\n", "\n") for s in args.stop), seed=args.seed,
         cache=not args.no_cache)
     cfg.validate()
-    lm = load_language_model(args.model)
+    lm = load_language_model(args.model, runtime=runtime_options(args))
     inputs = [p + TLDR for p in prompts] if args.tldr else prompts
     if len(prompts) == 1 and not args.json and not args.tldr:  # stream the continuation as it is generated
         print(prompts[0], end="", flush=True)
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> None:
     for start in tqdm(range(0, len(prompts), args.batch_size), desc="generate", unit="batch", disable=not progress,
                       file=sys.stderr):
         chunk = slice(start, start + args.batch_size)
-        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, batch_size=args.batch_size)):
+        for prompt, result in zip(prompts[chunk], generate(lm, inputs[chunk], cfg, batch_size=args.batch_size,
+                                                           first=start)):
             record = {**result, "prompt": prompt}
             if args.tldr:
                 record["summary"] = tldr(result["text"])

@@ -6,6 +6,7 @@ import json
 
 from ..data.labeled import stdin_lines
 from ..errors import SesameError
+from . import add_runtime_flags, runtime_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +18,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair-column")
     p.add_argument("--output", help="also write the predictions in the task's own format (CoNLL columns for tag, "
                                     "SQuAD's {id: answer} JSON for span_qa, JSON lines otherwise); a new file")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -26,7 +28,8 @@ def run(args: argparse.Namespace) -> None:
 
     if args.output:
         new_file(args.output, "--output", {"--input": args.input, "--model": args.model})
-    predictor = load(args.model, text_column=args.text_column, pair_column=args.pair_column)
+    predictor = load(args.model, text_column=args.text_column, pair_column=args.pair_column,
+                     runtime=runtime_options(args))
     if args.input:
         inputs = [{k: v for k, v in row.items() if k != "line"} for row in predictor.read(args.input)]
     else:

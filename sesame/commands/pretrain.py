@@ -8,7 +8,7 @@ from ..data.labeled import decode
 from ..errors import SesameError
 from ..options import add_flags, given
 from ..specs import PretrainSpec
-from . import add_training_flags, key_values, print_metrics, training_options
+from . import add_runtime_flags, add_training_flags, key_values, print_metrics, runtime_options, training_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +22,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--objective-option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other objective option, e.g. generator_fraction=0.25 or disc_weight=50 (repeatable)")
     add_training_flags(p)
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -44,5 +45,5 @@ def run(args: argparse.Namespace) -> None:
 
     typed = given(args, PretrainSpec)
     spec = PretrainSpec(**typed, objective_options=objective_options(args), training=training_options(args),
-                        explicit=frozenset(typed), progress=not args.no_progress)
+                        runtime=runtime_options(args), explicit=frozenset(typed), progress=not args.no_progress)
     print_metrics(pretrain(spec), args.json)

@@ -7,7 +7,7 @@ import json
 
 from ..apps.prompting import PromptSpec
 from ..options import given
-from . import spec_command
+from . import add_runtime_flags, runtime_options, spec_command
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +17,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verbalizers", help="label=word pairs, e.g. negative=bad,neutral=okay,positive=good "
                                          "(default: the label names)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -24,5 +25,6 @@ def run(args: argparse.Namespace) -> None:
     from ..apps.prompting import format_report, parse_verbalizers, prompt_eval
 
     verbalizers = parse_verbalizers(args.verbalizers) if args.verbalizers else None
-    report = prompt_eval(PromptSpec(**given(args, PromptSpec), verbalizers=verbalizers, progress=not args.no_progress))
+    report = prompt_eval(PromptSpec(**given(args, PromptSpec), verbalizers=verbalizers, runtime=runtime_options(args),
+                                    progress=not args.no_progress))
     print(json.dumps(report, ensure_ascii=False) if args.json else format_report(report))

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from . import add_runtime_flags, runtime_options
+
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate with a trained MT-LSTM; BLEU against a reference (docs/cove.md)")
@@ -14,6 +16,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
     p.add_argument("--output", help="write the translations here instead of printing them")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_runtime_flags(p)
     p.set_defaults(run=run)
 
 
@@ -22,7 +25,7 @@ def run(args: argparse.Namespace) -> None:
     from ..apps.cove import translate_file
 
     result = translate_file(args.model, args.input, reference=args.reference, beam=args.beam, output=args.output,
-                            progress=progress)
+                            progress=progress, runtime=runtime_options(args))
     if not args.output:
         for line in result["translations"]:
             print(line)

@@ -350,7 +350,9 @@ class LayerCache:
 
 class KVCache:
     """Every layer's attention keys and values for the tokens seen so far, in buffers allocated once for
-    ``capacity`` positions, so decoding appends in place. ``length`` counts the cached tokens."""
+    ``capacity`` positions, so decoding appends in place. ``length`` counts the cached tokens. The buffers live
+    on the model's ``device``, in the ``dtype`` its keys and values are computed in (bfloat16 under bf16
+    autocast); :meth:`sesame.language_model.LanguageModel.cache` makes one so."""
 
     def __init__(self, cfg: TransformerConfig, batch: int, capacity: int, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu"):
@@ -363,6 +365,8 @@ class KVCache:
         return LayerCache(self, i)
 
     def reorder(self, rows: torch.Tensor) -> None:
-        """Keep the batch rows ``rows``, in that order (beam search's surviving hypotheses)."""
+        """Keep the batch rows ``rows``, in that order (beam search's surviving hypotheses); ``rows`` may be on
+        any device."""
+        rows = rows.to(self.keys[0].device) if self.keys else rows
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]

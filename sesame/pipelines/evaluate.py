@@ -15,6 +15,7 @@ from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
 from ..objectives import OBJECTIVES, build_objective
 from ..rundir import build_backbone, load_tokenizer, read_config
+from ..runtime import Runtime
 from ..sources import opened
 from ..specs import RunConfig, check_length
 from ..tasks import infer, make_task
@@ -25,10 +26,11 @@ from .pretrain import lm_metrics
 class Predictor:
     """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
     loaded for prediction and evaluation. ``options`` override the task options the run was trained
-    with (other column names, say)."""
+    with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s)."""
 
-    def __init__(self, run: str | Path, options: dict | None = None):
+    def __init__(self, run: str | Path, options: dict | None = None, runtime: Runtime | None = None):
         self.run = Path(run)
+        self.placement = (runtime or Runtime()).place()
         with opened(run, "--model", classifier=True) as (_, path):
             self.config = read_config(path, "--model", ("finetuned",))
             given = {k: v for k, v in (options or {}).items() if v is not None}
@@ -37,12 +39,15 @@ class Predictor:
             self.tokenizer = load_tokenizer(path, "--model")
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
-        self.model.eval()
+        self.placement.model(self.model).eval()
+        if self.placement.compile:  # infer calls model.outputs
+            self.model.outputs = self.placement.compiled(self.model.outputs, "model's outputs")
 
     def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
         features = self.task.features(examples, self.tokenizer, self.config.max_length, self.labels,
                                       self.config.causal)
-        return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
+        with self.placement.autocast():
+            return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
 
     def predict(self, inputs: Sequence[str | dict]) -> list[dict]:
         """One prediction per input: a text, or an example dict as the task reads them (``{"text": ...,
@@ -62,11 +67,11 @@ class Predictor:
         return self.task.score(examples, *self._outputs(examples), self.labels)
 
 
-def load(run: str | Path, **options) -> Predictor:
+def load(run: str | Path, *, runtime: Runtime | None = None, **options) -> Predictor:
     """Load a fine-tuned run (or a transformers sequence classifier directory) for prediction:
     ``sesame.load(run).predict(["text", ...])``; keyword arguments override its task options
-    (``text_column="tweet"``)."""
-    return Predictor(run, options)
+    (``text_column="tweet"``); ``runtime``: its device and precision (:class:`sesame.runtime.Runtime`)."""
+    return Predictor(run, options, runtime)
 
 
 def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
@@ -74,12 +79,13 @@ def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
 
 
 def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None = None, label_column: str | None = None,
-             text_field: str = "text", seq_len: int | None = None) -> dict:
+             text_field: str = "text", seq_len: int | None = None, runtime: Runtime | None = None) -> dict:
     """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
     per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
     ``model`` may also be a transformers directory: a sequence classifier, or a model with its pre-training
-    head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`)."""
+    head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`). ``runtime``: where and how
+    the model runs (:class:`sesame.runtime.Runtime`)."""
     with opened(model, "--model") as (_, run):
         config = read_config(run, "--model")
         if config.kind == "finetuned":
@@ -87,13 +93,13 @@ def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None =
                 if len(data) != 1:
                     raise SesameError("--data: give one labeled file for a fine-tuned model")
                 data = data[0]
-            return load(run, text_column=text_column, label_column=label_column).evaluate(data)
+            return load(run, text_column=text_column, label_column=label_column, runtime=runtime).evaluate(data)
         return _language_model(run, config, model, [data] if isinstance(data, str) else list(data), text_field,
-                               seq_len)
+                               seq_len, runtime or Runtime())
 
 
 def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], text_field: str,
-                    seq_len: int | None) -> dict:
+                    seq_len: int | None, runtime: Runtime) -> dict:
     """A pretrained run's objective on text: loss, perplexity, and bits per byte and character when causal."""
     if config.objective is None:
         raise SesameError(f"--model {model}: converted from {config.hf['model_type']} without its pre-training "
@@ -102,10 +108,11 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
     if scorer:
         raise SesameError(f"--model {model}: a {config.family} run of the {config.objective} objective; score it with "
                           f"`{scorer}`")
+    placement = runtime.place()
     tok = load_tokenizer(run, "--model")
     obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
-    obj.eval()
+    placement.model(obj).eval()
     if seq_len is None:
         seq_len = config.seq_len
     else:
@@ -120,4 +127,5 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
         if not windows:
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
         warn_if_few(windows, obj.window_length(seq_len), "--data")
-        return lm_metrics(obj, shards, windows, seq_len, text=corpus.size())
+        with placement.autocast():
+            return lm_metrics(obj, shards, windows, seq_len, text=corpus.size())

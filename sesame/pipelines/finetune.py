@@ -22,6 +22,7 @@ from ..families import FAMILIES, Family, backbone_config, reading_features
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
+from ..runtime import Placement
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
@@ -43,6 +44,7 @@ def finetune(spec: FinetuneSpec) -> dict:
     if spec.resume:
         spec = resumed_finetuning(spec)  # as the run was made, with the budget given now
     spec.validate(processes=world()[1])
+    placement = spec.runtime.place()
     resumed = from_checkpoint(spec.out, spec.resume)
     source = None if resumed else resolve_source(spec.base, "--from")
     family, size, scratch = _trained_model(spec, source)
@@ -102,9 +104,9 @@ def finetune(spec: FinetuneSpec) -> dict:
         recipes.freeze_features(model.backbone)
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        trainer, epochs = _trainer(run, spec, cfg, model, data, tok, techniques, started)
+        trainer, epochs = _trainer(run, spec, cfg, model, data, tok, techniques, started, placement)
         if world()[0] == 0:  # the epochs and steps the training set's size decided, or a resume's budget
-            record_training(run, config, cfg, epochs)
+            record_training(run, config, cfg, epochs, runtime=spec.runtime.record(placement))
         metrics = trainer.fit(resume=resumed)
         if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
             config.task_options["null_threshold"] = metrics["null_threshold"]
@@ -124,7 +126,7 @@ class _Data:
 
 
 def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
-             techniques: Techniques, started: float) -> tuple[Trainer, int]:
+             techniques: Techniques, started: float, placement: Placement) -> tuple[Trainer, int]:
     """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every
     epoch and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
     actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
@@ -165,7 +167,7 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
     return Trainer(model, run, cfg, batches, select=data.select, started=started, progress=spec.progress,
                    param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch),
-                   evaluate=evaluate_dev), epochs
+                   evaluate=evaluate_dev, runtime=placement), epochs
 
 
 def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | None, str | None, bool]:

@@ -22,6 +22,7 @@ from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
 from ..resume import record_training, resumed_pretraining, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
+from ..runtime import device_of, to_device
 from ..specs import PretrainSpec, RunConfig
 from ..tasks import EVAL_BATCH
 from ..tokenizer import extend_words
@@ -38,6 +39,7 @@ def pretrain(spec: PretrainSpec) -> dict:
     if spec.resume:
         spec = resumed_pretraining(spec)  # as the run was made, with the budget given now
     spec.validate()
+    placement = spec.runtime.place()
     cfg = spec.train_config()
     fam = spec.fam
     resumed = from_checkpoint(spec.out, spec.resume)
@@ -91,7 +93,7 @@ def pretrain(spec: PretrainSpec) -> dict:
     with claimed_run(spec.out, "pretrained", spec.resume, setup) as run:
         config = read_config(run, "--out", ("pretrained",))
         if world()[0] == 0:
-            record_training(run, config, cfg)  # a resume's budget
+            record_training(run, config, cfg, runtime=spec.runtime.record(placement))  # a resume's budget
         tok = load_tokenizer(run)
         shards = Shards(config.shards)
         valid_shards = Shards(config.valid_shards) if config.valid_shards else None
@@ -109,7 +111,7 @@ def pretrain(spec: PretrainSpec) -> dict:
         trainer = Trainer(obj, run, cfg, window_batches(obj, shards, phases, cfg, config.static_masks),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, config.seq_len, cfg.seed,
                                                         config.valid_size),
-                          started=started, progress=spec.progress, param_groups=rates)
+                          started=started, progress=spec.progress, param_groups=rates, runtime=placement)
         return trainer.fit(resume=resumed)
 
 
@@ -144,7 +146,7 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
     with torch.no_grad():
         for start in range(0, len(mine), EVAL_BATCH):
             idx = mine[start: start + EVAL_BATCH]
-            batch = examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner)
+            batch = to_device(examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner), device_of(obj))
             n = loss_counts(batch)
             losses, correct = obj.score(batch)
             for name, value in loss_parts(losses).items():

@@ -1,18 +1,20 @@
 """Resumable stages: what multi-stage applications (``sesame compare``'s cells, ``sesame ulmfit``'s stages)
 share. A stage is a run directory that is finished once its record (:data:`RECORD`: its settings and
 measurements) is written; a finished stage is reused, an unfinished one resumed from its checkpoint, or
-started afresh when it has none. Also the train/dev pair of labeled files such stages fine-tune on.
+started afresh when it has none; its runtime's precision is one of its settings, its device is not
+(:func:`stage_runtime`). Also the train/dev pair of labeled files such stages fine-tune on.
 """
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from ..errors import SesameError
 from ..outputs import directory_kind, only_run_files
+from ..runtime import Runtime
 from ..specs import KINDS
 from ..tasks import make_task
 from ..train import Interrupted
@@ -50,6 +52,15 @@ def cached_stage(run: Path, settings: dict, work: Callable[[bool], dict]) -> tup
     run.mkdir(parents=True, exist_ok=True)
     write_json(run / RECORD, record)
     return record, False
+
+
+def stage_runtime(runtime: Runtime) -> tuple[Runtime, dict]:
+    """A stage's runtime, and what its settings record of it. The precision is a setting (it changes the numbers):
+    it is given to the stage explicitly, so a resumed stage continues in the precision its settings will say, and
+    recorded, but for fp32, the default, which stages made before the runtime existed did not record. The device,
+    TF32 and compile are the machine's choice, not settings: a stage finished on a CPU is reused on a GPU."""
+    precision = runtime.precision or "fp32"
+    return replace(runtime, precision=precision), {} if precision == "fp32" else {"precision": precision}
 
 
 def trainer_state(run: Path) -> dict:

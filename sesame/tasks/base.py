@@ -22,6 +22,7 @@ from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer
+from ..runtime import device_of, to_device
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 
@@ -178,7 +179,8 @@ def pad(sequences: Sequence[Sequence[int]], value: int) -> torch.Tensor:
 def infer(model: TaskModel, task: Task, features: list[dict], pad_id: int) -> torch.Tensor:
     """``model.outputs`` for every feature, in the features' order: ``[N, k]``, or ``[N, W, k]`` for
     per-token tasks (W: the longest feature; positions past a feature's end are 0). Features of
-    similar length are batched together; under torchrun each process scores its share."""
+    similar length are batched together, each moved to the model's device; under torchrun each process scores
+    its share. The outputs come back on the CPU, in float32."""
     rank, size = world()
     if len(features) < size:
         raise SesameError(f"{len(features)} evaluation inputs for {size} processes; run with fewer processes")
@@ -186,10 +188,11 @@ def infer(model: TaskModel, task: Task, features: list[dict], pad_id: int) -> to
     width = max(task.length(f) for f in features)
     out: torch.Tensor | None = None
     model.eval()
+    device = device_of(model)
     with torch.no_grad():
         for start in range(0, len(order), EVAL_BATCH):
             chunk = order[start: start + EVAL_BATCH]
-            rows = model.outputs(task.collate([features[i] for i in chunk], pad_id)).float()
+            rows = model.outputs(to_device(task.collate([features[i] for i in chunk], pad_id), device)).float().cpu()
             if out is None:
                 out = torch.zeros(len(features), *((width,) if task.per_token else ()), rows.shape[-1])
             out = _widen(out, rows.shape[-1])  # multiple choice: a batch's column count is its most candidates

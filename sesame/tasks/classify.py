@@ -43,7 +43,7 @@ def pool(hidden: torch.Tensor, real: torch.Tensor, pooling: str) -> torch.Tensor
     """One vector per row of ``hidden`` (batch, time, H) whose real positions ``real`` marks: the first
     (``cls``), the last real (``last``), the mean or the max over real positions, or ULMFiT's concat pooling
     [h_T; maxpool(H); meanpool(H)] (§3.3), 3H wide. Padding never enters a mean or a max."""
-    last = hidden[torch.arange(hidden.shape[0]), real.sum(1) - 1]
+    last = hidden[torch.arange(hidden.shape[0], device=hidden.device), real.sum(1) - 1]
     mean = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
     if pooling in ("max", "concat"):
         peak = hidden.masked_fill(~real[..., None], float("-inf")).amax(1)

@@ -4,7 +4,12 @@ One optimizer step consumes one *global batch*, given as this process's micro-ba
 is the sum over every target in the global batch divided by their number, so gradient
 accumulation and ``torchrun`` (DistributedDataParallel, one process per core or GPU) give the same
 update as one process with the whole batch. Every random draw in step ``s`` comes from seeds
-derived from ``(seed, s)``, which makes resuming from a checkpoint exact.
+derived from ``(seed, s)``, which makes resuming from a checkpoint exact: no random state is saved, only the
+step (and, in fp16, the gradient scaler's state).
+
+The model lives on the :class:`sesame.runtime.Placement`'s device; each micro-batch is built on the CPU and
+moved there when its step consumes it, forward passes run under the placement's autocast, and with fp16 the
+loss is scaled so small gradients survive and a step whose gradients overflow is skipped (the scale halves).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from tqdm.auto import tqdm
 
 from ..errors import SesameError
 from ..options import option
+from ..runtime import Placement
 from .checkpoint import (atomic_write_text, checkpoint_dir, load_optimizer, load_weights, read_json, remove_leftovers,
                          save_checkpoint, save_weights)
 from .metrics_log import MetricsLog
@@ -38,7 +44,6 @@ class Interrupted(Exception):
 
 
 SCHEDULES = ("linear", "stlr")
-PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -61,9 +66,6 @@ class TrainConfig:
     stlr_ratio: float = option(32.0, help="stlr: peak / lowest learning rate (32 in ULMFiT)")
     cycles: int = option(1, help="run the schedule N times over equal parts of the run (e.g. one per epoch of "
                                  "gradual unfreezing)")
-    precision: str = option("fp32", choices=PRECISIONS,
-                            help="fp32, or bf16: forward passes in bfloat16 autocast (fast on CPUs with AMX or "
-                                 "AVX512-BF16); weights and optimizer stay fp32")
 
     def validate(self) -> None:
         checks = [
@@ -77,7 +79,6 @@ class TrainConfig:
             (not 0 <= self.warmup < 1, "--warmup", "is a fraction of the run in [0, 1)"),
             (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
             (self.schedule not in SCHEDULES, "--schedule", f"choose one of {', '.join(SCHEDULES)}"),
-            (self.precision not in PRECISIONS, "--precision", f"choose one of {', '.join(PRECISIONS)}"),
             (self.cycles < 1, "--cycles", "must be at least 1"),
             (self.schedule == "stlr" and not (self.warmup > 0 and self.stlr_ratio >= 1), "--schedule stlr",
              "needs --warmup (its cut_frac) above 0 and --stlr-ratio of at least 1"),
@@ -95,15 +96,6 @@ class TrainConfig:
         if self.schedule == "stlr":
             return slanted_triangular(progress, self.warmup, self.stlr_ratio)
         return linear_warmup_decay(progress, self.warmup)
-
-
-def autocast(model: nn.Module, precision: str) -> torch.autocast:
-    """Mixed precision for ``model``'s forward pass: with ``bf16``, matrix products run in bfloat16
-    (AMX/AVX512-BF16 on recent CPUs) while parameters, their gradients and the optimizer stay float32,
-    and losses and normalisations stay float32 (autocast's op lists). bfloat16 keeps float32's
-    exponent range, so no loss scaling is needed."""
-    device = next(model.parameters()).device.type
-    return torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def world() -> tuple[int, int]:
@@ -153,20 +145,23 @@ class Trainer:
     method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
-    ones written to ``run/model.safetensors``; otherwise the last weights are.
+    ones written to ``run/model.safetensors``; otherwise the last weights are. ``runtime`` places the model
+    (moved there by the trainer, before the optimizer is made) and sets its precision; the CPU in fp32 without.
     """
 
     def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int, float], list[Batch]],
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
                  started: float | None = None, progress: bool = True, param_groups: list[dict] | None = None,
-                 before_step: Callable[[int], None] | None = None):
+                 before_step: Callable[[int], None] | None = None, runtime: Placement | None = None):
         config.validate()
-        self.model, self.run, self.config = model, Path(run), config
+        self.placement = runtime or Placement.cpu()
+        self.model, self.run, self.config = self.placement.model(model), Path(run), config
         self.batches, self.evaluate, self.select, self.before_step = batches, evaluate, select, before_step
         self.started = started if started is not None else time.time()
         self.progress = progress
         self.rank, self.world = world()
         self.optimizer = adamw(param_groups or model, config.lr, config.weight_decay)
+        self.scaler = self.placement.scaler()
         self.step, self.elapsed_before = 0, 0.0
         self.setup_seconds = 0.0  # of the budget, spent before the first step
         self.best: dict = {}  # dev metrics of the selected weights
@@ -192,8 +187,11 @@ class Trainer:
         return min(1.0, max(by_steps, by_time))
 
     def trainer_state(self) -> dict:
-        return {"step": self.step, "elapsed": self.elapsed(), "setup_seconds": self.setup_seconds, "best": self.best,
-                "last_eval": self.last_eval, "config": asdict(self.config)}
+        state = {"step": self.step, "elapsed": self.elapsed(), "setup_seconds": self.setup_seconds, "best": self.best,
+                 "last_eval": self.last_eval, "config": asdict(self.config)}
+        if self.scaler.is_enabled():  # fp16: the loss scale and its growth tracker (plain numbers)
+            state["scaler"] = self.scaler.state_dict()
+        return state
 
     def resume(self) -> None:
         ckpt = checkpoint_dir(self.run)
@@ -202,6 +200,8 @@ class Trainer:
         state = read_json(ckpt / "trainer_state.json")
         self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
         load_optimizer(self.optimizer, load_weights(ckpt / "optimizer.safetensors"), read_json(ckpt / "optimizer.json"))
+        if self.scaler.is_enabled() and "scaler" in state:  # else fp16 starts a fresh scale (the run was not fp16)
+            self.scaler.load_state_dict(state["scaler"])
         self.step, self.best, self.last_eval = state["step"], state["best"], state["last_eval"]
         self.elapsed_before, self.setup_seconds = state["elapsed"], state["setup_seconds"]
         self.started = time.time()
@@ -260,7 +260,7 @@ class Trainer:
         if self.evaluate is None:
             return
         self.model.eval()
-        with torch.no_grad(), autocast(self.model, self.config.precision):
+        with torch.no_grad(), self.placement.autocast():
             metrics = self.evaluate(self.model)
         self.model.train()
         self.last_eval, self.evaluated_at = metrics, self.step
@@ -287,22 +287,25 @@ class Trainer:
                  for name, total in zip(names, totals)}
         for group in self.optimizer.param_groups:
             group["lr"] = group.get("base_lr", c.lr) * c.rate(progress)
-        loss_sum, tokens = 0.0, 0
+        loss_sum, tokens = torch.zeros((), device=self.placement.device), 0
         for i, batch in enumerate(micro):
+            batch = self.placement.move(batch)
             sync = nullcontext() if i == len(micro) - 1 or self.world == 1 else wrapped.no_sync()
             with sync:
-                with autocast(self.model, c.precision):
+                with self.placement.autocast():
                     parts = loss_parts(wrapped(batch))
-                loss = sum(value.float() * scale[name] for name, value in parts.items())
-                loss.backward()
-            loss_sum += loss.item() / self.world
+                loss = sum(value.float() * scale[name] for name, value in parts.items())  # in float32
+                self.scaler.scale(loss).backward()
+            loss_sum += loss.detach() / self.world
             tokens += batch["ids"].numel()
+        self.scaler.unscale_(self.optimizer)  # the true gradients, for clipping (nothing to do unless fp16)
         if c.clip:
             nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # fp16: skipped when a gradient overflowed
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        loss_sum, tokens = all_sum([loss_sum, float(tokens)])
+        loss_sum, tokens = all_sum([loss_sum.item(), float(tokens)])
         return loss_sum, int(tokens)
 
     def fit(self, resume: bool = False) -> dict:
@@ -313,9 +316,11 @@ class Trainer:
         if self.rank == 0:
             remove_leftovers(self.run)
             self._forget_logged_after(self.step)
-        wrapped = self.model
+        wrapped: nn.Module = self.model
         if self.world > 1:  # averages gradients over processes; forward(batch) passes the dict through
-            wrapped = nn.parallel.DistributedDataParallel(self.model)
+            index = self.placement.device.index  # a GPU per process, else the CPU
+            wrapped = nn.parallel.DistributedDataParallel(self.model, device_ids=None if index is None else [index])
+        wrapped = self.placement.compiled(wrapped, "training step's forward pass")
         self.model.train()
         # every process catches Ctrl-C (torchrun forwards it to each worker); they agree to stop in _budget_spent
         previous = signal.signal(signal.SIGINT, self._request_stop)

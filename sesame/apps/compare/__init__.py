@@ -30,6 +30,7 @@ from ...errors import SesameError
 from ...options import option
 from ...outputs import claim_dir
 from ...pipelines.stages import cached_stage
+from ...runtime import Runtime
 from .approaches import Approach, dir_name, parse_approach
 from .baselines import C_GRID, tfidf_baseline
 from .cells import finetune_cell, origin, pretrain_cell, prior_training, say, scratch_twins
@@ -65,6 +66,9 @@ class CompareSpec:
     batch_size: int = option(32, help=ROW_DEFAULT.format("batch size"))
     max_length: int = option(128, help=ROW_DEFAULT.format("tokens per text"))
     seed: int = option(0, help="seed of every pre-training and fine-tuning")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="every cell's device and precision (sesame.runtime; "
+                                                               "an approach's precision=… or finetune.precision=… "
+                                                               "overrides the precision)")
     progress: bool = option(True, cli=False, help="show progress bars")
 
     @property
@@ -81,7 +85,8 @@ class CompareSpec:
                            self.data, "--out", str(self.out), "--minutes", f"{self.minutes:g}",
                            *(["--max-steps", str(self.max_steps)] if self.max_steps else []),
                            "--epochs", str(self.epochs), "--lr", f"{self.lr:g}", "--batch-size", str(self.batch_size),
-                           "--max-length", str(self.max_length), "--seed", str(self.seed)])
+                           "--max-length", str(self.max_length), "--seed", str(self.seed),
+                           *(["--precision", self.runtime.precision] if self.runtime.precision else [])])
 
 
 def _plan(spec: CompareSpec) -> tuple[list[Approach], list[CompareTask]]:
@@ -105,6 +110,7 @@ def compare(spec: CompareSpec) -> list[dict]:
     steps too, for quick checks), fine-tune each and its from-scratch twin on every task with the same settings,
     add the TF-IDF baseline, and write ``results.{md,csv,json,png}`` in ``spec.out``. Returns the table's rows."""
     plan, tasks = _plan(spec)
+    spec.runtime.place()  # a device or precision this machine lacks is refused before anything is written
     out, options = Path(spec.out), spec.fine_tuning
     claim_dir(out, "--out", "compare", fix="compare writes into a new or empty folder, or continues its own")
     no_pretraining = {"seconds": 0, "tokens": 0}
@@ -133,14 +139,14 @@ def compare(spec: CompareSpec) -> list[dict]:
             base = str(a.run_dir(out / "pretrain")) if a.kind == "pretrained" else origins[a.spec]["scratch"]
             add(task, a.spec, a.kind, a.slug, finetune_cell(
                 base, out / task.name / a.slug, task, origin=origins[a.spec], options=tuned, tokenizer=None,
-                progress=spec.progress, name=a.spec), pre[a.spec], finetune=tuned,
+                runtime=spec.runtime, progress=spec.progress, name=a.spec), pre[a.spec], finetune=tuned,
                 **({"from": a.base} if a.base else {}))
         for name, (a, *others) in twins.items():
             tuned = a.fine_tuning(options, task)
             add(task, name, "scratch", dir_name(name), finetune_cell(
                 f"scratch:{a.family}:{a.size}", out / task.name / dir_name(name), task,
                 origin={"scratch": name, "tokenizer": origins[a.spec]}, options=tuned,
-                tokenizer=str(a.run_dir(out / "pretrain")), progress=spec.progress, name=name),
+                tokenizer=str(a.run_dir(out / "pretrain")), runtime=spec.runtime, progress=spec.progress, name=name),
                 no_pretraining, twin_of=[a.spec, *(o.spec for o in others)], finetune=tuned)
         add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", cached_stage(
             out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": spec.seed},

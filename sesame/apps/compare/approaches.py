@@ -1,10 +1,12 @@
 """The approach language of ``sesame compare --approaches``: ``FAMILY:SIZE[:KEY=VALUE...]``.
 
 KEY is a pre-training option (a :class:`sesame.specs.PretrainSpec` or TrainConfig field, e.g. ``seq_len``,
-``lr``, ``accumulate``), or else an option of the family's objective (e.g. ``masking``); ``from=RUN``
-fine-tunes RUN instead of pre-training; ``finetune.KEY=VALUE`` sets a fine-tuning option (a
-:class:`sesame.specs.FinetuneSpec`, Recipe or TrainConfig field) for the approach's rows. Every item is
-typed and checked when parsed, so a bad one fails before any training.
+``lr``, ``accumulate``, or ``precision``, the approach's own ``--precision``), or else an option of the family's
+objective (e.g. ``masking``); ``from=RUN`` fine-tunes RUN instead of pre-training; ``finetune.KEY=VALUE`` sets a
+fine-tuning option (a :class:`sesame.specs.FinetuneSpec`, Recipe or TrainConfig field, or ``precision``) for the
+approach's rows. The runtime's other fields (device, TF32, compile) are the machine's choice, the same for every
+approach: compare's own flags. Every item is typed and checked when parsed, so a bad one fails before any
+training.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from ...errors import SesameError
 from ...families import Family, get_family, get_size
 from ...interop.sources import MINILM, minilm_dir, transformers_config
 from ...options import defaults as option_defaults
+from ...options import flag_name, parse_value
+from ...runtime import Runtime
 from ...sources import resolve_source
 from ...specs import FINETUNE_TRAINING, FinetuneSpec, PretrainSpec, RunConfig
 from ...tasks import POOLINGS
@@ -80,6 +84,20 @@ class Approach:
         """Its fine-tuning options on ``task``: the command's ``common`` ones < the family's defaults
         (``Family.finetune``) < the task's own < the approach's ``finetune.KEY=VALUE`` items."""
         return {**common, **get_family(self.family).finetune, **task.options, **self.finetune}
+
+
+PRECISION = "precision"  # the one runtime field an approach may set: a setting, unlike the machine's device
+RUNTIME = {f.name for f in fields(Runtime)}
+
+
+def _runtime_item(where: str, key: str, text: str) -> str:
+    """``precision=VALUE`` (or ``finetune.precision``) checked against the precisions; any other runtime field is
+    refused, naming compare's flag for it."""
+    name = key.removeprefix(FINETUNE)
+    if name != PRECISION:
+        flag = flag_name(next(f for f in fields(Runtime) if f.name == name))
+        raise SesameError(f"{where}: {key} is the machine's choice, the same for every approach; give compare {flag}")
+    return parse_value(Runtime, PRECISION, text, where)
 
 
 def dir_name(name: str) -> str:
@@ -157,6 +175,9 @@ def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
     text_options = {f.name for cls in (FinetuneSpec, Recipe) for f in fields(cls)
                     if str(f.type).startswith("str")}  # paths and names, never read as JSON
     for key, text in items.items():
+        if key in RUNTIME:
+            options[key] = _runtime_item(where, FINETUNE + key, text)
+            continue
         if key in FINETUNE_RESERVED:
             raise SesameError(f"{where}: finetune.{key} is set by compare for every row alike (the task, --seed, "
                               "epochs as the budget)")
@@ -213,6 +234,9 @@ def parse_approach(spec: str) -> Approach:
         _check_base(spec, fam, size, base)
     known, options, objective = _pretraining_defaults(), {}, {}
     for key, text in pretraining.items():
+        if key in RUNTIME:
+            options[key] = _runtime_item(f"--approaches {spec}", key, text)
+            continue
         if key in RESERVED:
             raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
                               "(--minutes, --max-steps, --seed, --corpus, --valid)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,8 +13,9 @@ from ... import api
 from ...errors import SesameError
 from ...families import backbone_config
 from ...interop.sources import MINILM, minilm_dir
-from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, trainer_state
+from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
 from ...rundir import read_config
+from ...runtime import Runtime
 from ...train.checkpoint import checkpoint_dir
 from .approaches import FINETUNE, Approach, run_config
 from .baselines import scores
@@ -33,15 +34,19 @@ def say(where: str, name: str, record: dict, reused: bool) -> None:
 
 
 def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dict, bool]:
-    """Pre-train ``approach`` into ``run`` on the comparison's corpus and budget: (its record, reused)."""
+    """Pre-train ``approach`` into ``run`` on the comparison's corpus and budget, in its ``precision=…`` or the
+    command's: (its record, reused)."""
     corpus = [str(Path(p).resolve()) for p in spec.corpus]
     valid = [str(Path(p).resolve()) for p in spec.valid] if spec.valid else None
+    runtime, precision = stage_runtime(replace(spec.runtime, precision=approach.options.get("precision")
+                                               or spec.runtime.precision))
 
     def work(resume: bool) -> dict:
         try:
             api.pretrain(corpus=corpus, out=str(run), family=approach.family, size=approach.size, valid=valid,
                          resume=resume, progress=spec.progress, max_minutes=spec.minutes,
-                         max_steps=spec.max_steps or NO_STEP_CAP, seed=spec.seed, **approach.options)
+                         max_steps=spec.max_steps or NO_STEP_CAP, seed=spec.seed, **approach.options,
+                         runtime=runtime)
         except SesameError as err:
             raise SesameError(f"--approaches {approach.spec}: {err}") from None
         state, config = trainer_state(run), read_config(run, "--out")
@@ -49,7 +54,7 @@ def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dic
                 "seconds": round(state["elapsed"], 3)}
 
     settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": spec.minutes,
-                "max_steps": spec.max_steps, "seed": spec.seed}
+                "max_steps": spec.max_steps, "seed": spec.seed, **precision}
     return cached_stage(run, settings, work)
 
 
@@ -83,22 +88,25 @@ def origin(base: str) -> dict:
 
 
 def finetune_cell(base: str, run: Path, task: CompareTask, *, origin: dict, options: dict, tokenizer: str | None,
-                  progress: bool, name: str | None = None) -> tuple[dict, bool]:
-    """Fine-tune ``base`` on ``task`` into ``run``: (its record, reused). ``origin`` (the records it depends on)
-    is part of the cell's settings; an error names the approach ``name``, when given."""
+                  runtime: Runtime, progress: bool, name: str | None = None) -> tuple[dict, bool]:
+    """Fine-tune ``base`` on ``task`` into ``run`` on ``runtime`` (in the precision of ``options``, if they set
+    one): (its record, reused). ``origin`` (the records it depends on) is part of the cell's settings; an error
+    names the approach ``name``, when given."""
+    runtime, precision = stage_runtime(replace(runtime, precision=options.get("precision") or runtime.precision))
+
     def work(resume: bool) -> dict:
         try:
             dev = api.finetune(base=base, train=task.train, dev=task.dev, out=str(run), task=task.task,
                                task_options=task.columns, tokenizer=tokenizer, resume=resume, progress=progress,
-                               **options)
+                               **options, runtime=runtime)
         except SesameError as err:
             raise SesameError(f"--approaches {name} (task {task.name}): {err}" if name else str(err)) from None
-        model = api.load(run)
+        model = api.load(run, runtime=runtime)
         return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
                 "seconds": round(trainer_state(run)["elapsed"], 3), "train": scores(model.evaluate(task.train)),
                 "dev": scores(dev)}
 
-    return cached_stage(run, {"from": origin, "task": asdict(task), **options}, work)
+    return cached_stage(run, {"from": origin, "task": asdict(task), **options, **precision}, work)
 
 
 def scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
