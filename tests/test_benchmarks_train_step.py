@@ -1,4 +1,4 @@
-"""benchmarks/train_step.py on tiny models: the JSON lines of every variant."""
+"""benchmarks/train_step.py and benchmarks/precision_loss.py on tiny models: the JSON lines of every variant."""
 from __future__ import annotations
 
 import json
@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -70,3 +71,28 @@ def test_compiled_variant_runs_compiled(capsys) -> None:
     compiled = rows[1]
     assert compiled["config"]["compile"] and compiled["sesame_compiled"] and compiled["transformers_compiled"]
     assert all(isinstance(compiled[f"{side}_graph_breaks"], dict) for side in ("sesame", "transformers"))
+
+
+def precision_loss():
+    return load_script(BENCHMARKS / "precision_loss.py", "precision_loss")
+
+
+def test_the_chain_takes_only_successors() -> None:
+    successors = torch.tensor([[11, 12, 13, 14], [10, 10, 12, 13], [14, 14, 14, 14], [10, 11, 12, 14],
+                               [13, 13, 13, 13]])
+    windows = precision_loss().markov_windows(successors, 10, 50, 20, torch.Generator().manual_seed(0))
+    assert windows.shape == (50, 20) and windows.min() >= 10 and windows.max() <= 14
+    for a, b in zip(windows[:, :-1].flatten().tolist(), windows[:, 1:].flatten().tolist()):
+        assert b in successors[a - 10].tolist()
+
+
+def test_loss_check_trains_each_precision_from_one_start(capsys) -> None:
+    precision_loss().main([*TINY, "--which", "mlm", "--steps", "8", "--valid-batches", "2"])
+    [row] = json_lines(capsys.readouterr().out)
+    assert row["bench"] == "mlm-loss-check" and row["config"]["steps"] == 8
+    losses = row["valid_loss"]
+    assert set(losses) == {"fp32", "bf16", "fp32-reseeded"}
+    assert all(loss < row["initial_valid_loss"] for loss in losses.values())  # every run learned
+    assert row["noise"] == pytest.approx(abs(losses["fp32-reseeded"] - losses["fp32"])) and row["noise"] > 0
+    assert row["difference"] == pytest.approx(losses["bf16"] - losses["fp32"])
+    assert row["within_noise"] is (abs(row["difference"]) <= row["noise"])
