@@ -65,11 +65,13 @@ Each result records the share of the machine's CPUs that other processes used wh
 shared machine they slow both sides, and multi-threaded operators most (each waits for a descheduled
 thread), which compresses the ratio; compare ratios from the same run only.
 
-Durations on the two cores of a quiet machine (fp32 from docs/results.md; bf16 and compile estimated, not
-yet timed: bf16 from the fp32 times and the bf16/fp32 matmul peak ratio, compile from tiny runs):
+Durations on the two cores of a quiet machine: fp32 from docs/results.md; bf16 and compile estimated, not
+yet timed there (bf16 from the fp32 step times, their MFU and a bf16/fp32 matmul peak ratio of about 0.2, as
+measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step for sesame and transformers,
+6 s and 8 s per causal step; compile adds a few minutes of compiling, while priming, per model):
 
-    python benchmarks/train_step.py                       # fp32 and bf16, both steps: about 5-10 minutes
-    python benchmarks/train_step.py --compile bf16        # and bf16 + compile: about 15-25 minutes
+    python benchmarks/train_step.py                       # fp32 and bf16, both steps: about 5-8 minutes
+    python benchmarks/train_step.py --compile bf16        # and bf16 + compile: about 10-20 minutes
     python benchmarks/train_step.py --precision fp32      # the fp32 comparison alone: about 2-5 minutes
     python benchmarks/train_step.py --which clm --rounds 4 --steps 2 --json-only
     python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
