@@ -1,4 +1,4 @@
-"""Training-step throughput of sesame against Hugging Face transformers on the same config and batch.
+"""Training-step throughput of sesame against Hugging Face transformers on the same config, batch and precision.
 
 Two comparisons, each one full training step (forward, backward, AdamW step) on one batch:
 
@@ -12,16 +12,30 @@ Two comparisons, each one full training step (forward, backward, AdamW step) on 
   transformers: ``GPT2LMHeadModel`` (``activation_function="gelu"``), fed the same 128 inputs and the
   same 128 next-token targets per row (``shift_labels``).
 
-Both sides use fp32, the same dropout rates, the same AdamW (``sesame.train.optim.adamw``: lr 1e-4,
+Both sides use the same dropout rates, the same AdamW (``sesame.train.optim.adamw``: lr 1e-4,
 weight decay 0.01 on matrices, fused) and the mean loss over the targets. sesame draws its dropout
 masks with its own sampler (``sesame.models.transformer.dropout``: the same keep probability 0.9 and
-1/0.9 scaling as ``nn.Dropout``, from cheaper random bits). The two implementations
-alternate in one process: each round runs ``--steps`` steps of each (the order flips every round),
-the first round is a discarded warm-up, and the reported throughput is the median over the other
-rounds. Throughput counts input tokens (batch x sequence length) per second.
+1/0.9 scaling as ``nn.Dropout``, from cheaper random bits).
 
-Model FLOPs utilisation (MFU) = model FLOPs per second / peak, where the peak is the best fp32
-``torch.mm`` rate measured on this machine (2n^3 FLOPs for n x n times n x n) and the model FLOPs of
+Variants. Each comparison runs in every precision of ``--precision`` (default fp32 and bf16) and, for
+those of ``--compile``, once more under torch.compile, always on both sides: the step is sesame's
+trainer's (the forward pass under ``sesame.runtime.Placement.autocast``, i.e. ``torch.autocast("cpu",
+torch.bfloat16)`` for bf16, the loss cast to float32, backward and the optimizer outside autocast;
+weights and AdamW stay float32) for transformers as for sesame, and compile wraps each side's model
+with ``Placement.compiled`` (torch.compile's default inductor backend, falling back to the eager model
+with a warning where compiling fails; the JSON line says whether each side ran compiled). Compiling
+both sides is fair: transformers' models support torch.compile. A compiled contender first takes 3
+untimed steps (sesame's model compiles on its first two calls: the guard on its loss's reused buffer
+fails once the buffer exists), which also count the graph breaks torch.compile met, by reason.
+
+All contenders of one comparison (two per variant) alternate in one process: each round runs
+``--steps`` steps of each (the order flips every round), the first round is a discarded warm-up, and
+the reported throughput is the median over the other rounds. Throughput counts input tokens (batch x
+sequence length) per second.
+
+Model FLOPs utilisation (MFU) = model FLOPs per second / peak, where the peak is the best ``torch.mm``
+rate measured on this machine in the variant's precision (float32 or bfloat16 matrices; 2n^3 FLOPs for
+n x n times n x n, n = 2048) and the model FLOPs of
 one step are counted analytically (multiply-add = 2 FLOPs; backward = 2 x forward, so training = 3 x
 forward):
 
@@ -37,12 +51,30 @@ projects all of them and ignores the unselected ones in the loss), only the sele
 dropout in training both implementations compute the whole T x T score matrix. Embedding look-ups,
 LayerNorm, GELU, softmax, dropout and the optimizer are not counted.
 
+Output: one JSON line per variant, ``bench`` naming the step and variant (``mlm-fp32``, ``mlm-bf16``,
+``clm-bf16-compile``), ``ratio`` = sesame's tokens/s over transformers'; then, when fp32 is among the
+precisions, one line per other variant with sesame's own speed-up over its fp32 step (``bench``
+``mlm-bf16-vs-fp32``, ``ratio``, ``peak_ratio`` = that precision's matmul peak over fp32's, measured in
+the same run, ``share_of_peak_ratio`` = ratio / peak_ratio, ``transformers_ratio`` the same speed-up
+for transformers, ``native_bf16`` whether this CPU has AVX512-BF16 or AMX). A CPU without native
+bfloat16 computes bf16 matrix products by conversion, slower than fp32: its ``peak_ratio`` is below 1
+and the bf16 lines report that slowdown as measured. Whether bf16 trains as well as fp32 is
+``benchmarks/precision_loss.py``'s question.
+
 Each result records the share of the machine's CPUs that other processes used while it ran. On a
 shared machine they slow both sides, and multi-threaded operators most (each waits for a descheduled
 thread), which compresses the ratio; compare ratios from the same run only.
 
-    python benchmarks/train_step.py                    # both comparisons, about 2-5 minutes
+Durations on the two cores of a quiet machine: fp32 from docs/results.md; bf16 and compile estimated, not
+yet timed there (bf16 from the fp32 step times, their MFU and a bf16/fp32 matmul peak ratio of about 0.2, as
+measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step for sesame and transformers,
+6 s and 8 s per causal step; compile adds a few minutes of compiling, while priming, per model):
+
+    python benchmarks/train_step.py                       # fp32 and bf16, both steps: about 5-8 minutes
+    python benchmarks/train_step.py --compile bf16        # and bf16 + compile: about 10-20 minutes
+    python benchmarks/train_step.py --precision fp32      # the fp32 comparison alone: about 2-5 minutes
     python benchmarks/train_step.py --which clm --rounds 4 --steps 2 --json-only
+    python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
 """
 from __future__ import annotations
 
@@ -52,22 +84,27 @@ import os
 import resource
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
 import transformers
 from torch import nn
+from torch._dynamo.utils import counters
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives import CausalLM, MaskedLM
+from sesame.runtime import DTYPES, Placement, native_bf16_cpu
 from sesame.tokenizer import SpecialIds
 from sesame.train.optim import adamw
 
 LR, WEIGHT_DECAY = 1e-4, 0.01
 BERT_SPECIALS = SpecialIds(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased ids
-GPT2_SPECIALS = SpecialIds(pad=50256, unk=50256, cls=50256, sep=50256, mask=50256)  # <|endoftext|>
+PRECISIONS = ("fp32", "bf16")  # the CPU's (fp16 autocast is CUDA-only in sesame)
+PEAK_N = {"mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
+PRIMING_STEPS = 3  # untimed steps of a compiled contender: sesame's model compiles on its first two calls
 
 
 @dataclass(frozen=True)
@@ -96,26 +133,75 @@ class BenchConfig:
         return (6 * matrices + 12 * self.layers * h * self.seq_len) * self.tokens
 
 
+def bench_config(step: str, size: str) -> BenchConfig:
+    """``step``'s (mlm or clm) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds."""
+    model = {"mlm": "bert", "clm": "gpt2"}[step] + "-" + size
+    if size == "mini":
+        return BenchConfig(model, vocab_size={"mlm": 30522, "clm": 50257}[step])
+    return BenchConfig(model, vocab_size=512, hidden=32, layers=2, heads=2, intermediate=64, max_positions=64,
+                       batch=4, seq_len=16)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How both sides run: a precision (sesame's autocast), compiled or not."""
+
+    precision: str
+    compile: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.precision + ("-compile" if self.compile else "")
+
+    def placement(self) -> Placement:
+        return Placement(device=torch.device("cpu"), precision=self.precision, compile=self.compile)
+
+
 @dataclass
 class Contender:
-    """One implementation: a model, its training step, and the FLOPs one step performs."""
+    """One implementation in one variant: a model, what its step calls, the step, and its FLOPs."""
 
     name: str
+    variant: Variant
     model: nn.Module
+    forward: Callable
     step: Callable[[], None]
     flops: float
+    graph_breaks: dict[str, int] | None = None  # compiled: why torch.compile split the model, and how often
+
+    @property
+    def key(self) -> str:
+        return f"{self.name} {self.variant.name}"
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the step still calls torch.compile's graph (``Placement.compiled`` drops it, with a warning,
+        where compiling fails, and then runs the model as it is)."""
+        return getattr(self.forward, "compiled", None) is not None
 
 
-def make_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    """A closure running one training step: forward, backward and an AdamW step."""
-    optimizer = adamw(model, lr=LR, weight_decay=WEIGHT_DECAY)
+def make_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor], placement: Placement,
+              lr: float = LR) -> Callable[[], None]:
+    """A closure running one training step as sesame's trainer does: the forward pass under the placement's
+    autocast, the loss in float32, backward, an AdamW step."""
+    optimizer = adamw(model, lr=lr, weight_decay=WEIGHT_DECAY)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss_fn().backward()
+        with placement.autocast():
+            loss = loss_fn()
+        loss.float().backward()
         optimizer.step()
 
     return step
+
+
+def contender(name: str, variant: Variant, model: nn.Module, loss: Callable[[Callable], torch.Tensor],
+              flops: float) -> Contender:
+    """``model`` run as ``variant`` says: its forward (compiled or not) and a training step on ``loss(forward)``."""
+    placement = variant.placement()
+    forward = placement.compiled(model, f"{name} model")
+    return Contender(name, variant, model, forward, make_step(model, lambda: loss(forward), placement), flops)
 
 
 def generators(n: int, seed: int) -> list[torch.Generator]:
@@ -123,19 +209,29 @@ def generators(n: int, seed: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(seed + i) for i in range(n)]
 
 
-def sesame_backbone(cfg: BenchConfig, **style) -> Transformer:
-    """sesame's Transformer in the benchmark's shape; ``style`` picks BERT or GPT-2 (norm, segments, ...)."""
-    return Transformer(TransformerConfig(
+def sesame_model(step: str, cfg: BenchConfig) -> MaskedLM | CausalLM:
+    """sesame's ``MaskedLM`` (BERT style) or ``CausalLM`` (GPT-2 style) in the benchmark's shape, training."""
+    bert = step == "mlm"
+    backbone = Transformer(TransformerConfig(
         vocab_size=cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-        intermediate=cfg.intermediate, max_positions=cfg.max_positions, dropout=cfg.dropout, **style))
+        intermediate=cfg.intermediate, max_positions=cfg.max_positions, dropout=cfg.dropout,
+        type_vocab_size=2 if bert else 0, causal=not bert, norm="post" if bert else "pre", embedding_norm=bert,
+        layer_norm_eps=1e-12 if bert else 1e-5))
+    if bert:
+        return MaskedLM(backbone, BERT_SPECIALS).train()
+    eos = cfg.vocab_size - 1  # GPT-2's <|endoftext|> is its last id
+    return CausalLM(backbone, SpecialIds(pad=eos, unk=eos, cls=eos, sep=eos, mask=eos)).train()
 
 
-def mlm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
+def first_plain_id(step: str) -> int:
+    """The smallest id a window may hold: above BERT's special tokens, any for GPT-2."""
+    return max(BERT_SPECIALS.all) + 1 if step == "mlm" else 0
+
+
+def mlm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Contender]:
     """sesame ``MaskedLM`` and ``BertForMaskedLM`` on one masked batch."""
     torch.manual_seed(seed)
-    backbone = sesame_backbone(cfg, type_vocab_size=2, causal=False, norm="post", embedding_norm=True,
-                               layer_norm_eps=1e-12)
-    sesame = MaskedLM(backbone, BERT_SPECIALS).train()
+    sesame = sesame_model("mlm", cfg)
     hf = BertForMaskedLM(BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
         num_attention_heads=cfg.heads, intermediate_size=cfg.intermediate,
@@ -144,8 +240,7 @@ def mlm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
         attn_implementation="sdpa")).train()
     check_same_size(sesame, hf)
 
-    first_plain_id = max(BERT_SPECIALS.all) + 1
-    windows = torch.randint(first_plain_id, cfg.vocab_size, (cfg.batch, MaskedLM.window_length(cfg.seq_len)),
+    windows = torch.randint(first_plain_id("mlm"), cfg.vocab_size, (cfg.batch, MaskedLM.window_length(cfg.seq_len)),
                             generator=torch.Generator().manual_seed(seed))
     batch = sesame.make_batch(windows, generators(cfg.batch, seed))
     n_targets = batch["targets"].numel()
@@ -156,19 +251,17 @@ def mlm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
     h, v = cfg.hidden, cfg.vocab_size
     head = 6 * (h * h + h * v)
     return [
-        Contender("sesame", sesame, make_step(sesame, lambda: sesame(batch) / n_targets),
+        contender("sesame", variant, sesame, lambda forward: forward(batch).float() / n_targets,
                   cfg.block_flops() + head * n_targets),
-        Contender("transformers", hf, make_step(hf, lambda: hf(input_ids=batch["ids"], labels=labels).loss),
+        contender("transformers", variant, hf, lambda forward: forward(input_ids=batch["ids"], labels=labels).loss,
                   cfg.block_flops() + head * cfg.tokens),
     ]
 
 
-def clm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
+def clm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Contender]:
     """sesame ``CausalLM`` (GPT-2 family) and ``GPT2LMHeadModel`` on one batch of next-token targets."""
     torch.manual_seed(seed)
-    backbone = sesame_backbone(cfg, type_vocab_size=0, causal=True, norm="pre", embedding_norm=False,
-                               layer_norm_eps=1e-5)
-    sesame = CausalLM(backbone, GPT2_SPECIALS).train()
+    sesame = sesame_model("clm", cfg)
     hf = GPT2LMHeadModel(GPT2Config(
         vocab_size=cfg.vocab_size, n_embd=cfg.hidden, n_layer=cfg.layers, n_head=cfg.heads,
         n_inner=cfg.intermediate, n_positions=cfg.max_positions, activation_function="gelu",
@@ -184,10 +277,13 @@ def clm_contenders(cfg: BenchConfig, seed: int) -> list[Contender]:
 
     flops = cfg.block_flops() + 6 * cfg.hidden * cfg.vocab_size * cfg.tokens
     return [
-        Contender("sesame", sesame, make_step(sesame, lambda: sesame(batch) / n_targets), flops),
-        Contender("transformers", hf,
-                  make_step(hf, lambda: hf(input_ids=ids, labels=ids, shift_labels=targets).loss), flops),
+        contender("sesame", variant, sesame, lambda forward: forward(batch).float() / n_targets, flops),
+        contender("transformers", variant, hf,
+                  lambda forward: forward(input_ids=ids, labels=ids, shift_labels=targets).loss, flops),
     ]
+
+
+CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders}
 
 
 def check_same_size(sesame: nn.Module, hf: nn.Module) -> None:
@@ -197,10 +293,10 @@ def check_same_size(sesame: nn.Module, hf: nn.Module) -> None:
         raise AssertionError(f"parameter counts differ: sesame {counts[0]}, transformers {counts[1]}")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    """Best fp32 ``torch.mm`` rate on this machine, in FLOP/s."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+def matmul_peak(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best ``torch.mm`` rate on this machine for ``dtype`` matrices, in FLOP/s."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=out)
     best = float("inf")
     for _ in range(repeats):
@@ -226,58 +322,118 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def prime(contender: Contender) -> None:
+    """Untimed steps of a compiled contender, so that compiling stays out of every round (sesame's model compiles
+    twice: the guard on its loss's reused buffer fails on the second call, once the buffer exists); records the
+    graph breaks torch.compile met meanwhile (torch._dynamo's counters), reason: count."""
+    before = Counter(counters["graph_break"])
+    for _ in range(PRIMING_STEPS):
+        contender.step()
+    breaks = Counter(counters["graph_break"]) - before
+    contender.graph_breaks = {reason.strip().splitlines()[0][:160]: n for reason, n in breaks.items()}
+
+
 def measure(contenders: list[Contender], rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
-    """Seconds per step of each contender in every round after the first ``warmup`` rounds."""
-    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    """Seconds per step of each contender in every round after the first ``warmup`` rounds (compiled ones
+    primed first)."""
+    for c in contenders:
+        if c.variant.compile:
+            prime(c)
+    times: dict[str, list[float]] = {c.key: [] for c in contenders}
     for r in range(rounds):
         for c in contenders if r % 2 == 0 else contenders[::-1]:
             start = time.perf_counter()
             for _ in range(steps):
                 c.step()
             if r >= warmup:
-                times[c.name].append((time.perf_counter() - start) / steps)
+                times[c.key].append((time.perf_counter() - start) / steps)
     return times
 
 
-def compare(bench: str, cfg: BenchConfig, contenders: list[Contender], peak: float,
-            args: argparse.Namespace) -> dict:
-    """Time the contenders, print the human-readable summary (unless ``--json-only``) and the JSON line."""
+def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dict[str, float],
+            args: argparse.Namespace) -> list[dict]:
+    """Time every contender (all variants alternating in one loop), print the human-readable summary (unless
+    ``--json-only``), a JSON line per variant (sesame against transformers) and one per variant but fp32
+    (sesame's speed-up over its own fp32 step)."""
     wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
     times = measure(contenders, args.rounds, args.steps, args.warmup)
     others = None  # share of the machine's CPUs that other processes used meanwhile
     if busy is not None:
         others_seconds = machine_busy_seconds() - busy - (own_cpu_seconds() - own)
         others = max(0.0, others_seconds / ((time.perf_counter() - wall) * os.cpu_count()))
-    seconds = {name: statistics.median(ts) for name, ts in times.items()}
-    ours, theirs = contenders
-    result = {
-        "bench": bench,
-        "config": {**asdict(cfg), "params": sum(p.numel() for p in ours.model.parameters()), "dtype": "float32",
-                   "optimizer": "AdamW", "threads": args.threads, "rounds": args.rounds,
-                   "warmup_rounds": args.warmup, "steps_per_round": args.steps},
-        "sesame_tokens_per_s": cfg.tokens / seconds[ours.name],
-        "transformers_tokens_per_s": cfg.tokens / seconds[theirs.name],
-        "ratio": seconds[theirs.name] / seconds[ours.name],
-        "sesame_mfu": ours.flops / seconds[ours.name] / peak,
-        "transformers_mfu": theirs.flops / seconds[theirs.name] / peak,
-        "sesame_gflop_per_step": ours.flops / 1e9,
-        "transformers_gflop_per_step": theirs.flops / 1e9,
-        "peak_gflop_per_s": peak / 1e9,
-        "sesame_s_per_step_by_round": times[ours.name],
-        "transformers_s_per_step_by_round": times[theirs.name],
-        "other_processes_cpu_share": others,
-    }
+    seconds = {key: statistics.median(ts) for key, ts in times.items()}
+    pairs = [(contenders[i], contenders[i + 1]) for i in range(0, len(contenders), 2)]  # (sesame, transformers)
+    results = []
+    for ours, theirs in pairs:
+        variant, peak = ours.variant, peaks[ours.variant.precision]
+        results.append({
+            "bench": f"{step}-{variant.name}",
+            "config": {**asdict(cfg), "params": sum(p.numel() for p in ours.model.parameters()),
+                       "precision": variant.precision, "compile": variant.compile, "optimizer": "AdamW",
+                       "threads": args.threads, "rounds": args.rounds, "warmup_rounds": args.warmup,
+                       "steps_per_round": args.steps},
+            "sesame_tokens_per_s": cfg.tokens / seconds[ours.key],
+            "transformers_tokens_per_s": cfg.tokens / seconds[theirs.key],
+            "ratio": seconds[theirs.key] / seconds[ours.key],
+            "sesame_mfu": ours.flops / seconds[ours.key] / peak,
+            "transformers_mfu": theirs.flops / seconds[theirs.key] / peak,
+            "sesame_gflop_per_step": ours.flops / 1e9,
+            "transformers_gflop_per_step": theirs.flops / 1e9,
+            "peak_gflop_per_s": peak / 1e9,
+            "sesame_compiled": ours.compiled,
+            "transformers_compiled": theirs.compiled,
+            "sesame_graph_breaks": ours.graph_breaks,
+            "transformers_graph_breaks": theirs.graph_breaks,
+            "sesame_s_per_step_by_round": times[ours.key],
+            "transformers_s_per_step_by_round": times[theirs.key],
+            "other_processes_cpu_share": others,
+        })
+    results += speedups(step, pairs, seconds, peaks, others)
     if not args.json_only:
-        print(f"{bench}: {cfg.model}, batch {cfg.batch} x {cfg.seq_len}, vocabulary {cfg.vocab_size}, "
-              f"{result['config']['params'] / 1e6:.1f}M parameters")
-        for c in contenders:
-            print(f"  {c.name:<13} {cfg.tokens / seconds[c.name]:>7.0f} tokens/s  {seconds[c.name] * 1e3:>7.0f} ms/step"
-                  f"  MFU {c.flops / seconds[c.name] / peak:6.1%}  ({c.flops / 1e9:.0f} GFLOP/step)")
-        print(f"  ratio sesame/transformers {result['ratio']:.2f}x")
-        if others is not None and others > 0.1:
-            print(f"  contended: other processes used {others:.0%} of the {os.cpu_count()} CPUs meanwhile")
-    print(json.dumps(result), flush=True)
-    return result
+        print_summary(step, cfg, contenders, results, seconds, peaks, others)
+    for r in results:
+        print(json.dumps(r), flush=True)
+    return results
+
+
+def speedups(step: str, pairs: list[tuple[Contender, Contender]], seconds: dict[str, float],
+             peaks: dict[str, float], others: float | None) -> list[dict]:
+    """Each variant's speed-up over the fp32 step, against the matmul peak ratio of its precision (none
+    without an fp32 variant)."""
+    base = next((pair for pair in pairs if pair[0].variant == Variant("fp32")), None)
+    lines = []
+    for ours, theirs in pairs if base else []:
+        if ours is base[0]:
+            continue
+        ratio = seconds[base[0].key] / seconds[ours.key]
+        peak_ratio = peaks[ours.variant.precision] / peaks["fp32"]
+        lines.append({
+            "bench": f"{step}-{ours.variant.name}-vs-fp32",
+            "ratio": ratio,
+            "peak_ratio": peak_ratio,
+            "share_of_peak_ratio": ratio / peak_ratio,
+            "transformers_ratio": seconds[base[1].key] / seconds[theirs.key],
+            "native_bf16": native_bf16_cpu(),
+            "other_processes_cpu_share": others,
+        })
+    return lines
+
+
+def print_summary(step: str, cfg: BenchConfig, contenders: list[Contender], results: list[dict],
+                  seconds: dict[str, float], peaks: dict[str, float], others: float | None) -> None:
+    print(f"{step}: {cfg.model}, batch {cfg.batch} x {cfg.seq_len}, vocabulary {cfg.vocab_size}, "
+          f"{results[0]['config']['params'] / 1e6:.1f}M parameters")
+    for c in contenders:
+        s, peak = seconds[c.key], peaks[c.variant.precision]
+        compiled = "" if not c.variant.compile else "  compile failed: eager" if not c.compiled else \
+            f"  {sum(c.graph_breaks.values())} graph breaks"
+        print(f"  {c.key:<26} {cfg.tokens / s:>7.0f} tokens/s  {s * 1e3:>7.0f} ms/step"
+              f"  MFU {c.flops / s / peak:6.1%}  ({c.flops / 1e9:.1f} GFLOP/step){compiled}")
+    for r in results:
+        against = f"over sesame fp32 (peak ratio {r['peak_ratio']:.2f})" if "peak_ratio" in r else "sesame/transformers"
+        print(f"  {r['bench']}: {against} {r['ratio']:.2f}x")
+    if others is not None and others > 0.1:
+        print(f"  contended: other processes used {others:.0%} of the {os.cpu_count()} CPUs meanwhile")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,6 +442,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out of the medians")
     parser.add_argument("--steps", type=int, default=1, help="training steps per implementation per round")
     parser.add_argument("--which", choices=["mlm", "clm", "all"], default="all")
+    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
+                        help="autocast precisions to run, on both sides (fp32 also gives the X-vs-fp32 lines)")
+    parser.add_argument("--compile", nargs="+", choices=PRECISIONS, default=[], metavar="PRECISION",
+                        help="precisions (of --precision) to run once more under torch.compile, on both sides")
+    parser.add_argument("--size", choices=["mini", "tiny"], default="mini",
+                        help="mini: the benchmark; tiny: a smoke test in seconds (its numbers mean nothing)")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch intra-op threads (2 as specified; 1 is steadier on a busy machine)")
     parser.add_argument("--seed", type=int, default=0)
@@ -293,17 +455,22 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.rounds <= args.warmup:
         parser.error("--rounds must exceed --warmup")
+    if not set(args.compile) <= set(args.precision):
+        parser.error(f"--compile {' '.join(args.compile)}: compile only precisions of --precision "
+                     f"({' '.join(args.precision)})")
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    peak = matmul_peak()
+    precisions = list(dict.fromkeys(["fp32", *args.precision]))  # fp32's peak is the peak ratio's reference
+    peaks = {p: matmul_peak(PEAK_N[args.size], dtype=DTYPES.get(p, torch.float32)) for p in precisions}
     if not args.json_only:
-        print(f"fp32 matmul peak: {peak / 1e9:.0f} GFLOP/s with {args.threads} torch thread(s)")
-    if args.which in ("mlm", "all"):
-        cfg = BenchConfig("bert-mini", vocab_size=30522)
-        compare("mlm-train-step", cfg, mlm_contenders(cfg, args.seed), peak, args)
-    if args.which in ("clm", "all"):
-        cfg = BenchConfig("gpt2-mini", vocab_size=50257)
-        compare("clm-train-step", cfg, clm_contenders(cfg, args.seed), peak, args)
+        print(", ".join(f"{p} matmul peak {peaks[p] / 1e9:.0f} GFLOP/s" for p in precisions)
+              + f" with {args.threads} torch thread(s); native bf16: {native_bf16_cpu()}")
+    variants = [Variant(p) for p in dict.fromkeys(args.precision)]
+    variants += [Variant(p, compile=True) for p in dict.fromkeys(args.compile)]
+    for step in ("mlm", "clm") if args.which == "all" else (args.which,):
+        cfg = bench_config(step, args.size)
+        contenders = [c for v in variants for c in CONTENDERS[step](cfg, args.seed, v)]
+        compare(step, cfg, contenders, peaks, args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,5 +145,6 @@ def load_script(path: Path, name: str):
     """A script outside the package (benchmarks/, scripts/) imported as module ``name``, for its tests."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import does: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module

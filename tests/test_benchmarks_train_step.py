@@ -1,0 +1,98 @@
+"""benchmarks/train_step.py and benchmarks/precision_loss.py on tiny models: the JSON lines of every variant."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from sesame.runtime import native_bf16_cpu  # noqa: E402
+
+from .conftest import load_script  # noqa: E402
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+TINY = ["--size", "tiny", "--threads", "1"]
+
+
+def json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def train_step():
+    return load_script(BENCHMARKS / "train_step.py", "train_step")
+
+
+def test_each_precision_against_transformers_and_against_fp32(capsys) -> None:
+    train_step().main([*TINY, "--rounds", "2", "--json-only"])
+    rows = json_lines(capsys.readouterr().out)
+    assert [r["bench"] for r in rows] == ["mlm-fp32", "mlm-bf16", "mlm-bf16-vs-fp32",
+                                          "clm-fp32", "clm-bf16", "clm-bf16-vs-fp32"]
+    for row in (r for r in rows if "config" in r):
+        assert row["config"]["precision"] == row["bench"].split("-")[1] and row["config"]["compile"] is False
+        assert row["ratio"] == pytest.approx(row["sesame_tokens_per_s"] / row["transformers_tokens_per_s"])
+        assert len(row["sesame_s_per_step_by_round"]) == 1 and row["sesame_mfu"] > 0
+        assert row["sesame_compiled"] is row["transformers_compiled"] is False and row["sesame_graph_breaks"] is None
+    mlm_fp32, mlm_bf16 = rows[0], rows[1]
+    assert mlm_bf16["peak_gflop_per_s"] != mlm_fp32["peak_gflop_per_s"]  # each precision's MFU on its own peak
+    for row in (r for r in rows if r["bench"].endswith("-vs-fp32")):
+        assert row["ratio"] > 0 and row["peak_ratio"] > 0 and row["native_bf16"] is native_bf16_cpu()
+        assert row["share_of_peak_ratio"] == pytest.approx(row["ratio"] / row["peak_ratio"])
+    assert rows[2]["peak_ratio"] == pytest.approx(mlm_bf16["peak_gflop_per_s"] / mlm_fp32["peak_gflop_per_s"])
+
+
+def test_without_fp32_there_is_no_line_against_it(capsys) -> None:
+    train_step().main([*TINY, "--rounds", "2", "--which", "clm", "--precision", "bf16", "--json-only"])
+    assert [r["bench"] for r in json_lines(capsys.readouterr().out)] == ["clm-bf16"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--precision", "fp32", "--compile", "bf16"], "--compile bf16: compile only precisions of --precision"),
+    (["--precision", "fp16"], "invalid choice: 'fp16'"),
+    (["--rounds", "1"], "--rounds must exceed --warmup"),
+])
+def test_bad_flags_fail_in_one_line(argv: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        train_step().main(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.environ.get("SESAME_COMPILE_TESTS"),
+                    reason="torch.compile builds C++ kernels with the system compiler on its first call: minutes on "
+                           "two shared cores, not seconds; SESAME_COMPILE_TESTS=1 runs it")
+def test_compiled_variant_runs_compiled(capsys) -> None:
+    train_step().main([*TINY, "--rounds", "2", "--which", "mlm", "--precision", "bf16", "--compile", "bf16",
+                       "--json-only"])
+    rows = json_lines(capsys.readouterr().out)
+    assert [r["bench"] for r in rows] == ["mlm-bf16", "mlm-bf16-compile"]
+    compiled = rows[1]
+    assert compiled["config"]["compile"] and compiled["sesame_compiled"] and compiled["transformers_compiled"]
+    assert all(isinstance(compiled[f"{side}_graph_breaks"], dict) for side in ("sesame", "transformers"))
+
+
+def precision_loss():
+    return load_script(BENCHMARKS / "precision_loss.py", "precision_loss")
+
+
+def test_the_chain_takes_only_successors() -> None:
+    successors = torch.tensor([[11, 12, 13, 14], [10, 10, 12, 13], [14, 14, 14, 14], [10, 11, 12, 14],
+                               [13, 13, 13, 13]])
+    windows = precision_loss().markov_windows(successors, 10, 50, 20, torch.Generator().manual_seed(0))
+    assert windows.shape == (50, 20) and windows.min() >= 10 and windows.max() <= 14
+    for a, b in zip(windows[:, :-1].flatten().tolist(), windows[:, 1:].flatten().tolist()):
+        assert b in successors[a - 10].tolist()
+
+
+def test_loss_check_trains_each_precision_from_one_start(capsys) -> None:
+    precision_loss().main([*TINY, "--which", "mlm", "--steps", "8", "--valid-batches", "2"])
+    [row] = json_lines(capsys.readouterr().out)
+    assert row["bench"] == "mlm-loss-check" and row["config"]["steps"] == 8
+    losses = row["valid_loss"]
+    assert set(losses) == {"fp32", "bf16", "fp32-reseeded"}
+    assert all(loss < row["initial_valid_loss"] for loss in losses.values())  # every run learned
+    assert row["noise"] == pytest.approx(abs(losses["fp32-reseeded"] - losses["fp32"])) and row["noise"] > 0
+    assert row["difference"] == pytest.approx(losses["bf16"] - losses["fp32"])
+    assert row["within_noise"] is (abs(row["difference"]) <= row["noise"])
