@@ -91,11 +91,14 @@ ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # name → F.gelu's ``appro
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout, as ``F.dropout``: each element is kept with probability 1 − p and scaled by
     1 / (1 − p). The mask is drawn as uniform 31-bit integers compared with p·2³¹ (exact to within
-    2⁻³¹), several times cheaper on a CPU than ``F.dropout``'s Bernoulli sampling."""
+    2⁻³¹), several times cheaper on a CPU than ``F.dropout``'s Bernoulli sampling. Under ``torch.compile`` it is
+    ``F.dropout``, which the compiler fuses, where the in-place integer draw would break the graph at every call."""
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
+    if torch.compiler.is_compiling():
+        return F.dropout(x, p, True)
     with torch.no_grad():
         bits = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()
         mask = torch.ge(bits, round(p * 2 ** 31), out=torch.empty_like(x)).mul_(1.0 / (1.0 - p))
