@@ -185,6 +185,10 @@ ROWS = {
     "cove: over a run": (["cove", "--train-src", "{root}/corpus.txt", "--train-tgt", "{root}/corpus.txt",
                           "--valid-src", "{root}/corpus.txt", "--valid-tgt", "{root}/corpus.txt", "--out",
                           "{root}/pre"], "--out", "holds a pretrained run"),
+    # report
+    "report: missing run": (["report", "{root}/nothing", "--out", "{root}/page.html"], "nothing", "not found"),
+    "report: a page over a file it did not write": (["report", "{root}/pre", "--out", "{root}/corpus.txt"], "--out",
+                                                     ".html"),
 }
 
 
