@@ -181,6 +181,13 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
 DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
 
 
+def head_dropouts(model: dict, pooling: str) -> dict[str, float]:
+    """Backbone config fields a task head takes over: under ULMFiT's concat head a recurrent encoder's output dropout
+    is the head's first (fastai's ``get_text_classifier``; its AWD_LSTM drops nothing after the last layer), so the
+    backbone's is 0 and the dropout is applied once, not twice."""
+    return {"dropout": 0.0} if pooling == "concat" and model.get("arch") == "recurrent" else {}
+
+
 def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float, *, arch: str, what: str
                        ) -> dict[str, float]:
     """fastai's ``drop_mult`` (ULMFiT's code): the five dropouts of ``family``'s recurrent model (:data:`DROPOUTS`:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SesameError
-from ..families import FAMILIES, Family, backbone_config, reading_features
+from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading_features
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
@@ -64,10 +64,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
                                                     arch=config.model.get("arch", "transformer")))
         pooling = spec.pooling or config.pooling
-        if pooling == "concat" and config.model.get("arch") == "recurrent":
-            # fastai's text classifier (get_text_classifier): the encoder's output dropout is the concat head's
-            # first, and AWD_LSTM drops nothing after its last layer, so it is applied once, not twice
-            config.model["dropout"] = 0.0
+        config.model.update(head_dropouts(config.model, pooling))  # ulmfit: the concat head's, applied once
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)
