@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 import sesame  # noqa: E402
-from sesame.cli import _key_values  # noqa: E402
+from sesame.commands import key_values  # noqa: E402
 from sesame.interop import minilm_dir  # noqa: E402
 from sesame.train.optim import adamw, linear_warmup_decay  # noqa: E402
 
@@ -101,7 +101,7 @@ def run_transformers(data: Path, args: argparse.Namespace) -> dict:
 
 def run_sesame(data: Path, args: argparse.Namespace, precision: str) -> dict:
     settings = {"max_length": args.max_length, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-                "seed": args.seed, **_key_values(args.sesame, "--sesame", "pooling=mean")}
+                "seed": args.seed, **key_values(args.sesame, "--sesame", "pooling=mean")}
     with tempfile.TemporaryDirectory() as tmp:
         metrics = sesame.finetune("minilm", train=str(data / "train.csv"), dev=str(data / "dev.csv"),
                                   out=str(Path(tmp) / "run"), text_column=TEXT, label_column=LABEL,
