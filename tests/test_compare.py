@@ -14,7 +14,7 @@ import pytest
 import sesame.apps.compare as compare_module
 from sesame import api
 from sesame.apps.compare import COLUMNS, CompareSpec, CompareTask, parse_approach, tfidf_baseline
-from sesame.apps.compare.cells import prior_training, scratch_twins
+from sesame.apps.compare.cells import Start, finetune_cell, prior_training, scratch_twins
 from sesame.commands.compare import add, run
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
@@ -276,6 +276,15 @@ def test_bad_input_is_a_sesame_error_naming_the_flag(flags, message, data, tmp_p
         run(args)
     assert message in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failing_cell_names_its_approach_and_task(data, tmp_path):
+    task = CompareTask("animals", str(data / "animals-train.tsv"), str(data / "animals-dev.tsv"))
+    spec = CompareSpec(approaches=["gpt:tiny"], corpus=[], tasks=[], out=str(tmp_path), minutes=1, progress=False)
+    start = Start(name="gpt:tiny:from=nowhere", base=str(tmp_path / "nowhere"), origin={})
+    with pytest.raises(SesameError, match=r"^--approaches gpt:tiny:from=nowhere \(task animals\): --from .*nowhere"):
+        finetune_cell(start, tmp_path / "cell", task, spec, options={"epochs": 1, "max_length": 32})
+    assert not (tmp_path / "cell").exists()
 
 
 def test_fine_tuning_options_precedence():

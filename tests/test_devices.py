@@ -16,7 +16,7 @@ from sesame.objectives import build_objective
 from sesame.runtime import Placement, Runtime, resolve_device
 from sesame.tasks import make_task
 from sesame.tokenizer import train_tokenizer
-from sesame.train import Interrupted, TrainConfig, Trainer
+from sesame.train import Interrupted, RunSettings, TrainConfig, Trainer
 from sesame.train.checkpoint import load_weights
 
 from .conftest import sentences
@@ -126,8 +126,8 @@ def fp16_trainer(run, steps, x):
     batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
                                        "x": x.clone()}]
     cfg = TrainConfig(max_steps=steps, save_every=2, eval_every=100, clip=0.0, warmup=0.0, lr=1e-3)
-    return Trainer(Scaled(), run, cfg, batches, progress=False,
-                   runtime=Placement(device=torch.device("cpu"), precision="fp16"))
+    placement = Placement(device=torch.device("cpu"), precision="fp16")
+    return Trainer(Scaled(), RunSettings(run, cfg, placement=placement, progress=False), batches)
 
 
 def test_fp16_saves_its_scaler_with_the_checkpoint_and_resume_restores_it(tmp_path):
@@ -162,8 +162,8 @@ def test_compile_falls_back_with_one_warning_where_it_fails(tmp_path, monkeypatc
     batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
                                        "x": torch.ones(4)}]
     cfg = TrainConfig(max_steps=3, save_every=100, eval_every=100, clip=0.0, warmup=0.0)
-    trainer = Trainer(Scaled(), tmp_path / "run", cfg, batches, progress=False,
-                      runtime=Placement(device=torch.device("cpu"), compile=True))
+    placement = Placement(device=torch.device("cpu"), compile=True)
+    trainer = Trainer(Scaled(), RunSettings(tmp_path / "run", cfg, placement=placement, progress=False), batches)
     trainer.fit()
     warnings = [line for line in capsys.readouterr().err.splitlines() if "--compile" in line]
     assert len(warnings) == 1 and "running it uncompiled" in warnings[0] and "Failed" in warnings[0]
@@ -182,8 +182,8 @@ def test_compile_wraps_the_training_forward_pass(tmp_path, monkeypatch):
     batches = lambda step, progress: [{"ids": torch.zeros(1, 4, dtype=torch.long), "targets": torch.zeros(1),
                                        "x": torch.ones(4)}]
     cfg = TrainConfig(max_steps=1, save_every=100, eval_every=100)
-    Trainer(model, tmp_path / "run", cfg, batches, progress=False,
-            runtime=Placement(device=torch.device("cpu"), compile=True)).fit()
+    placement = Placement(device=torch.device("cpu"), compile=True)
+    Trainer(model, RunSettings(tmp_path / "run", cfg, placement=placement, progress=False), batches).fit()
     assert compiled == [model]
 
 

@@ -1,11 +1,13 @@
 import json
+import time
 
 import pytest
 import torch
 
 import sesame
 from sesame.errors import SesameError
-from sesame.train import Interrupted, Trainer
+from sesame.runtime import Placement
+from sesame.train import Interrupted, RunSettings, TrainConfig, Trainer
 from sesame.train.checkpoint import load_weights
 from sesame.train.optim import linear_warmup_decay
 
@@ -72,6 +74,18 @@ def test_budgets_are_checked_before_anything_is_written(corpus, tmp_path):
         with pytest.raises(SesameError, match="--max-"):
             sesame.pretrain([str(corpus)], str(tmp_path / "run"), **{**TINY, **bad})
     assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_takes_its_run_settings_whole_and_its_hooks_by_name(tmp_path):
+    cfg, before = TrainConfig(max_steps=1), time.time()
+    settings = RunSettings(tmp_path / "run", cfg)
+    trainer = Trainer(torch.nn.Linear(2, 1), settings, lambda step, progress: [])
+    assert trainer.run == tmp_path / "run" and trainer.config is cfg and trainer.progress
+    assert trainer.placement == Placement.cpu() and before <= trainer.started <= time.time()  # the defaults
+    with pytest.raises(TypeError):
+        RunSettings(tmp_path / "run", cfg, Placement.cpu())  # what follows the config is named
+    with pytest.raises(TypeError):
+        Trainer(torch.nn.Linear(2, 1), settings, lambda step, progress: [], lambda model: {})  # and so are the hooks
 
 
 def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_fp32_weights(corpus, tmp_path, monkeypatch):

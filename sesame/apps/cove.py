@@ -50,7 +50,7 @@ from ..specs import RunConfig, training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
 from ..tokenizer import TextTokenizer, train_tokenizer
-from ..train import TrainConfig, Trainer
+from ..train import RunSettings, TrainConfig, Trainer
 from ..data.vectors import WordVectors, embedding_matrix, load_vectors
 
 FAMILY = "cove"  # the family of the runs this module makes
@@ -317,8 +317,8 @@ def train_cove(spec: CoveSpec) -> dict:
             return {"loss": report["loss"], "perplexity": report["perplexity"],
                     "bleu": bleu(hyps, dev_tgt[: len(shown)])}
 
-        trainer = Trainer(objective, run, cfg, batches, evaluate=evaluate, select="bleu", started=started,
-                          progress=spec.progress, runtime=placement)
+        settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
+        trainer = Trainer(objective, settings, batches, evaluate=evaluate, select="bleu")
         metrics = trainer.fit(resume=resumed)
         coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),

@@ -22,13 +22,12 @@ from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
-from ..runtime import Placement
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
 from ..tokenizer import TextTokenizer, train_tokenizer
-from ..train import TrainConfig, Trainer, recipes
+from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
@@ -101,7 +100,8 @@ def finetune(spec: FinetuneSpec) -> dict:
         recipes.freeze_features(model.backbone)
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        trainer, epochs = _trainer(run, spec, cfg, model, data, tok, techniques, started, placement)
+        settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
+        trainer, epochs = _trainer(model, settings, spec, data, tok, techniques)
         if world()[0] == 0:  # the epochs and steps the training set's size decided, or a resume's budget
             record_training(run, config, cfg, epochs, runtime=spec.runtime.record(placement))
         metrics = trainer.fit(resume=resumed)
@@ -122,13 +122,13 @@ class _Data:
     select: str
 
 
-def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, data: _Data, tok: TextTokenizer,
-             techniques: Techniques, started: float, placement: Placement) -> tuple[Trainer, int]:
+def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: _Data, tok: TextTokenizer,
+             techniques: Techniques) -> tuple[Trainer, int]:
     """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every
     epoch and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
     actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
     size and the time budget)."""
-    job, labels = data.job, data.labels
+    job, labels, cfg = data.job, data.labels, settings.config
     causal = model.backbone.config.causal
     train_features = job.features(data.train, tok, spec.max_length, labels, causal)
     dev_features = job.features(data.dev, tok, spec.max_length, labels, causal)
@@ -161,10 +161,9 @@ def _trainer(run: Path, spec: FinetuneSpec, cfg: TrainConfig, model: TaskModel, 
         return {k: v for k, v in job.score(data.dev, dev_features, outputs, labels).items()
                 if isinstance(v, (int, float))}
 
-    return Trainer(model, run, cfg, batches, select=data.select, started=started, progress=spec.progress,
+    return Trainer(model, settings, batches, evaluate=evaluate_dev, select=data.select,
                    param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
-                   before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch),
-                   evaluate=evaluate_dev, runtime=placement), epochs
+                   before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
 
 
 def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | None, str | None, bool]:

@@ -26,7 +26,7 @@ from ..runtime import device_of, to_device
 from ..specs import PretrainSpec, RunConfig
 from ..tasks import EVAL_BATCH
 from ..tokenizer import extend_words
-from ..train import Trainer, recipes
+from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
 
@@ -108,10 +108,10 @@ def pretrain(spec: PretrainSpec) -> dict:
         factor = config.discriminative
         rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                     factor) if factor != 1 else None
-        trainer = Trainer(obj, run, cfg, window_batches(obj, shards, phases, cfg, config.static_masks),
+        settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
+        trainer = Trainer(obj, settings, window_batches(obj, shards, phases, cfg, config.static_masks),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, config.seq_len, cfg.seed,
-                                                        config.valid_size),
-                          started=started, progress=spec.progress, param_groups=rates, runtime=placement)
+                                                        config.valid_size), param_groups=rates)
         return trainer.fit(resume=resumed)
 
 

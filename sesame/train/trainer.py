@@ -18,7 +18,7 @@ import math
 import signal
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
@@ -98,6 +98,19 @@ class TrainConfig:
         return linear_warmup_decay(progress, self.warmup)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """Where and how a :class:`Trainer` runs, as a pipeline hands it over: the run directory it writes, the loop's
+    settings, the placement (the CPU in fp32 when not given), whether it shows a progress bar, and when the command
+    started (the time budget counts the whole command; when not given, now)."""
+    run: Path
+    config: TrainConfig
+    _: KW_ONLY
+    placement: Placement = field(default_factory=Placement.cpu)
+    progress: bool = True
+    started: float = field(default_factory=time.time)
+
+
 def world() -> tuple[int, int]:
     """(rank, world size) of this process; (0, 1) when not launched by torchrun."""
     if dist.is_available() and dist.is_initialized():
@@ -145,20 +158,19 @@ class Trainer:
     method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
-    ones written to ``run/model.safetensors``; otherwise the last weights are. ``runtime`` places the model
-    (moved there by the trainer, before the optimizer is made) and sets its precision; the CPU in fp32 without.
+    ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. ``settings.placement``
+    places the model (moved there by the trainer, before the optimizer is made) and sets its precision.
     """
 
-    def __init__(self, model: nn.Module, run: Path, config: TrainConfig, batches: Callable[[int, float], list[Batch]],
+    def __init__(self, model: nn.Module, settings: RunSettings, batches: Callable[[int, float], list[Batch]], *,
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
-                 started: float | None = None, progress: bool = True, param_groups: list[dict] | None = None,
-                 before_step: Callable[[int], None] | None = None, runtime: Placement | None = None):
+                 param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None):
+        config = settings.config
         config.validate()
-        self.placement = runtime or Placement.cpu()
-        self.model, self.run, self.config = self.placement.model(model), Path(run), config
+        self.placement = settings.placement
+        self.model, self.run, self.config = self.placement.model(model), Path(settings.run), config
         self.batches, self.evaluate, self.select, self.before_step = batches, evaluate, select, before_step
-        self.started = started if started is not None else time.time()
-        self.progress = progress
+        self.started, self.progress = settings.started, settings.progress
         self.rank, self.world = world()
         self.optimizer = adamw(param_groups or model, config.lr, config.weight_decay)
         self.scaler = self.placement.scaler()

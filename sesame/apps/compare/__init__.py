@@ -33,7 +33,7 @@ from ...pipelines.stages import cached_stage
 from ...runtime import Runtime
 from .approaches import Approach, dir_name, parse_approach
 from .baselines import C_GRID, tfidf_baseline
-from .cells import finetune_cell, origin, pretrain_cell, prior_training, say, scratch_twins
+from .cells import Start, finetune_cell, origin, pretrain_cell, prior_training, say, scratch_twins
 from .report import COLUMNS, table_row, write_results
 from .tasks import FINETUNE_OPTIONS, SHORTCUTS, CompareTask, default_data, resolve_tasks
 
@@ -137,16 +137,15 @@ def compare(spec: CompareSpec) -> list[dict]:
         for a in plan:
             tuned = a.fine_tuning(options, task)
             base = str(a.run_dir(out / "pretrain")) if a.kind == "pretrained" else origins[a.spec]["scratch"]
-            add(task, a.spec, a.kind, a.slug, finetune_cell(
-                base, out / task.name / a.slug, task, origin=origins[a.spec], options=tuned, tokenizer=None,
-                runtime=spec.runtime, progress=spec.progress, name=a.spec), pre[a.spec], finetune=tuned,
-                **({"from": a.base} if a.base else {}))
+            start = Start(name=a.spec, base=base, origin=origins[a.spec])
+            add(task, a.spec, a.kind, a.slug, finetune_cell(start, out / task.name / a.slug, task, spec, options=tuned),
+                pre[a.spec], finetune=tuned, **({"from": a.base} if a.base else {}))
         for name, (a, *others) in twins.items():
             tuned = a.fine_tuning(options, task)
+            start = Start(name=name, base=f"scratch:{a.family}:{a.size}", tokenizer=str(a.run_dir(out / "pretrain")),
+                          origin={"scratch": name, "tokenizer": origins[a.spec]})
             add(task, name, "scratch", dir_name(name), finetune_cell(
-                f"scratch:{a.family}:{a.size}", out / task.name / dir_name(name), task,
-                origin={"scratch": name, "tokenizer": origins[a.spec]}, options=tuned,
-                tokenizer=str(a.run_dir(out / "pretrain")), runtime=spec.runtime, progress=spec.progress, name=name),
+                start, out / task.name / dir_name(name), task, spec, options=tuned),
                 no_pretraining, twin_of=[a.spec, *(o.spec for o in others)], finetune=tuned)
         add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", cached_stage(
             out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": spec.seed},

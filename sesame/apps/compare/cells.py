@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +15,6 @@ from ...families import backbone_config
 from ...interop.sources import MINILM, minilm_dir
 from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
 from ...rundir import read_config
-from ...runtime import Runtime
 from ...train.checkpoint import checkpoint_dir
 from .approaches import FINETUNE, Approach, run_config
 from .baselines import scores
@@ -87,26 +86,37 @@ def origin(base: str) -> dict:
             "fingerprint": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in files}}
 
 
-def finetune_cell(base: str, run: Path, task: CompareTask, *, origin: dict, options: dict, tokenizer: str | None,
-                  runtime: Runtime, progress: bool, name: str | None = None) -> tuple[dict, bool]:
-    """Fine-tune ``base`` on ``task`` into ``run`` on ``runtime`` (in the precision of ``options``, if they set
-    one): (its record, reused). ``origin`` (the records it depends on) is part of the cell's settings; an error
-    names the approach ``name``, when given."""
-    runtime, precision = stage_runtime(replace(runtime, precision=options.get("precision") or runtime.precision))
+@dataclass(frozen=True, kw_only=True)
+class Start:
+    """What a fine-tuning cell starts from: ``base`` (a run, a transformers directory, ``minilm`` or
+    ``scratch:FAMILY:SIZE``), ``origin`` (the records it depends on, part of the cell's settings), the ``tokenizer``
+    a from-scratch twin borrows, and ``name``, the approach's or twin's, which the cell's errors name."""
+    name: str
+    base: str
+    origin: dict
+    tokenizer: str | None = None
+
+
+def finetune_cell(start: Start, run: Path, task: CompareTask, spec: CompareSpec, *, options: dict
+                  ) -> tuple[dict, bool]:
+    """Fine-tune from ``start`` on ``task`` into ``run`` with the fine-tuning ``options``, on the comparison's
+    runtime (in the precision of ``options``, if they set one): (its record, reused)."""
+    runtime, precision = stage_runtime(replace(spec.runtime, precision=options.get("precision")
+                                               or spec.runtime.precision))
 
     def work(resume: bool) -> dict:
         try:
-            dev = api.finetune(base=base, train=task.train, dev=task.dev, out=str(run), task=task.task,
-                               task_options=task.columns, tokenizer=tokenizer, resume=resume, progress=progress,
-                               **options, runtime=runtime)
+            dev = api.finetune(base=start.base, train=task.train, dev=task.dev, out=str(run), task=task.task,
+                               task_options=task.columns, tokenizer=start.tokenizer, resume=resume,
+                               progress=spec.progress, **options, runtime=runtime)
         except SesameError as err:
-            raise SesameError(f"--approaches {name} (task {task.name}): {err}" if name else str(err)) from None
+            raise SesameError(f"--approaches {start.name} (task {task.name}): {err}") from None
         model = api.load(run, runtime=runtime)
         return {"parameters": sum(p.numel() for p in model.model.parameters()), "epochs": options["epochs"],
                 "seconds": round(trainer_state(run)["elapsed"], 3), "train": scores(model.evaluate(task.train)),
                 "dev": scores(dev)}
 
-    return cached_stage(run, {"from": origin, "task": asdict(task), **options, **precision}, work)
+    return cached_stage(run, {"from": start.origin, "task": asdict(task), **options, **precision}, work)
 
 
 def scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]:
