@@ -237,6 +237,15 @@ def test_a_batch_smaller_than_the_world_is_refused(monkeypatch):
     rundir.check_batch(TrainConfig(batch_size=4, accumulate=2))  # shares of 2, 1 and 1 train like one process
 
 
+def test_a_rank_that_does_not_see_rank_0s_run_says_so(tmp_path, monkeypatch):
+    """Two machines without a shared filesystem: rank 1 finds no config.json where rank 0 set the run up."""
+    monkeypatch.setattr(rundir, "world", lambda: (1, 1))  # rank 1 (the barrier needs no partner)
+    with pytest.raises(SesameError, match="does not see the run rank 0 set up there.*a filesystem they share"):
+        with rundir.claimed_run(str(tmp_path / "run"), "pretrained", False, setup=lambda run: None):
+            pass
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["pretrain", "finetune"])
 def test_a_trainer_on_another_rank_writes_nothing(command, corpus, labeled, tmp_path, monkeypatch):
     """Only rank 0 writes: a trainer that is rank 1 leaves no metrics.jsonl, TensorBoard files, checkpoint or
