@@ -109,9 +109,9 @@ def world() -> tuple[int, int]:
 def micro_batches(examples: Sequence[int], accumulate: int, build: Callable[[list[int]], Batch]) -> list[Batch]:
     """This process's micro-batches of a global batch's ``examples`` (``build`` makes the batch of a few): every
     world-size-th example from this process's rank (the shares differ by at most one), in at most ``accumulate``
-    micro-batches. A process the batch leaves without an example (a fine-tuning epoch's last batch may be smaller than the
-    world) builds the first one as a :data:`STAND_IN`: weighted 0, it only keeps the process in the gradient
-    all-reduce."""
+    micro-batches. A process the batch leaves without an example (a fine-tuning epoch's last batch may be smaller
+    than the world) builds the first one as a :data:`STAND_IN`: weighted 0, it only keeps the process in the
+    gradient all-reduce."""
     rank, size = world()
     mine = list(examples)[rank::size]
     if not mine:
