@@ -95,6 +95,9 @@ def claimed_run(out: str, kind: str, resume: bool, setup: Callable[[Path], None]
     rank = world()[0]
     if rank > 0:
         _barrier()
+        if not (Path(out) / "config.json").is_file():
+            raise SesameError(f"--out {out}: rank {rank} does not see the run rank 0 set up there; on several "
+                              "machines --out and the inputs must lie on a filesystem they share, at the same path")
     ready = rank > 0
     try:
         with new_run(out, kind, resume or rank > 0) as run:
@@ -117,11 +120,12 @@ def from_checkpoint(out: str | Path, resume: bool) -> bool:
 
 
 def check_batch(cfg: TrainConfig) -> None:
-    """The global batch splits evenly over the processes and accumulation steps."""
+    """Each process gets a share of every global batch (:func:`sesame.train.trainer.micro_batches`; shares may
+    differ by one, so any world size trains like one process), hence at least one sequence of it."""
     processes = world()[1]
-    if cfg.batch_size % (processes * cfg.accumulate):
-        raise SesameError(f"--batch-size {cfg.batch_size} must be divisible by processes × --accumulate "
-                          f"({processes} × {cfg.accumulate})")
+    if cfg.batch_size < processes:
+        raise SesameError(f"--batch-size {cfg.batch_size}: fewer sequences per step than the {processes} processes "
+                          f"torchrun started; give --batch-size {processes} or more, or start fewer processes")
 
 
 def build_backbone(config: RunConfig) -> nn.Module:

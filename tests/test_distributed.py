@@ -1,8 +1,9 @@
-"""`sesame pretrain` under torchrun: two CPU processes (gloo) train exactly like one at the same global batch.
+"""`sesame pretrain` and `finetune` under torchrun: CPU processes (gloo) train exactly like one at the same global
+batch, on one machine or as two "machines" (two launches on this host), and only rank 0 writes.
 
 Every run is a real subprocess: the single-process command as a user types it, and the same command
-under ``python -m torch.distributed.run --nproc-per-node 2``. The tokenizer and shards are prepared
-once and passed as ``--corpus``, so both runs see the same token ids.
+under ``python -m torch.distributed.run``. The tokenizer and shards are prepared once and passed as
+``--corpus``, so all runs see the same token ids.
 """
 from __future__ import annotations
 
@@ -11,17 +12,25 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
+import sesame
 from sesame.cli import main as sesame_main
+from sesame.errors import SesameError
+from sesame import rundir
+from sesame.train import TrainConfig
+from sesame.train import trainer as trainer_module
+from sesame.train.trainer import STAND_IN, micro_batches
 
 from .conftest import documents
 
@@ -139,23 +148,119 @@ def assert_written_once(run: Path, commands: int = 1) -> None:
         "model.safetensors", "optimizer.json", "optimizer.safetensors", "trainer_state.json"]
 
 
-@pytest.mark.parametrize("family, kind, extra", [
-    ("bert", "wordpiece", {}),
-    ("gpt", "bpe", {"accumulate": 2}),  # 2 processes × 2 micro-batches: exercises DDP's no_sync too
-    ("electra", "wordpiece", {}),  # sampled replacements too are a function of the example alone
+@pytest.fixture(scope="module")
+def one_process(prepared, tmp_path_factory) -> Callable[[str, str], Path]:
+    """``one_process(family, kind)``: the one-process pretraining run every torchrun variant is held to, made once."""
+    runs: dict[str, Path] = {}
+
+    def made(family: str, kind: str) -> Path:
+        if family not in runs:
+            runs[family] = tmp_path_factory.mktemp("single") / family
+            run_sesame(1, pretrain_args(family, prepared[kind], runs[family]))
+        return runs[family]
+
+    return made
+
+
+@pytest.mark.parametrize("family, kind, nproc, extra", [
+    ("bert", "wordpiece", 2, {}),
+    # batch 8 over 3 processes is 3 + 3 + 2, each share in 2 micro-batches: uneven shares and DDP's no_sync
+    ("gpt", "bpe", 3, {"accumulate": 2}),
+    ("electra", "wordpiece", 2, {}),  # sampled replacements too are a function of the example alone
 ])
-def test_two_processes_train_like_one(family, kind, extra, prepared, tmp_path):
-    single, multi = tmp_path / "A", tmp_path / "B"
-    run_sesame(1, pretrain_args(family, prepared[kind], single))
+def test_processes_train_like_one(family, kind, nproc, extra, prepared, one_process, tmp_path):
+    multi = tmp_path / "B"
     started = time.time()
-    proc = run_sesame(2, pretrain_args(family, prepared[kind], multi, **extra))
+    proc = run_sesame(nproc, pretrain_args(family, prepared[kind], multi, **extra))
     print(f"{family}: torchrun run took {time.time() - started:.1f}s")
+    single = one_process(family, kind)
 
     differences = assert_same_training(single, multi)
     print(f"{family}: max |Δ| {differences}")
     assert_written_once(multi)
     assert json.loads((multi / "checkpoint/trainer_state.json").read_text())["step"] == 20
     assert len([line for line in proc.stdout.splitlines() if line.startswith("loss ")]) == 1  # printed once
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_machines_train_like_one(prepared, one_process, tmp_path):
+    """docs/scaling.md's two-machine command with both "machines" on this host: two torchrun launches at the same
+    time, node ranks 0 and 1 of one process each, meeting at node 0's address; they train like one process."""
+    multi, port = tmp_path / "B", free_port()
+    args = pretrain_args("bert", prepared["wordpiece"], multi)
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                               "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                               "-m", "sesame", *args], env=child_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    try:
+        outputs = [node.communicate(timeout=TIMEOUT) for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    for rank, (node, (_, stderr)) in enumerate(zip(nodes, outputs)):
+        assert node.returncode == 0, f"node {rank} exited {node.returncode}\n{stderr}"
+    print(f"bert on two nodes: max |Δ| {assert_same_training(one_process('bert', 'wordpiece'), multi)}")
+    assert_written_once(multi)
+
+
+@pytest.mark.parametrize("batch, size, accumulate", [(8, 3, 2), (8, 2, 4), (9, 4, 1), (3, 2, 2)])
+def test_micro_batches_give_each_example_to_one_process(batch, size, accumulate, monkeypatch):
+    """Every example of a global batch goes to exactly one process, the shares differ by at most one, and
+    each share is cut into at most --accumulate micro-batches."""
+    shares = []
+    for rank in range(size):
+        monkeypatch.setattr(trainer_module, "world", lambda: (rank, size))
+        micro = micro_batches(range(batch), accumulate, lambda part: {"part": part})
+        assert 1 <= len(micro) <= accumulate and not any(STAND_IN in m for m in micro)
+        shares.append([g for m in micro for g in m["part"]])
+    assert sorted(sum(shares, [])) == list(range(batch))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+def test_a_process_the_batch_leaves_out_steps_with_a_stand_in(monkeypatch):
+    """Rank 2 of 3 with a last batch of 2 examples builds the first as a stand-in (its loss weighted 0 by the
+    trainer), so it still joins the gradient all-reduce."""
+    monkeypatch.setattr(trainer_module, "world", lambda: (2, 3))
+    assert micro_batches([5, 7], 2, lambda part: {"part": part}) == [{"part": [5], STAND_IN: True}]
+
+
+def test_a_batch_smaller_than_the_world_is_refused(monkeypatch):
+    monkeypatch.setattr(rundir, "world", lambda: (0, 3))
+    with pytest.raises(SesameError, match="--batch-size 2: fewer sequences per step than the 3 processes"):
+        rundir.check_batch(TrainConfig(batch_size=2))
+    rundir.check_batch(TrainConfig(batch_size=4, accumulate=2))  # shares of 2, 1 and 1 train like one process
+
+
+def test_a_rank_that_does_not_see_rank_0s_run_says_so(tmp_path, monkeypatch):
+    """Two machines without a shared filesystem: rank 1 finds no config.json where rank 0 set the run up."""
+    monkeypatch.setattr(rundir, "world", lambda: (1, 1))  # rank 1 (the barrier needs no partner)
+    with pytest.raises(SesameError, match="does not see the run rank 0 set up there.*a filesystem they share"):
+        with rundir.claimed_run(str(tmp_path / "run"), "pretrained", False, setup=lambda run: None):
+            pass
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_a_trainer_on_another_rank_writes_nothing(command, corpus, labeled, tmp_path, monkeypatch):
+    """Only rank 0 writes: a trainer that is rank 1 leaves no metrics.jsonl, TensorBoard files, checkpoint or
+    weights (not even fine-tuning's best-so-far weights); the run's setup before it (config.json, the tokenizer)
+    is rank 0's, which the pipeline still plays here."""
+    monkeypatch.setattr(trainer_module, "world", lambda: (1, 1))  # the trainer's view of the world only
+    run, budget = tmp_path / "run", dict(batch_size=8, max_steps=4, progress=False)
+    if command == "pretrain":
+        sesame.pretrain([str(corpus)], str(run), family="bert", size="tiny", vocab_size=200, seq_len=32,
+                        eval_every=2, save_every=2, **budget)
+    else:
+        sesame.finetune("scratch:bert:tiny", str(labeled[0]), str(labeled[1]), str(run), save_every=2, **budget)
+    written = {p.name for p in run.iterdir()}
+    assert {"config.json", "tokenizer.json"} <= written
+    assert not written & {"metrics.jsonl", "tensorboard", "checkpoint", "model.safetensors"}, written
 
 
 def test_setup_error_on_rank0_stops_every_process(prepared, tmp_path):
@@ -202,14 +307,16 @@ def test_ctrl_c_under_torchrun_saves_once_and_resumes(prepared, tmp_path):
 
 def test_finetune_two_processes_like_one(prepared, tmp_path):
     """`sesame finetune` under torchrun: each process takes its half of every batch and scores half of
-    dev; losses, dev accuracy per epoch and the kept weights match one process."""
+    dev; losses, dev accuracy per epoch and the kept weights match one process, also through a last batch
+    smaller than the world."""
     rng = random.Random(1)
     rows = ["text,label"]
     for _ in range(120):
         verb = rng.choice(VERBS)
         rows.append(f"{rng.choice(SUBJECTS)} {verb} {rng.choice(OBJECTS)},{'warm' if verb in VERBS[:5] else 'cold'}")
-    (tmp_path / "train.csv").write_text("\n".join(rows[:97]) + "\n")
-    (tmp_path / "dev.csv").write_text("\n".join(rows[:1] + rows[97:]) + "\n")
+    # 97 examples: each epoch's last batch holds 1, so rank 1 steps with a stand-in (micro_batches)
+    (tmp_path / "train.csv").write_text("\n".join(rows[:98]) + "\n")
+    (tmp_path / "dev.csv").write_text("\n".join(rows[:1] + rows[98:]) + "\n")
     args = lambda out: ["--no-progress", "finetune", "--from", "scratch:bert:tiny", "--tokenizer",
                         str(prepared["wordpiece"] / "tokenizer.json"), "--train", str(tmp_path / "train.csv"),
                         "--dev", str(tmp_path / "dev.csv"), "--epochs", "2", "--batch-size", "8", "--dropout", "0",

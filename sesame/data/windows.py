@@ -8,7 +8,6 @@ changes it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..errors import SesameError, warn
 from ..rundir import load_tokenizer
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
-from ..train.trainer import world
+from ..train.trainer import micro_batches
 from .corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
 
@@ -166,7 +165,6 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
     ``(window, e mod k)`` instead: each window has k fixed corruptions, as when BERT duplicated its
     data k times with different masks at preparation (same effect, nothing stored).
     """
-    rank, size = world()
     cache: dict[tuple[int, int], list[int]] = {}
     drawers = [partners(shards, windows, obj.window_length(n)) if obj.pairs else None for n, windows in phases]
 
@@ -180,15 +178,13 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
         phase = len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
         seq_len, windows = phases[phase]
         n = len(windows)
-        mine = list(range(step * cfg.batch_size, (step + 1) * cfg.batch_size))[rank::size]
-        per_micro = math.ceil(len(mine) / cfg.accumulate)
-        micro = []
-        for start in range(0, len(mine), per_micro):
-            chunk = mine[start: start + per_micro]
+
+        def build(chunk: list[int]) -> dict[str, torch.Tensor]:
             picks = [permutation(n, g // n)[g % n] for g in chunk]
             seeds = [w * static_masks + (g // n) % static_masks for g, w in zip(chunk, picks)] if static_masks else chunk
-            micro.append(examples(obj, shards, windows, picks, seeds, seq_len, cfg.seed, drawers[phase]))
-        return micro
+            return examples(obj, shards, windows, picks, seeds, seq_len, cfg.seed, drawers[phase])
+
+        return micro_batches(range(step * cfg.batch_size, (step + 1) * cfg.batch_size), cfg.accumulate, build)
 
     return batches
 

@@ -9,7 +9,6 @@ carries, what trains, how fast, which losses are added) are driven through one p
 """
 from __future__ import annotations
 
-import math
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -31,7 +30,7 @@ from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
-from ..train.trainer import world
+from ..train.trainer import micro_batches, world
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
 
@@ -133,17 +132,14 @@ def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: 
     train_features = job.features(data.train, tok, spec.max_length, labels, causal)
     dev_features = job.features(data.dev, tok, spec.max_length, labels, causal)
     per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
-    rank, processes = world()
     lengths = [job.length(f) for f in train_features]
 
     def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
         epoch, k = divmod(step, per_labeled_epoch)
         order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch),
                                  window=BATCHINGS[spec.batching])[k]
-        mine = order[rank::processes]
-        per_micro = math.ceil(len(mine) / cfg.accumulate)
-        micro = [job.collate([train_features[i] for i in mine[j: j + per_micro]], tok.specials.pad)
-                 for j in range(0, len(mine), per_micro)]
+        micro = micro_batches(order, cfg.accumulate,
+                              lambda part: job.collate([train_features[i] for i in part], tok.specials.pad))
         for batch in micro:
             techniques.count(batch)
         return micro

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -37,6 +37,7 @@ from .metrics_log import MetricsLog
 from .optim import adamw, linear_warmup_decay, slanted_triangular
 
 Batch = dict[str, torch.Tensor]
+STAND_IN = "stand_in"  # a micro-batch key: its loss counts for nothing (see micro_batches)
 
 
 class Interrupted(Exception):
@@ -116,6 +117,20 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def micro_batches(examples: Sequence[int], accumulate: int, build: Callable[[list[int]], Batch]) -> list[Batch]:
+    """This process's micro-batches of a global batch's ``examples`` (``build`` makes the batch of a few): every
+    world-size-th example from this process's rank (the shares differ by at most one), in at most ``accumulate``
+    micro-batches. A process the batch leaves without an example (a fine-tuning epoch's last batch may be smaller
+    than the world) builds the first one as a :data:`STAND_IN`: weighted 0, it only keeps the process in the
+    gradient all-reduce."""
+    rank, size = world()
+    mine = list(examples)[rank::size]
+    if not mine:
+        return [{**build(list(examples[:1])), STAND_IN: True}]
+    per_micro = math.ceil(len(mine) / accumulate)
+    return [build(mine[start: start + per_micro]) for start in range(0, len(mine), per_micro)]
 
 
 def all_sum(values: list[float]) -> list[float]:
@@ -294,7 +309,8 @@ class Trainer:
             self.before_step(self.step)
         micro = self.batches(self.step, progress)
         names = getattr(self.model, "part_names", ()) or ("loss",)
-        totals = all_sum([float(sum(loss_counts(b)[name] for b in micro)) for name in names])  # global counts
+        counted = [b for b in micro if not b.get(STAND_IN)]
+        totals = all_sum([float(sum(loss_counts(b)[name] for b in counted)) for name in names])  # global counts
         scale = {name: getattr(self.model, "part_weights", {}).get(name, 1.0) * self.world / max(1.0, total)
                  for name, total in zip(names, totals)}
         for group in self.optimizer.param_groups:
@@ -307,9 +323,11 @@ class Trainer:
                 with self.placement.autocast():
                     parts = loss_parts(wrapped(batch))
                 loss = sum(value.float() * scale[name] for name, value in parts.items())  # in float32
+                if batch.get(STAND_IN):
+                    loss = loss * 0.0
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach() / self.world
-            tokens += batch["ids"].numel()
+            tokens += 0 if batch.get(STAND_IN) else batch["ids"].numel()
         self.scaler.unscale_(self.optimizer)  # the true gradients, for clipping (nothing to do unless fp16)
         if c.clip:
             nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
