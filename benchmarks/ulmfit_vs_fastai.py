@@ -18,18 +18,22 @@ training recipes differ. The recipes, each its library's own:
 
 * sesame (``sesame.apps.ulmfit.classifier_recipe``): 5 epochs, the head alone, then one more layer group per
   epoch (LSTM 3, 2, 1, embeddings), rates ÷2.6 per group under a peak of 0.01, one slanted triangle per epoch,
-  AdamW (0.9, 0.999), dropouts × 0.5, length-bucketed batches of 64;
-* fastai (its ULMFiT notebook, ``text_classifier_learner`` with ``drop_mult=0.5``): ``fit_one_cycle`` per stage,
-  the head alone at 2e-2, then ``freeze_to(-2)`` at slice(1e-2/2.6⁴, 1e-2), ``freeze_to(-3)`` at 5e-3,
+  AdamW (0.9, 0.999), AWD-LSTM's five dropouts × ``--drop-mult``, length-bucketed batches of 64;
+* fastai (its ULMFiT notebook, ``text_classifier_learner`` with ``drop_mult`` = ``--drop-mult``): ``fit_one_cycle``
+  per stage, the head alone at 2e-2, then ``freeze_to(-2)`` at slice(1e-2/2.6⁴, 1e-2), ``freeze_to(-3)`` at 5e-3,
   ``unfreeze()`` at 1e-3 for ``--epochs`` − 3 epochs (LSTM 1 and the embeddings together); Adam (moms 0.8, 0.7,
   0.8; β2 0.99), AR/TAR, batches of 64 sorted by length, padded first and read in BPTT chunks of 72.
 
-Per stage, the dev accuracy after it and the wall time so far: head only, +LSTM 3, +LSTM 2, all (sesame's epoch
-5, fastai's last). Finished stages are kept in ``OUT/results.json``, so an interrupted run continues;
-``--write-docs`` writes the table into docs/ulmfit.md between the ``ulmfit-vs-fastai`` markers.
+``--drop-mult`` (default 0.5: fastai's text classifier's and ``sesame ulmfit``'s) scales both classifiers'
+dropouts alike, so the collapse at ``drop_mult`` 1 can be rerun beside the default (each in its own ``--out``: it
+is one of the recorded settings). Per stage, the dev accuracy after it and the wall time so far: head only,
++LSTM 3, +LSTM 2, all (sesame's epoch 5, fastai's last). Finished stages are kept in ``OUT/results.json``, so an
+interrupted run continues; ``--write-docs`` writes the table into docs/ulmfit.md between the ``ulmfit-vs-fastai``
+markers (the one table there: the default's).
 
     pip install -c constraints.txt -e '.[fastai]'
     python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai --write-docs    # about 75 minutes on 2 cores
+    python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai-dm1 --drop-mult 1    # the dropouts unscaled
     python benchmarks/ulmfit_vs_fastai.py --out /tmp/smoke --smoke                    # tiny data (see below)
 
 The 75 minutes are an estimate, not yet measured: two LMs of ``--lm-minutes`` 20 each, then per seed four
@@ -57,7 +61,8 @@ from recorded import mean_sd, open_record, replace_block, stage  # noqa: E402
 from sesame import api  # noqa: E402
 from sesame.apps.ulmfit import CLASSIFIER_DROP_MULT, DISCRIMINATIVE, FAMILY, classifier_recipe  # noqa: E402
 from sesame.data.shards import Shards  # noqa: E402
-from sesame.families import RECURRENT_SIZES  # noqa: E402
+from sesame.errors import SesameError  # noqa: E402
+from sesame.families import RECURRENT_SIZES, recurrent_dropouts  # noqa: E402
 from sesame.pipelines.stages import NO_STEP_CAP  # noqa: E402
 from sesame.rundir import load_tokenizer, read_config  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
@@ -71,6 +76,7 @@ SESAME_EPOCH = {"head only": 1, "+LSTM 3": 2, "+LSTM 2": 3}  # "all": the last e
 FASTAI_STAGES = ((-1, 2e-2), (-2, 1e-2), (-3, 5e-3), (0, 1e-3))
 FASTAI_LM = {"lr": 1e-2, "drop_mult": 0.1, "wd": 0.1}  # fastai's train_wt103.py
 LAYERS = 3
+OUTPUT_DROPOUT = 0.4  # sesame's classifier output dropout (sesame ulmfit's --dropout), before --drop-mult
 # the real run, and the smoke run: a few hundred tweets and WikiText-2 lines, a tiny model, seconds of LM
 FULL = {"size": "mini", "vocab_size": 30000, "seq_len": 70, "batch_size": 64, "max_length": 128, "classifier_lr": 1e-2}
 SMOKE = {"size": "tiny", "vocab_size": 2000, "seq_len": 16, "batch_size": 16, "max_length": 32, "classifier_lr": 1e-2}
@@ -114,11 +120,15 @@ def sesame_lm(data: dict[str, Path], run: Path, settings: dict, minutes: float, 
     return {"dev_loss": dev["loss"], "perplexity": float(np.exp(dev["loss"]))}
 
 
-def sesame_classifier(base: str, data: dict[str, Path], run: Path, settings: dict, epochs: int, seed: int) -> dict:
-    """sesame's classifier recipe from ``base``; each epoch's dev accuracy and the seconds spent by then."""
+def sesame_classifier(base: str, data: dict[str, Path], run: Path, settings: dict, epochs: int, seed: int, *,
+                      drop_mult: float) -> dict:
+    """sesame's classifier recipe from ``base``, AWD-LSTM's dropouts times ``drop_mult``; each epoch's dev accuracy
+    and the seconds spent by then."""
+    recipe = {**classifier_recipe(epochs=epochs, lr=settings["classifier_lr"], dropout=OUTPUT_DROPOUT),
+              "drop_mult": drop_mult}
     api.finetune(base, str(data["train"]), str(data["dev"]), str(run), text_column=TEXT, label_column=LABEL,
                  max_length=settings["max_length"], batch_size=settings["batch_size"], seed=seed, progress=False,
-                 resume=(run / "config.json").is_file(), **classifier_recipe(epochs=epochs, lr=settings["classifier_lr"], dropout=0.4))
+                 resume=(run / "config.json").is_file(), **recipe)
     evaluations = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs_seen = [e for e in evaluations if e["split"] == "dev"]
     stages = {name: epochs_seen[SESAME_EPOCH.get(name, len(epochs_seen)) - 1] for name in STAGES}
@@ -201,9 +211,11 @@ def fastai_lm(sesame_run: Path, out: Path, settings: dict, minutes: float, seed:
     return {"dev_loss": loss, "perplexity": float(np.exp(loss)), "seconds": round(seconds_spent, 1), "steps": steps}
 
 
-def fastai_classifier(inputs: dict, encoder: Path | None, settings: dict, epochs: int, seed: int) -> dict:
+def fastai_classifier(inputs: dict, encoder: Path | None, settings: dict, epochs: int, seed: int, *,
+                      drop_mult: float) -> dict:
     """fastai's ULMFiT classifier recipe (module docstring) on sesame's ``inputs``, from ``encoder`` (a saved
-    fastai LM encoder) or from random weights; each stage's dev accuracy and the seconds spent by its end."""
+    fastai LM encoder) or from random weights, AWD-LSTM's dropouts times ``drop_mult``; each stage's dev accuracy
+    and the seconds spent by its end."""
     from fastai.text.all import (AWD_LSTM, CrossEntropyLossFlat, DataLoaders, SortedDL, TensorText, TextLearner,
                                  accuracy, awd_lstm_clas_split, get_text_classifier, pad_input_chunk, set_seed)
     from safetensors.torch import load_file
@@ -219,7 +231,7 @@ def fastai_classifier(inputs: dict, encoder: Path | None, settings: dict, epochs
                       SortedDL(items("dev"), bs=2 * bs, before_batch=before), device=torch.device("cpu"))
     model = get_text_classifier(AWD_LSTM, inputs["vocab_size"], len(inputs["labels"]),
                                 config=fastai_config("classifier", settings["size"], pad),
-                                drop_mult=CLASSIFIER_DROP_MULT, pad_idx=pad)
+                                drop_mult=drop_mult, pad_idx=pad)
     if encoder is not None:
         model[0].module.load_state_dict(load_file(str(encoder)))
     learn = TextLearner(dls, model, splitter=awd_lstm_clas_split, loss_func=CrossEntropyLossFlat(), metrics=accuracy)
@@ -258,7 +270,8 @@ def table(results: dict, seeds: list[int], majority: float) -> list[str]:
                          f"{cell(runs['fastai'], name, 'accuracy')} | {cell(runs['sesame'], name, 'seconds')} | "
                          f"{cell(runs['fastai'], name, 'seconds')} |")
     seeds_said = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean ± sd over seeds {', '.join(map(str, seeds))}"
-    return lines + ["", f"Airline dev accuracy (%; majority class {100 * majority:.1f}), {seeds_said}."]
+    return lines + ["", f"Airline dev accuracy (%; majority class {100 * majority:.1f}), {seeds_said}; both "
+                        f"classifiers' dropouts x {results['settings']['drop_mult']:g} (--drop-mult)."]
 
 
 def majority_share(path: Path) -> float:
@@ -273,20 +286,29 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lm-minutes", type=float, default=20.0, help="each library's LM pre-training time")
     parser.add_argument("--epochs", type=int, default=5, help="classifier epochs (at least 5: head, 3 LSTMs, all)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="classifier seeds (the LMs use the first)")
+    parser.add_argument("--drop-mult", type=float, default=CLASSIFIER_DROP_MULT,
+                        help="both classifiers' multiplier of AWD-LSTM's five dropouts (fastai's drop_mult; default "
+                             f"{CLASSIFIER_DROP_MULT:g}, fastai's text classifier's and sesame ulmfit's)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--smoke", action="store_true", help="tiny data and model, seconds of LM: a check that it runs")
     parser.add_argument("--write-docs", action="store_true", help=f"write the table into docs/ulmfit.md ({TABLE})")
     args = parser.parse_args(argv)
     if args.epochs < 5:
         parser.error("--epochs: at least 5, so gradual unfreezing reaches every layer group")
+    try:  # sesame's rule, before the LMs train rather than at the first classifier
+        recurrent_dropouts(FAMILY, OUTPUT_DROPOUT, args.drop_mult, arch="recurrent", what="the classifier")
+    except SesameError as error:
+        parser.error(str(error))
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     settings, minutes = (SMOKE, 0.05) if args.smoke else (FULL, args.lm_minutes)
     data = smoke_data(out) if args.smoke else real_data()
     record, results = open_record(out)
-    made = {**settings, "lm_minutes": minutes, "epochs": args.epochs}
-    if results.setdefault("settings", made) != made:
+    made = {**settings, "lm_minutes": minutes, "epochs": args.epochs, "drop_mult": args.drop_mult}
+    recorded = results.setdefault("settings", made)
+    recorded.setdefault("drop_mult", CLASSIFIER_DROP_MULT)  # what runs recorded before --drop-mult existed used
+    if recorded != made:
         parser.error(f"--out {out}: made with other settings ({results['settings']}); choose another --out")
 
     sesame_run, fastai_run = out / "sesame-lm", out / "fastai-lm"
@@ -297,13 +319,14 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in args.seeds:
             run = out / f"{start}-sesame-{seed}"
             stage(results, f"{start}/sesame/{seed}", record,
-                  lambda: sesame_classifier(base, data, run, settings, args.epochs, seed))
+                  lambda: sesame_classifier(base, data, run, settings, args.epochs, seed, drop_mult=args.drop_mult))
             stage(results, f"{start}/fastai/{seed}", record,
                   lambda: fastai_classifier(encoded(run, data, settings["max_length"]), encoder, settings,
-                                            args.epochs, seed))
+                                            args.epochs, seed, drop_mult=args.drop_mult))
     lines = table(results, args.seeds, majority_share(data["dev"]))
     command = "python benchmarks/ulmfit_vs_fastai.py --out OUT" + (
-        f" --lm-minutes {args.lm_minutes:g} --epochs {args.epochs} --seeds {' '.join(map(str, args.seeds))}")
+        f" --lm-minutes {args.lm_minutes:g} --epochs {args.epochs} --seeds {' '.join(map(str, args.seeds))}"
+        f" --drop-mult {args.drop_mult:g}")
     if args.write_docs:
         replace_block(Path(__file__).parents[1] / "docs/ulmfit.md", TABLE, ["", f"`{command}`", "", *lines, ""])
     print("\n".join(lines))

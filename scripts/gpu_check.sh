@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of docs/devices.md, for a machine with a CUDA GPU (never run in CI, which has none):
-#   1. the tests marked `gpu` (tests/test_devices.py: CPU <-> CUDA runs, fp16 and bf16 resume, ...);
+#   1. the tests marked `gpu` (tests/test_devices_gpu.py: CPU <-> CUDA runs, fp16 and bf16 resume, ...);
 #   2. a short pretrain -> finetune -> predict on --device cuda, in fp32 and in the GPU's fastest precision,
 #      printing tokens/s (from each run's metrics.jsonl) and the peak GPU memory of each stage.
 # Usage, from the repository root:  bash scripts/gpu_check.sh [OUT_DIR]

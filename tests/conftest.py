@@ -141,6 +141,17 @@ def tiny_runs(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def command_inputs(tmp_path_factory) -> Path:
+    """Tiny inputs of every command that runs a model (tests/device_helpers.py: what they are, and each command's
+    line on them)."""
+    from .device_helpers import write_command_inputs
+
+    root = tmp_path_factory.mktemp("commands")
+    write_command_inputs(root)
+    return root
+
+
 def load_script(path: Path, name: str):
     """A script outside the package (benchmarks/, scripts/) imported as module ``name``, for its tests."""
     spec = importlib.util.spec_from_file_location(name, path)

@@ -1,4 +1,5 @@
-"""benchmarks/ulmfit_vs_fastai.py in its smoke mode: both libraries' ULMFiT classifiers, stage by stage, on real data."""
+"""benchmarks/ulmfit_vs_fastai.py: its smoke mode (both libraries' ULMFiT classifiers, stage by stage, on real data;
+needs fastai) and its --drop-mult, checked and recorded (without fastai)."""
 from __future__ import annotations
 
 import json
@@ -6,19 +7,20 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastai", reason="the fastai extra is not installed (pip install -c constraints.txt -e '.[fastai]')")
-
-from .conftest import load_script, shared_data  # noqa: E402
+from .conftest import load_script, shared_data
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ulmfit_vs_fastai.py"
+NO_FASTAI = "the fastai extra is not installed (pip install -c constraints.txt -e '.[fastai]')"
 
 
 @pytest.mark.slow
 def test_both_sides_run_every_stage_from_both_starts_and_a_rerun_reuses_them(tmp_path: Path, capsys, one_thread):
+    pytest.importorskip("fastai", reason=NO_FASTAI)
     shared_data()
     benchmark = load_script(SCRIPT, "ulmfit_vs_fastai")
     benchmark.main(["--out", str(tmp_path / "out"), "--smoke"])
     results = json.loads((tmp_path / "out/results.json").read_text())
+    assert results["settings"]["drop_mult"] == 0.5
     assert results["lm/fastai"]["steps"] > 0 and results["lm/sesame"]["perplexity"] > 1
     for start in ("scratch", "pretrained"):
         for side in ("sesame", "fastai"):
@@ -31,3 +33,64 @@ def test_both_sides_run_every_stage_from_both_starts_and_a_rerun_reuses_them(tmp
     before = (tmp_path / "out/results.json").read_text()
     benchmark.main(["--out", str(tmp_path / "out"), "--smoke"])  # every stage recorded: nothing runs again
     assert (tmp_path / "out/results.json").read_text() == before
+
+
+def every_stage_recorded(benchmark, out: Path, settings: dict) -> None:
+    """``out/results.json`` as a finished run of the full benchmark leaves it: main only checks the settings and
+    prints the table."""
+    stages = {"stages": {name: {"accuracy": 0.7, "seconds": 1.0} for name in benchmark.STAGES}, "epochs": [0.7] * 5}
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({
+        "settings": settings, "lm/sesame": {"perplexity": 900.0}, "lm/fastai": {"perplexity": 500.0},
+        **{f"{start}/{side}/0": stages for start in ("scratch", "pretrained") for side in ("sesame", "fastai")}}))
+
+
+def test_a_run_recorded_before_drop_mult_is_the_defaults_and_refuses_another(tmp_path: Path, capsys):
+    shared_data()  # the table reads airline dev's majority class
+    benchmark = load_script(SCRIPT, "ulmfit_vs_fastai")
+    out = tmp_path / "out"
+    every_stage_recorded(benchmark, out, {**benchmark.FULL, "lm_minutes": 20.0, "epochs": 5})
+    benchmark.main(["--out", str(out)])
+    assert "both classifiers' dropouts x 0.5 (--drop-mult)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        benchmark.main(["--out", str(out), "--drop-mult", "1"])
+    assert "made with other settings" in capsys.readouterr().err
+
+
+def test_drop_mult_is_checked_by_sesames_rule_before_anything_is_written(tmp_path: Path, capsys):
+    benchmark = load_script(SCRIPT, "ulmfit_vs_fastai")
+    with pytest.raises(SystemExit):
+        benchmark.main(["--out", str(tmp_path / "out"), "--drop-mult", "2.5"])
+    assert "--drop-mult 2.5: makes" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+class Stop(Exception):
+    """Raised by a stand-in for a library's model builder once it has seen its arguments."""
+
+
+def stop_with(given: dict):
+    def builder(*args, **kwargs):
+        given.update(kwargs)
+        raise Stop
+    return builder
+
+
+def test_sesames_classifier_takes_the_drop_mult(tmp_path: Path, monkeypatch):
+    benchmark = load_script(SCRIPT, "ulmfit_vs_fastai")
+    given = {}
+    monkeypatch.setattr(benchmark.api, "finetune", stop_with(given))
+    with pytest.raises(Stop):
+        benchmark.sesame_classifier("scratch:ulmfit:tiny", benchmark.real_data(), tmp_path / "run", benchmark.SMOKE, 5,
+                                    0, drop_mult=1.0)
+    assert given["drop_mult"] == 1.0 and given["dropout"] == benchmark.OUTPUT_DROPOUT
+
+
+def test_fastais_classifier_takes_the_drop_mult(monkeypatch):
+    fastai_text = pytest.importorskip("fastai.text.all", reason=NO_FASTAI)
+    benchmark = load_script(SCRIPT, "ulmfit_vs_fastai")
+    given = {}
+    monkeypatch.setattr(fastai_text, "get_text_classifier", stop_with(given))
+    inputs = {"train": [([5, 6], 0)] * 4, "dev": [([5, 6], 1)] * 2, "vocab_size": 10, "pad": 1, "labels": ["a", "b"]}
+    with pytest.raises(Stop):
+        benchmark.fastai_classifier(inputs, None, benchmark.SMOKE, 5, 0, drop_mult=1.0)
+    assert given["drop_mult"] == 1.0

@@ -1,0 +1,174 @@
+"""The placement rule (docs/devices.md) without a GPU: forward and backward of the objectives, the task models and
+the decoding steps under a fake default device that catches tensors made without the model's device, and the
+language model's cache in its compute type on its device."""
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import sesame
+from sesame.objectives import build_objective
+from sesame.runtime import Placement
+from sesame.tasks import make_task
+from sesame.tokenizer import train_tokenizer
+
+from .conftest import sentences
+
+# -- placement: tensors made without the model's device ----------------------------------------------------
+# Under ``torch.device("meta")`` a tensor made inside a forward pass without ``device=`` lands on the meta device,
+# as it would land on the CPU beside a CUDA model; the model and its batch stay on the CPU, so what a forward pass
+# reads back from its tensors (lengths, counts) still works. :class:`SameDevice` then fails every operation whose
+# tensor arguments lie on two devices: stricter than CUDA, which also takes CPU index tensors (0-dim tensors,
+# which CUDA takes from the CPU, pass).
+
+class SameDevice(TorchDispatchMode):
+    """Fails an operation (forward or backward) whose tensor arguments of one or more dimensions are on two
+    devices."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        devices = {t.device for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor) and t.dim()}
+        if len(devices) > 1:
+            raise AssertionError(f"{func}: tensors on {sorted(map(str, devices))}")
+        return func(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(sentences(300), "wordpiece", 200)
+
+
+def tiny_backbone(family, tokenizer):
+    from sesame.families import backbone_config
+
+    return sesame.models.build_model(backbone_config(family, "tiny", tokenizer.vocab_size, tokenizer.specials.pad,
+                                                     0.1, 64).to_dict())
+
+
+def forward_backward_off_the_default_device(model, batch):
+    model.train()
+    with torch.device("meta"), SameDevice():
+        output = model(batch)
+        loss = sum(output.values()) if isinstance(output, dict) else output
+        loss.backward()
+    assert loss.device.type == "cpu" and torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("objective, family", [("mlm", "bert"), ("clm", "gpt"), ("span", "spanbert"),
+                                               ("electra", "electra"), ("mlm_nsp", "bert"), ("bilm", "elmo"),
+                                               ("awd_lm", "ulmfit")])
+def test_objectives_make_no_tensor_off_the_models_device(objective, family, tokenizer):
+    from sesame.data.windows import generators
+
+    obj = build_objective(objective, tiny_backbone(family, tokenizer), tokenizer, {})
+    windows = torch.randint(5, tokenizer.vocab_size, (2, obj.window_length(16)))
+    partners = windows.flip(0) if obj.pairs else None
+    forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1]), partners))
+
+
+def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):
+    from sesame.apps.cove import collate
+    from sesame.decoding import beam_search
+    from sesame.models.cove import MTLSTM, CoveConfig
+
+    model = MTLSTM(CoveConfig(vocab_size=tokenizer.vocab_size, target_vocab_size=30, embedding_size=8,
+                              hidden_size=6, dropout=0.1))
+    source = [[5, 6, 7, 8], [9, 10]]
+    forward_backward_off_the_default_device(build_objective("translation", model, tokenizer),
+                                            collate(source, [[1, 5, 6, 2], [1, 7, 2]], 0, 0))
+    model.eval()
+    batch = collate(source, [[1, 2], [1, 2]], 0, 0)
+    with torch.device("meta"), SameDevice(), torch.no_grad():
+        state = model.start(batch["ids"], batch["padding"])
+        beam_search(model.step, state, batch["target"][:, 0].clone(), beam=2, eos=2, max_len=4)
+
+
+def squad_examples(tmp_path):
+    context = "The cat sat on the mat near the old river."
+    qas = [{"id": "q1", "question": "Where did the cat sit?", "answers": [{"text": "on the mat",
+                                                                          "answer_start": context.index("on the")}]}]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context,
+                                                                                          "qas": qas}]}]}))
+    return make_task("span_qa", {"doc_stride": 4}).read(str(path))
+
+
+def choice_examples(tmp_path):
+    path = tmp_path / "choices.jsonl"
+    path.write_text("".join(json.dumps({"context": "The cat sleeps.", "choices": ["It rests.", "It flies away."],
+                                        "label": i % 2}) + "\n" for i in range(2)))
+    return make_task("multiple_choice").read(str(path))
+
+
+@pytest.mark.parametrize("task, family, examples, labels", [
+    ("classify", "bert", lambda _: [{"text": "the cat sleeps", "label": "a", "line": i} for i in (1, 2)], ["a", "b"]),
+    ("classify", "lstm", lambda _: [{"text": "the cat sleeps", "label": "a", "line": i} for i in (1, 2)], ["a", "b"]),
+    ("tag", "bert", lambda _: [{"words": ["the", "cat"], "tags": ["O", "B-X"], "line": i} for i in (1, 2)],
+     ["O", "B-X"]),
+    ("span_qa", "bert", squad_examples, []),
+    ("multiple_choice", "bert", choice_examples, []),
+])
+def test_task_models_make_no_tensor_off_the_models_device(task, family, examples, labels, tokenizer, tmp_path):
+    job = make_task(task, {"doc_stride": 4} if task == "span_qa" else {})
+    model = job.build(tiny_backbone(family, tokenizer), len(labels), "last", 0.1)
+    features = job.features(examples(tmp_path), tokenizer, 32, labels, False)
+    forward_backward_off_the_default_device(model, job.collate(features, tokenizer.specials.pad))
+
+
+def test_cross_view_training_makes_no_tensor_off_the_models_device(tokenizer, tmp_path):
+    from sesame.tasks.cvt import unlabeled_batch
+
+    (tmp_path / "unlabeled.txt").write_text("\n".join(sentences(10, seed=5)) + "\n")
+    job = make_task("tag", {"cvt_unlabeled": str(tmp_path / "unlabeled.txt")})
+    model = job.build(tiny_backbone("bilstm", tokenizer), 2, "max", 0.1)
+    labeled = [{"words": ["the", "cat"], "tags": ["O", "B-X"], "line": i} for i in (1, 2)]
+    forward_backward_off_the_default_device(model, job.collate(job.features(labeled, tokenizer, 32, ["O", "B-X"],
+                                                                            False), tokenizer.specials.pad))
+    forward_backward_off_the_default_device(model, unlabeled_batch([s.split() for s in sentences(3, seed=9)],
+                                                                   tokenizer, 32))
+
+
+def test_the_language_models_cached_steps_make_no_tensor_off_its_device(tokenizer):
+    from sesame.apps.generate import GenerationConfig, beam_search, decode
+    from sesame.language_model import LanguageModel
+
+    lm = LanguageModel(tiny_backbone("gpt", tokenizer), tokenizer)
+    forward = lm.backbone.forward
+
+    def checked(*args, **kwargs):  # the steps' forward passes, their inputs built by decode on the CPU
+        with torch.device("meta"), SameDevice():
+            return forward(*args, **kwargs)
+
+    lm.backbone.forward = checked
+    prompts = tokenizer.encode(["the cat", "a dog runs over the"], special=False)
+    assert len(decode(lm, prompts, GenerationConfig(max_new_tokens=4, sample=True))) == 2
+    assert beam_search(lm, prompts[1], GenerationConfig(max_new_tokens=4, beams=2)).finish  # its steps count positions
+
+
+@pytest.mark.parametrize("careless", [
+    lambda x: (x * torch.ones(x.shape)).sum(),  # a tensor made without device=
+    lambda x: x[torch.arange(x.shape[0]), 0].sum(),  # an index tensor made without device= (CUDA takes it)
+])
+def test_the_placement_check_catches_a_tensor_made_without_the_models_device(careless):
+    class Careless(nn.Module):
+        def forward(self, batch):
+            return careless(batch["x"])
+
+    with pytest.raises((RuntimeError, NotImplementedError, AssertionError)):
+        forward_backward_off_the_default_device(Careless(), {"x": torch.ones(3, 2, requires_grad=True)})
+
+
+
+def test_a_language_model_caches_keys_in_its_compute_type_on_its_device(tokenizer):
+    from sesame.language_model import LanguageModel
+
+    lm = LanguageModel(tiny_backbone("gpt", tokenizer), tokenizer,
+                       placement=Placement(device=torch.device("cpu"), precision="bf16"))
+    cache = lm.cache(1, 8)
+    assert cache.keys[0].dtype == torch.bfloat16 and cache.keys[0].device == lm.device
+    logits = lm.logits(torch.tensor([[5, 6, 7]]), cache=cache)
+    assert logits.dtype == torch.float32 and cache.length == 3
+
