@@ -130,3 +130,54 @@ def test_a_run_config_rebuilds_it_and_its_weights_round_trip(style, tmp_path):
     ids, padding = source([6, 4])
     targets = torch.randint(3, VOCAB, (2, 5))
     assert torch.equal(m(ids, padding=padding, decoder_ids=targets), twin(ids, padding=padding, decoder_ids=targets))
+
+
+def jittered(hf_model):
+    """A transformers model with every weight moved off its initial value (norms not 1, biases not 0)."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return hf_model.eval()
+
+
+def parity(style: str, hf_model, ours: EncoderDecoder, lengths: list[int], target_length: int) -> None:
+    from sesame.interop.encoder_decoder import import_weights
+
+    ours.load_state_dict(import_weights(style, hf_model.state_dict(), ours))
+    ids, padding = source(lengths)
+    labels = torch.randint(3, VOCAB, (len(lengths), target_length))
+    with torch.no_grad():
+        expected = hf_model(input_ids=ids, attention_mask=padding.long(), labels=labels).logits
+        got = ours(ids, padding=padding, decoder_ids=ours.decoder_inputs(labels))
+    assert expected.abs().max() > 1.0
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_t5_matches_transformers():
+    transformers = pytest.importorskip("transformers")
+    hf = jittered(transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_heads=4, d_kv=8, relative_attention_num_buckets=32,
+        relative_attention_max_distance=128, dropout_rate=0.0, feed_forward_proj="relu", pad_token_id=0,
+        eos_token_id=1, decoder_start_token_id=0)))
+    # past 128 positions, so the far buckets and the clamp are exercised
+    parity("t5", hf, model("t5", max_positions=256), lengths=[150, 100], target_length=140)
+
+
+def test_bart_matches_transformers():
+    transformers = pytest.importorskip("transformers")
+    hf = jittered(transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=2)))
+    hf.final_logits_bias.zero_()
+    parity("bart", hf, model("bart", pad_id=1, decoder_start_id=2), lengths=[30, 20], target_length=25)
+
+
+def test_a_checkpoint_with_an_output_bias_is_refused():
+    from sesame.errors import SesameError
+    from sesame.interop.encoder_decoder import import_weights
+
+    with pytest.raises(SesameError, match="final_logits_bias"):
+        import_weights("bart", {"final_logits_bias": torch.ones(1, VOCAB)}, model("bart"))
