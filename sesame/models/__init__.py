@@ -7,12 +7,14 @@ from .elmo import Elmo, ElmoConfig
 from .recurrent import Recurrent, RecurrentConfig
 from .transformer import Transformer, TransformerConfig
 from .cove import CoveConfig, MTLSTM
+from .encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 
 ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (TransformerConfig, Transformer),
     "recurrent": (RecurrentConfig, Recurrent),
     "elmo": (ElmoConfig, Elmo),
     "cove": (CoveConfig, MTLSTM),
+    "encoder_decoder": (EncoderDecoderConfig, EncoderDecoder),
 }
 
 
@@ -28,5 +30,5 @@ def build_model(config: dict) -> nn.Module:
     return ARCHITECTURES[config.get("arch", "transformer")][1](cfg)
 
 
-__all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "Recurrent", "RecurrentConfig", "Transformer",
-           "TransformerConfig", "build_model", "model_config"]
+__all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "EncoderDecoder", "EncoderDecoderConfig",
+           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "build_model", "model_config"]

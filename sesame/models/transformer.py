@@ -14,8 +14,11 @@
 * a key/value cache for decoding (:class:`KVCache`): given the keys and values of the tokens seen so
   far, a forward over the new tokens costs O(context) per token instead of recomputing the prefix;
 * GELU feed-forward of width 4·hidden (exact GELU, or with ``activation="gelu_tanh"`` the tanh
-  approximation GPT-2 and ALBERT were trained with, Hugging Face's ``gelu_new``); weights initialised
-  N(0, 0.02); in pre-norm stacks the residual output projections use std 0.02/√(2·layers) as in GPT-2;
+  approximation GPT-2 and ALBERT were trained with, Hugging Face's ``gelu_new``), or ReLU (T5); weights
+  initialised N(0, 0.02); in pre-norm stacks the residual output projections use std 0.02/√(2·layers) as in GPT-2;
+* T5's choices (Raffel et al. 2020): RMSNorm (``norm_kind="rms"``), no biases, unscaled attention scores (the
+  query projection's initial weights take the 1/√(head size) instead), and the parts of an encoder-decoder's
+  stacks (``encoder_decoder.py``): a position bias on every layer's scores, a decoder's cross-attention;
 * ALBERT (Lan et al. 2020, §3.1): a factorised embedding (V×E, then a E×H projection) when
   ``embedding_size`` < hidden, and cross-layer parameter sharing: ``sharing`` = ``all`` (one layer's
   attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
@@ -38,10 +41,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .caches import KVCache, LayerCache
+
+if TYPE_CHECKING:
+    from .caches import Memory
 
 
 @dataclass
@@ -65,14 +74,19 @@ class TransformerConfig:
     scalar_mix: bool = False  # output ELMo's learned mix of all layers
     activation: str = "gelu"  # feed-forward GELU: gelu (exact) | gelu_tanh (tanh approximation, GPT-2's)
     attention_window: int | None = None  # GPT-3's banded layers: odd layers see w positions (None: all dense)
+    norm_kind: str = "layer"  # layer (LayerNorm) | rms (T5's RMSNorm: no mean subtraction, no bias)
+    bias: bool = True  # biases in the attention and feed-forward projections (T5: none)
+    scale_attention: bool = True  # scores · 1/√(head size) (T5: unscaled)
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.sharing not in SHARING:
             raise ValueError(f"sharing {self.sharing!r}: choose one of {', '.join(SHARING)}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}")
+        if self.activation not in (*ACTIVATIONS, "relu"):
+            raise ValueError(f"activation {self.activation!r}: choose one of {', '.join(ACTIVATIONS)}, relu")
+        if self.norm_kind not in ("layer", "rms"):
+            raise ValueError(f"norm_kind {self.norm_kind!r}: choose layer or rms")
         if self.attention_window is not None and self.attention_window < 1:
             raise ValueError(f"attention_window {self.attention_window}: must be at least 1")
 
@@ -86,6 +100,17 @@ class TransformerConfig:
 
 SHARING = ("none", "all", "attention", "ffn")
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # name → F.gelu's ``approximate``
+
+
+def activation(name: str) -> nn.Module:
+    """The feed-forward's nonlinearity: GELU (exact or tanh-approximated) or T5's ReLU."""
+    return nn.ReLU() if name == "relu" else nn.GELU(approximate=ACTIVATIONS[name])
+
+
+def make_norm(cfg: TransformerConfig, width: int | None = None) -> nn.Module:
+    """The configured normalisation over ``width`` (default hidden): LayerNorm, or RMSNorm."""
+    norm = nn.RMSNorm if cfg.norm_kind == "rms" else nn.LayerNorm
+    return norm(width or cfg.hidden, eps=cfg.layer_norm_eps)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -113,20 +138,21 @@ class Dropout(nn.Dropout):
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-              dropout_p: float) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` on (batch, heads, time, head size) tensors. With attention
-    dropout (training) and no mask it goes through :func:`explicit_attention` instead: SDPA has no
-    fused kernel with dropout on a CPU and computes the same steps, but with a slower dropout mask."""
+              dropout_p: float, scale: float | None = None) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` on (batch, heads, time, head size) tensors; ``mask``: boolean, or
+    added to the scores; ``scale``: the scores' factor (None: 1/√d). With attention dropout (training) and no
+    mask it goes through :func:`explicit_attention` instead: SDPA has no fused kernel with dropout on a CPU
+    and computes the same steps, but with a slower dropout mask."""
     if dropout_p > 0.0 and mask is None:
-        return explicit_attention(q, k, v, causal, dropout_p)
+        return explicit_attention(q, k, v, causal, dropout_p, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
-                                          dropout_p=dropout_p)
+                                          dropout_p=dropout_p, scale=scale)
 
 
 def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                       dropout_p: float) -> torch.Tensor:
-    """dropout(softmax(q·kᵀ/√d, causally masked if ``causal``))·v, computed step by step."""
-    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]))
+                       dropout_p: float, scale: float | None = None) -> torch.Tensor:
+    """dropout(softmax(q·kᵀ·scale (1/√d by default), causally masked if ``causal``))·v, computed step by step."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if causal:
         future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu_(1)
         scores.masked_fill_(future, float("-inf"))
@@ -142,7 +168,7 @@ class Embeddings(nn.Module):
         self.tokens = nn.Embedding(cfg.vocab_size, width)
         self.positions = nn.Embedding(cfg.max_positions, width)
         self.types = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
-        self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps) if cfg.embedding_norm else nn.Identity()
+        self.norm = make_norm(cfg, width) if cfg.embedding_norm else nn.Identity()
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None, positions: torch.Tensor | None = None
@@ -188,72 +214,94 @@ class ScalarMix(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention sublayer f(x), with the LayerNorm its residual connection uses."""
+    """Multi-head self-attention sublayer f(x), with the norm its residual connection uses."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.heads, self.causal, self.attn_dropout = cfg.heads, cfg.causal, cfg.dropout
-        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
-        self.out = nn.Linear(cfg.hidden, cfg.hidden)
-        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.scale = None if cfg.scale_attention else 1.0
+        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden, bias=cfg.bias)
+        self.out = nn.Linear(cfg.hidden, cfg.hidden, bias=cfg.bias)
+        self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: "LayerCache | None" = None) -> torch.Tensor:
-        b, t, h = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: LayerCache | None = None) -> torch.Tensor:
+        q, k, v = self.split(self.qkv(x), 3)
         if cache is not None:
             k, v = cache.extend(k, v)
-        y = attention(q, k, v, mask, self.causal, self.attn_dropout if self.training else 0.0)
-        return self.dropout(self.adapter(self.out(y.transpose(1, 2).reshape(b, t, h))))
+        return self.attend(q, k, v, mask, self.causal)
+
+    def split(self, y: torch.Tensor, n: int) -> torch.Tensor:
+        """(batch, time, n·hidden) projections → (n, batch, heads, time, head size)."""
+        b, t, _ = y.shape
+        return y.view(b, t, n, self.heads, -1).permute(2, 0, 3, 1, 4)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               causal: bool) -> torch.Tensor:
+        """The attention of queries over keys and values (batch, heads, time, head size), projected out."""
+        y = attention(q, k, v, mask, causal, self.attn_dropout if self.training else 0.0, self.scale)
+        b, _, t, _ = q.shape
+        return self.dropout(self.adapter(self.out(y.transpose(1, 2).reshape(b, t, -1))))
 
 
 class FeedForward(nn.Module):
-    """Position-wise GELU feed-forward sublayer f(x), with the LayerNorm its residual connection uses."""
+    """Position-wise feed-forward sublayer f(x), with the norm its residual connection uses."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.inp = nn.Linear(cfg.hidden, cfg.intermediate)
-        self.out = nn.Linear(cfg.intermediate, cfg.hidden)
-        self.norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps)
+        self.inp = nn.Linear(cfg.hidden, cfg.intermediate, bias=cfg.bias)
+        self.out = nn.Linear(cfg.intermediate, cfg.hidden, bias=cfg.bias)
+        self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
-        self.approximate = ACTIVATIONS[cfg.activation]
+        self.activation = activation(cfg.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.adapter(self.out(F.gelu(self.inp(x), approximate=self.approximate))))
+        return self.dropout(self.adapter(self.out(self.activation(self.inp(x)))))
 
 
 class Transformer(nn.Module):
     """Token ids (+ segment ids, + padding mask) → hidden states of shape (batch, time, hidden).
 
-    Layer ``i`` applies ``attention[i]`` then ``feed_forward[i]`` (index 0 for every layer when that
-    sublayer is shared), each inside a residual connection with its LayerNorm.
+    Layer ``i`` applies ``attention[i]``, then (in a decoder) ``cross_attention[i]``, then ``feed_forward[i]``
+    (index 0 for every layer when that sublayer is shared), each inside a residual connection with its norm.
+
+    An encoder-decoder's stacks have no ``embeddings`` (``forward`` gets its shared ones as ``embedded``), a
+    ``position_bias`` ((length, past) → (heads, length, past + length) added to the scores) and, in the decoder,
+    ``cross_attention`` (a sublayer per layer, ``f(x, memory, i)``).
     """
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, *, embeddings: bool = True, position_bias: nn.Module | None = None,
+                 cross_attention: nn.ModuleList | None = None):
         super().__init__()
         self.config = cfg
-        self.embed = Embeddings(cfg)
+        self.embed = Embeddings(cfg) if embeddings else None
         self.project = nn.Linear(cfg.embedding_width, cfg.hidden) if cfg.embedding_width != cfg.hidden else None
+        self.position_bias = position_bias
         n_attention = 1 if cfg.sharing in ("all", "attention") else cfg.layers
         n_ffn = 1 if cfg.sharing in ("all", "ffn") else cfg.layers
         self.attention = nn.ModuleList(SelfAttention(cfg) for _ in range(n_attention))
+        self.cross_attention = cross_attention
         self.feed_forward = nn.ModuleList(FeedForward(cfg) for _ in range(n_ffn))
         self.pre_norm = cfg.norm == "pre"
-        self.final_norm = nn.LayerNorm(cfg.hidden, eps=cfg.layer_norm_eps) if self.pre_norm else nn.Identity()
+        self.final_norm = make_norm(cfg) if self.pre_norm else nn.Identity()
         self.mix = ScalarMix(cfg.layers + 1) if cfg.scalar_mix else None
         self.apply(self._init)
         if self.pre_norm:
             for sublayer in (*self.attention, *self.feed_forward):
                 nn.init.normal_(sublayer.out.weight, std=0.02 / math.sqrt(2 * cfg.layers))
+        if not cfg.scale_attention:  # start as a scaled stack would: the queries absorb 1/√(head size)
+            with torch.no_grad():
+                for sublayer in (*self.attention, *(cross_attention or ())):
+                    sublayer.qkv.weight[: cfg.hidden].mul_((cfg.hidden // cfg.heads) ** -0.5)
 
     def layer_modules(self) -> list[list[nn.Module | None]]:
         """Layer groups bottom to top: the embeddings, then layer l's attention and feed-forward; a sublayer
         shared across layers (ALBERT), the final LayerNorm and the scalar mix belong to the top layer."""
         n = self.config.layers
-        groups: list[list[nn.Module | None]] = [[self.embed, self.project]] + [[] for _ in range(n)]
-        for stack in (self.attention, self.feed_forward):
+        groups: list[list[nn.Module | None]] = [[self.embed, self.project, self.position_bias]] + [[] for _ in range(n)]
+        for stack in (self.attention, self.cross_attention or [], self.feed_forward):
             for i, sublayer in enumerate(stack):
                 groups[n if len(stack) < n else i + 1].append(sublayer)
         groups[n] += [self.final_norm, self.mix]
@@ -270,18 +318,21 @@ class Transformer(nn.Module):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.RMSNorm):
+            nn.init.ones_(module.weight)
 
     def attention_mask(self, padding: torch.Tensor | None, length: int, past: int = 0,
-                       window: int | None = None) -> torch.Tensor | None:
+                       window: int | None = None, bias: torch.Tensor | None = None) -> torch.Tensor | None:
         """Boolean mask (True = may attend) of ``length`` new positions over ``past + length`` keys, from a
         (batch, keys) padding mask (True at real tokens; None: nothing padded), causal in causal models and
         banded to ``window`` positions if given. None when SDPA needs no mask (``is_causal`` covers a causal
         model's prefix). A query that may see nothing (a left pad in a causal model) sees itself, so no row of
-        the softmax is empty."""
+        the softmax is empty. With a position ``bias`` (heads, length, keys): the bias where the mask is True,
+        −inf elsewhere."""
         padded = padding is not None and not bool(padding.all())
-        if not padded and window is None and (past == 0 or not self.config.causal):
+        if bias is None and not padded and window is None and (past == 0 or not self.config.causal):
             return None
-        device = padding.device if padding is not None else self.embed.tokens.weight.device
+        device = self.attention[0].qkv.weight.device
         query = torch.arange(past, past + length, device=device)[:, None]
         key = torch.arange(past + length, device=device)[None, :]
         mask = key <= query if self.config.causal else torch.ones(length, past + length, dtype=torch.bool,
@@ -291,17 +342,18 @@ class Transformer(nn.Module):
         if padded:
             mask = mask & padding[:, None, None, :].bool()
             mask = mask | (~mask.any(-1, keepdim=True) & (key == query))
-        return mask
+        return mask if bias is None else torch.where(mask, bias, float("-inf"))
 
     def residual(self, sublayer: nn.Module, x: torch.Tensor, *context) -> torch.Tensor:
-        """Post-LN ``LN(x + f(x))`` or pre-LN ``x + f(LN(x))``; ``context``: the attention's mask and cache."""
+        """Post-LN ``LN(x + f(x))`` or pre-LN ``x + f(LN(x))``; ``context``: the attention's mask and cache, or
+        the cross-attention's memory and layer."""
         if self.pre_norm:
             return x + sublayer(sublayer.norm(x), *context)
         return sublayer.norm(x + sublayer(x, *context))
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
                 all_layers: bool = False, embedded: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor | list[torch.Tensor]:
+                cache: KVCache | None = None, memory: Memory | None = None) -> torch.Tensor | list[torch.Tensor]:
         """Hidden states of the last layer (or their scalar mix with every layer's, with ``scalar_mix``),
         or of the embeddings and every layer when ``all_layers``.
 
@@ -309,16 +361,18 @@ class Transformer(nn.Module):
         generator reads the discriminator's) passes them in and sets its own ``embed`` to None.
         ``positions`` (batch, time) replaces 0, 1, ... (left-padded prompts count from their first real token).
         With a ``cache``, ``ids`` are the tokens after the cached ones, ``padding`` covers the cached and
-        the new tokens, and the new keys and values are appended to the cache."""
+        the new tokens, and the new keys and values are appended to the cache. A decoder reads the encoder's
+        states from ``memory`` (:class:`~sesame.models.caches.Memory`)."""
         past = cache.length if cache is not None else 0
         end = past + ids.shape[1] if positions is None else int(positions.max()) + 1
         if end > self.config.max_positions:
             raise ValueError(f"sequence length {end} exceeds max_positions {self.config.max_positions}")
         if positions is None and past:
             positions = torch.arange(past, past + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-        dense = self.attention_mask(padding, ids.shape[1], past)
+        bias = self.position_bias(ids.shape[1], past) if self.position_bias is not None else None
+        dense = self.attention_mask(padding, ids.shape[1], past, bias=bias)
         window = self.config.attention_window
-        banded = self.attention_mask(padding, ids.shape[1], past, window) if window is not None else dense
+        banded = self.attention_mask(padding, ids.shape[1], past, window, bias) if window is not None else dense
         x = self.embed(ids, types, positions) if embedded is None else embedded
         if self.project is not None:
             x = self.project(x)
@@ -326,6 +380,8 @@ class Transformer(nn.Module):
         for i in range(self.config.layers):
             layer_cache = cache.layer(i) if cache is not None else None
             x = self.residual(self.attention[i % len(self.attention)], x, banded if i % 2 else dense, layer_cache)
+            if memory is not None:
+                x = self.residual(self.cross_attention[i], x, memory, i)
             x = self.residual(self.feed_forward[i % len(self.feed_forward)], x)
             layers.append(x)
         if cache is not None:
@@ -334,42 +390,3 @@ class Transformer(nn.Module):
         if all_layers:
             return layers
         return self.mix(layers) if self.mix is not None else layers[-1]
-
-
-class LayerCache:
-    """One layer's view of a :class:`KVCache`."""
-
-    def __init__(self, cache: KVCache, layer: int):
-        self.cache, self.layer = cache, layer
-
-    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' keys and values (batch, heads, new, head size); return all keys and values so far."""
-        start = self.cache.length
-        end = start + k.shape[2]
-        keys, values = self.cache.keys[self.layer], self.cache.values[self.layer]
-        keys[:, :, start:end], values[:, :, start:end] = k, v
-        return keys[:, :, :end], values[:, :, :end]
-
-
-class KVCache:
-    """Every layer's attention keys and values for the tokens seen so far, in buffers allocated once for
-    ``capacity`` positions, so decoding appends in place. ``length`` counts the cached tokens. The buffers live
-    on the model's ``device``, in the ``dtype`` its keys and values are computed in (bfloat16 under bf16
-    autocast); :meth:`sesame.language_model.LanguageModel.cache` makes one so."""
-
-    def __init__(self, cfg: TransformerConfig, batch: int, capacity: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu"):
-        shape = (batch, cfg.heads, capacity, cfg.hidden // cfg.heads)
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.layers)]
-        self.length = 0
-
-    def layer(self, i: int) -> LayerCache:
-        return LayerCache(self, i)
-
-    def reorder(self, rows: torch.Tensor) -> None:
-        """Keep the batch rows ``rows``, in that order (beam search's surviving hypotheses); ``rows`` may be on
-        any device."""
-        rows = rows.to(self.keys[0].device) if self.keys else rows
-        self.keys = [k.index_select(0, rows) for k in self.keys]
-        self.values = [v.index_select(0, rows) for v in self.values]

@@ -1,0 +1,209 @@
+"""An encoder-decoder Transformer (Vaswani et al. 2017) that is T5 or BART by configuration: two stacks of the
+one :class:`~sesame.models.transformer.Transformer`, an encoder and a causal decoder whose layers also attend to
+the encoder's states, reading one shared token embedding, which is also the (tied) output layer.
+
+* **t5** (Raffel et al. 2020, §2.1; ``STYLES["t5"]``): pre-norm with RMSNorm (no mean subtraction, no bias) and
+  a final norm in each stack, no biases, ReLU feed-forward (T5 v1.0), unscaled attention scores, no position
+  embeddings but a relative position bias: per head a learned scalar for each of 32 buckets of the offset key −
+  query, bidirectional in the encoder (16 buckets per direction: one per offset below 8, log-spaced up to 128,
+  the last for all beyond) and causal in the decoder (32 buckets of past offsets; later keys share bucket 0);
+  computed once per stack and added to every layer's self-attention, none in cross-attention. The tied output
+  layer reads the decoder's states times hidden^-0.5. The decoder starts from ``<pad>``.
+* **bart** (Lewis et al. 2020, §2.1; ``STYLES["bart"]``): post-LayerNorm, GELU, scaled attention, learned
+  positions for each stack and a LayerNorm on each stack's embeddings. The decoder starts from ``</s>``.
+
+The decoder start token is the tokenizer's, so a family row sets ``decoder_start_id``. For decoding the encoder
+runs once (:meth:`EncoderDecoder.encode` → a :class:`~sesame.models.caches.Memory`, which also keeps each layer's
+cross-attention keys and values once projected), and the decoder keeps its self-attention keys and values in a
+:class:`~sesame.models.caches.KVCache` made for ``decoder.config``.
+
+Deliberate deviations, none of which changes what a converted checkpoint computes in evaluation:
+
+* dropout follows the other Transformers: on the embeddings, the attention weights and each sublayer's output,
+  not inside the feed-forward (T5's and BART's ``activation_dropout``) nor after T5's final norm;
+* weights start as the other Transformers' do, N(0, 0.02) (T5 draws them with std 1/√fan-in): with unscaled
+  scores the query projection's start is divided by √(head size), which is what T5's initialisation does;
+* BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
+  puts them back, as for RoBERTa), no ``final_logits_bias`` (zero in BART's checkpoints) and no embedding scale
+  (off in BART's configurations).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .caches import KVCache, Memory
+from .transformer import Dropout, SelfAttention, Transformer, TransformerConfig, make_norm
+
+SIDES = ("encoder", "decoder")
+
+# the fields that make an EncoderDecoderConfig T5 or BART (sizes, dropout and token ids are the run's)
+STYLES: dict[str, dict] = {
+    "t5": {"norm": "pre", "norm_kind": "rms", "bias": False, "scale_attention": False, "activation": "relu",
+           "embedding_norm": False, "layer_norm_eps": 1e-6, "relative_buckets": 32, "relative_max_distance": 128,
+           "scale_logits": True},
+    "bart": {"norm": "post", "norm_kind": "layer", "activation": "gelu", "embedding_norm": True,
+             "layer_norm_eps": 1e-5},
+}
+
+
+@dataclass
+class EncoderDecoderConfig(TransformerConfig):
+    """A :class:`TransformerConfig` for both stacks (``layers`` is the encoder's), and what the pair adds."""
+
+    type_vocab_size: int = 0
+    decoder_layers: int | None = None  # None: as many as the encoder
+    decoder_start_id: int = 0  # the decoder's first input (T5: <pad>, BART: </s>)
+    relative_buckets: int = 0  # T5's relative position bias with this many buckets (0: learned positions)
+    relative_max_distance: int = 128  # offsets this far or farther share the last bucket
+    scale_logits: bool = False  # the tied output layer reads the states times hidden^-0.5 (T5)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.embedding_width != self.hidden:
+            raise ValueError(f"embedding_size {self.embedding_size}: an encoder-decoder's tied embeddings have the "
+                             f"hidden width {self.hidden}")
+        if self.relative_buckets and (self.relative_buckets < 4 or self.relative_buckets % 2):
+            raise ValueError(f"relative_buckets {self.relative_buckets}: use 0 (learned positions) or an even "
+                             "number from 4 (T5: 32)")
+        if self.relative_buckets and self.relative_max_distance <= self.relative_buckets // 2:
+            raise ValueError(f"relative_max_distance {self.relative_max_distance}: must exceed half the "
+                             f"{self.relative_buckets} buckets (T5: 128)")
+
+    def stack(self, side: str) -> EncoderDecoderConfig:
+        """The configuration of the ``encoder`` or the (causal) ``decoder`` stack."""
+        decoder = side == "decoder"
+        return replace(self, causal=decoder, layers=(self.decoder_layers or self.layers) if decoder else self.layers)
+
+
+def relative_buckets(offsets: torch.Tensor, *, buckets: int, max_distance: int, bidirectional: bool
+                     ) -> torch.Tensor:
+    """T5's bucket of each offset (key position − query position; Mesh TensorFlow's ``_relative_position_bucket``,
+    in the same float operations, so the same buckets). Bidirectional: half the buckets for each direction, later
+    keys from ``buckets/2`` on; causal: all buckets for earlier keys, later ones in bucket 0. In a direction,
+    distances below half its buckets get one each, longer ones log-spaced buckets up to ``max_distance``, and
+    farther ones the last."""
+    if bidirectional:
+        buckets //= 2
+        base = (offsets > 0).long() * buckets
+        distance = offsets.abs()
+    else:
+        base = torch.zeros_like(offsets)
+        distance = (-offsets).clamp(min=0)
+    exact = buckets // 2
+    far = exact + (torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+                   * (buckets - exact)).long()
+    return base + torch.where(distance < exact, distance, far.clamp(max=buckets - 1))
+
+
+class RelativePositionBias(nn.Module):
+    """T5's position bias of one stack: a learned scalar per bucket (:func:`relative_buckets`) and head."""
+
+    def __init__(self, cfg: EncoderDecoderConfig, *, bidirectional: bool):
+        super().__init__()
+        self.bidirectional, self.max_distance = bidirectional, cfg.relative_max_distance
+        self.table = nn.Embedding(cfg.relative_buckets, cfg.heads)
+
+    def forward(self, length: int, past: int = 0) -> torch.Tensor:
+        """(heads, length, past + length): the bias of query ``past + i`` on key ``j``."""
+        keys = torch.arange(past + length, device=self.table.weight.device)
+        offsets = keys[None, :] - keys[past:, None]  # key − query
+        buckets = relative_buckets(offsets, buckets=self.table.num_embeddings, max_distance=self.max_distance,
+                                   bidirectional=self.bidirectional)
+        return self.table(buckets).permute(2, 0, 1)
+
+
+class CrossAttention(SelfAttention):
+    """The decoder's attention over the encoder's states (Vaswani et al. 2017, §3.2.3): queries from the decoder,
+    keys and values from the :class:`Memory`, through the self-attention sublayer's parts (``qkv``'s first third
+    makes the queries, the rest the keys and values); no position bias, only the source's padding masked."""
+
+    def forward(self, x: torch.Tensor, memory: Memory, layer: int) -> torch.Tensor:
+        h = x.shape[-1]
+        q = self.split(self.project(x, slice(0, h)), 1)[0]
+        k, v = memory.layer(layer, lambda states: tuple(self.split(self.project(states, slice(h, None)), 2)))
+        return self.attend(q, k, v, memory.mask, causal=False)
+
+    def project(self, x: torch.Tensor, rows: slice) -> torch.Tensor:
+        """``x`` through the ``rows`` of ``qkv`` (the queries', or the keys' and values')."""
+        bias = self.qkv.bias
+        return F.linear(x, self.qkv.weight[rows], None if bias is None else bias[rows])
+
+
+class SharedEmbeddings(nn.Module):
+    """The token table both stacks read and the output layer reuses, with each stack's learned positions (none
+    with a relative position bias) and embedding norm, then dropout."""
+
+    def __init__(self, cfg: EncoderDecoderConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab_size, cfg.hidden)
+        self.positions = None if cfg.relative_buckets else nn.ModuleDict(
+            {side: nn.Embedding(cfg.max_positions, cfg.hidden) for side in SIDES})
+        self.norm = nn.ModuleDict({side: make_norm(cfg) for side in SIDES}) if cfg.embedding_norm else None
+        self.dropout = Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, side: str, past: int = 0) -> torch.Tensor:
+        """The ``side`` stack's input vectors of ``ids`` at positions ``past``, ``past + 1``, ..."""
+        x = self.tokens(ids)
+        if self.positions is not None:
+            x = x + self.positions[side].weight[past: past + ids.shape[1]]
+        if self.norm is not None:
+            x = self.norm[side](x)
+        return self.dropout(x)
+
+
+class EncoderDecoder(nn.Module):
+    """Source ids (+ padding) and decoder input ids → scores over the vocabulary at every decoder position."""
+
+    def __init__(self, cfg: EncoderDecoderConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = SharedEmbeddings(cfg)
+        self.encoder, self.decoder = (self._stack(cfg.stack(side)) for side in SIDES)
+        self.embed.apply(Transformer._init)
+
+    @staticmethod
+    def _stack(cfg: EncoderDecoderConfig) -> Transformer:
+        bias = RelativePositionBias(cfg, bidirectional=not cfg.causal) if cfg.relative_buckets else None
+        cross = nn.ModuleList(CrossAttention(cfg) for _ in range(cfg.layers)) if cfg.causal else None
+        return Transformer(cfg, embeddings=False, position_bias=bias, cross_attention=cross)
+
+    def encode(self, ids: torch.Tensor, padding: torch.Tensor | None = None) -> Memory:
+        """The encoder's states of source ``ids`` (batch, source; ``padding`` True at real tokens)."""
+        return Memory(self.encoder(ids, padding=padding, embedded=self.embed(ids, "encoder")), padding)
+
+    def decode(self, ids: torch.Tensor, memory: Memory, *, padding: torch.Tensor | None = None,
+               cache: KVCache | None = None) -> torch.Tensor:
+        """The decoder's last states (batch, time, hidden) of its inputs ``ids``, each seeing the inputs up to
+        itself and the whole source. With a ``cache`` (a :class:`KVCache` for ``decoder.config``), ``ids`` follow
+        the cached tokens and ``padding`` covers both."""
+        past = cache.length if cache is not None else 0
+        return self.decoder(ids, padding=padding, embedded=self.embed(ids, "decoder", past), cache=cache,
+                            memory=memory)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Scores over the vocabulary from decoder states: the tied token embeddings' (after hidden^-0.5, T5)."""
+        if self.config.scale_logits:
+            hidden = hidden * self.config.hidden ** -0.5
+        return hidden @ self.embed.tokens.weight.t()
+
+    def forward(self, ids: torch.Tensor, *, decoder_ids: torch.Tensor, padding: torch.Tensor | None = None,
+                decoder_padding: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher-forced scores (batch, decoder time, vocabulary) of ``decoder_ids`` given the source ``ids``."""
+        return self.logits(self.decode(decoder_ids, self.encode(ids, padding), padding=decoder_padding))
+
+    def decoder_inputs(self, targets: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing's decoder inputs for ``targets`` (batch, time): the start token, then the targets but
+        the last."""
+        start = targets.new_full((targets.shape[0], 1), self.config.decoder_start_id)
+        return torch.cat([start, targets[:, :-1]], 1)
+
+    def layer_modules(self) -> list[list[nn.Module | None]]:
+        """Layer groups bottom to top: the shared embeddings with the encoder's, the encoder's layers, then the
+        decoder's groups (:meth:`Transformer.layer_modules`)."""
+        encoder = self.encoder.layer_modules()
+        return [[self.embed, *encoder[0]], *encoder[1:], *self.decoder.layer_modules()]
