@@ -1,0 +1,181 @@
+"""BART's denoising (Lewis et al. 2020, §2.2), as a data transform: clean windows → (encoder inputs,
+decoder targets), needing no model.
+
+The noising functions, applied in this order, each on when its option is above 0
+(:class:`DenoisingOptions`; the defaults are the paper's best, text infilling + sentence permutation):
+
+* sentence permutation: ⌈ratio·n⌉ of a window's n sentences change places at random (all at ratio 1).
+  The sentences' ends are given per window, recorded before packing, so permutation works on packed text.
+* text infilling: round(0.3·words) whole words masked in spans whose lengths in words are drawn from
+  Poisson(λ = 3); each span collapses to one ``<mask>``, or, for 10% of the spans, one random token; a
+  span of length 0 inserts a ``<mask>`` between two words.
+* token masking: round(ratio·n) of the n tokens become ``<mask>``.
+* token deletion: round(ratio·n) of the n tokens are deleted.
+* document rotation: with probability ``rotate_ratio`` the window is rotated to begin at a token chosen
+  uniformly.
+
+Words begin where ``word_starts`` (a bool per vocabulary entry, :meth:`TextTokenizer.word_starts`: for
+byte-level BPE a token beginning with ``Ġ``) says, and after a special token (:func:`.masking.word_index`).
+Special tokens (the separator between packed documents, masks already placed) are never masked,
+deleted or counted. Inputs are ``<s> noised </s>``, padded on the right to the longest row; targets are the
+clean ``<s> window </s>``, as in fairseq's BART, whose decoder reads the targets shifted right behind ``</s>``.
+
+Deviations from fairseq's ``DenoisingDataset`` (the paper's code):
+
+* Spans never overlap: the spans, the zero-length spans and the unmasked words are laid out in a random
+  order, so exactly round(0.3·words) words are masked (fairseq draws span starts independently among the
+  words; overlapping spans merge and mask fewer). Counts are rounded (fairseq takes the ceiling), as
+  :func:`.masking.budget`, at least one.
+* A zero-length span's ``<mask>`` goes between words (fairseq: between any two tokens) and becomes a random
+  token as often as any span; a random token is never a special one (fairseq: any id but 0).
+* A span across a special token leaves it in place, one ``<mask>`` on each side of it.
+* Token masking and deletion are options of their own that compose with infilling (fairseq picks one of
+  them as its masking mode); token masking writes ``<mask>`` only, never a random token.
+* Sentence ends are given (fairseq finds them at full stops, which packing into blocks loses).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from ..errors import SesameError
+from ..tokenizer import SpecialIds
+from .masking import budget, word_index
+
+
+@dataclass(frozen=True)
+class DenoisingOptions:
+    """Every ratio is a fraction; 0 turns its noising off. The paper gives no rate for token masking,
+    deletion or rotation alone (§4 compares each one by one), so they are off by default."""
+
+    mask_ratio: float = 0.3  # text infilling: the fraction of words masked (§5.1: "30% of tokens")
+    poisson_lambda: float = 3.0  # the mean span length, in words
+    random_ratio: float = 0.1  # the fraction of spans that become a random token instead of <mask>
+    permute_ratio: float = 1.0  # sentence permutation: the fraction of sentences shuffled ("all sentences")
+    token_mask_ratio: float = 0.0
+    delete_ratio: float = 0.0
+    rotate_ratio: float = 0.0  # document rotation: the probability that a window is rotated
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name != "poisson_lambda" and not 0 <= value <= 1:
+                raise SesameError(f"--objective-option {field.name}={value}: give a fraction from 0 to 1 "
+                                  f"(BART: {field.default})")
+        if self.poisson_lambda <= 0:
+            raise SesameError(f"--objective-option poisson_lambda={self.poisson_lambda}: give a mean span length "
+                              "above 0 (BART: 3)")
+
+
+def permute_sentences(ids: torch.Tensor, ends: Sequence[int], ratio: float, generator: torch.Generator
+                      ) -> torch.Tensor:
+    """One window with ⌈ratio·n⌉ of its n sentences shuffled among their places (fairseq's rule); ``ends``
+    are the sentences' end offsets in the window, increasing (a last sentence runs to the window's end)."""
+    length = len(ids)
+    ends = [e for e in ends if e != length] + [length]
+    if any(b <= a for a, b in zip([0] + ends, ends)):
+        raise ValueError(f"sentence ends {ends} are not increasing offsets inside a window of {length} tokens")
+    n = len(ends)
+    chosen = torch.randperm(n, generator=generator)[:math.ceil(n * ratio)]
+    place = torch.arange(n)
+    place[chosen[torch.randperm(len(chosen), generator=generator)]] = chosen  # sentence → its new place
+    sentence = torch.zeros(length, dtype=torch.long).index_fill_(0, torch.tensor(ends[:-1], dtype=torch.long), 1)
+    order = (place[sentence.cumsum(0)] * length + torch.arange(length)).argsort()
+    return ids[order]
+
+
+def span_lengths(total: int, lam: float, generator: torch.Generator) -> torch.Tensor:
+    """Span lengths ~ Poisson(``lam``) drawn until they cover ``total`` words, the last cut to fit exactly
+    (some may be 0)."""
+    lengths = torch.zeros(0, dtype=torch.long)
+    while lengths.sum() < total:
+        lengths = torch.cat([lengths, torch.poisson(torch.full((total,), lam), generator=generator).long()])
+    covered = lengths.cumsum(0)
+    last = int(torch.searchsorted(covered, total))  # the first span reaching the total
+    lengths = lengths[:last + 1].clone()
+    lengths[last] -= covered[last] - total
+    return lengths
+
+
+def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
+           generator: torch.Generator) -> torch.Tensor:
+    """Text infilling of one sequence whose words are ``word`` (:func:`.masking.word_index`, −1 at specials)."""
+    n_words = int(word.max()) + 1
+    if n_words <= 0:
+        return ids
+    masked = budget(n_words, options.mask_ratio)
+    lengths = span_lengths(masked, options.poisson_lambda, generator)
+    spans = len(lengths)
+    sizes = torch.cat([lengths, torch.ones(n_words - masked, dtype=torch.long)])  # spans, then unmasked words
+    order = torch.randperm(len(sizes), generator=generator)
+    sizes, owner = sizes[order], torch.where(order < spans, order, -1)  # the span of each item (−1: a kept word)
+    ends = sizes.cumsum(0)
+    span_of_word = owner[torch.searchsorted(ends, torch.arange(n_words), right=True)]
+    random = torch.rand(spans, generator=generator) < options.random_ratio
+    picks = pool[torch.randint(len(pool), (spans,), generator=generator)]
+    token = torch.where(random, picks, mask).to(ids.dtype)  # what each span collapses to
+
+    inside = word >= 0
+    span = torch.where(inside, span_of_word[word.clamp(min=0)], -1)
+    first = (span >= 0) & (span != torch.cat([span.new_full((1,), -1), span[:-1]]))
+    keep = (span < 0) | first
+    positions = torch.arange(len(ids))
+    # a zero-length span before word w goes before w's first token; before word n_words, after the last word
+    begins = torch.full((n_words + 1,), int(positions[inside].max()) + 1)
+    begins[:n_words] = begins[:n_words].scatter_reduce(0, word[inside], positions[inside], "amin")
+    inserts = (sizes == 0) & (owner >= 0)
+    merged = torch.cat([torch.where(first, token[span.clamp(min=0)], ids)[keep], token[owner[inserts]]])
+    keys = torch.cat([2 * positions[keep] + 1, 2 * begins[(ends - sizes)[inserts]]])  # an insert goes first
+    return merged[keys.sort(stable=True).indices]
+
+
+def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """A bool per position: round(ratio·n) of the n non-special tokens, chosen uniformly."""
+    candidates = (~torch.isin(ids, special_ids)).nonzero().squeeze(1)
+    picked = candidates[torch.randperm(len(candidates), generator=generator)[:budget(len(candidates), ratio)]]
+    return torch.zeros(len(ids), dtype=torch.bool).index_fill_(0, picked, True)
+
+
+def noise(ids: torch.Tensor, sentence_ends: Sequence[int] | None, options: DenoisingOptions, *,
+          specials: SpecialIds, word_starts: torch.Tensor, pool: torch.Tensor, generator: torch.Generator
+          ) -> torch.Tensor:
+    """One window's noised tokens (without ``<s>`` and ``</s>``)."""
+    special_ids = torch.tensor(specials.all)
+    if options.permute_ratio:
+        if sentence_ends is None:
+            raise ValueError("sentence permutation needs the windows' sentence ends (or permute_ratio=0)")
+        ids = permute_sentences(ids, sentence_ends, options.permute_ratio, generator)
+    if options.mask_ratio:
+        ids = infill(ids, word_index(ids, special_ids, word_starts), options, mask=specials.mask, pool=pool,
+                     generator=generator)
+    if options.token_mask_ratio:
+        ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), specials.mask)
+    if options.delete_ratio:
+        ids = ids[~some(ids, special_ids, options.delete_ratio, generator)]
+    if options.rotate_ratio and float(torch.rand(1, generator=generator)) < options.rotate_ratio:
+        ids = ids.roll(-int(torch.randint(len(ids), (1,), generator=generator)))
+    return ids
+
+
+def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
+            sentence_ends: Sequence[Sequence[int]] | None, specials: SpecialIds, word_starts: torch.Tensor,
+            pool: torch.Tensor, options: DenoisingOptions = DenoisingOptions()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only.
+
+    ``sentence_ends[i]``: the end offsets of window ``i``'s sentences (needed for sentence permutation);
+    ``specials``: ``cls`` and ``sep`` are BART's ``<s>`` and ``</s>``; ``pool``: the tokens a random
+    replacement is drawn from (:func:`.masking.replacement_pool`). Returns ``(inputs, targets)``: inputs
+    padded with ``specials.pad`` to the longest row (mostly shorter than L + 2, though inserted masks may
+    make a row longer), targets (batch, L + 2).
+    """
+    b = len(windows)
+    bos, eos = windows.new_full((b, 1), specials.cls), windows.new_full((b, 1), specials.sep)
+    rows = [noise(ids, sentence_ends[i] if sentence_ends is not None else None, options, specials=specials,
+                  word_starts=word_starts, pool=pool, generator=generators[i]) for i, ids in enumerate(windows)]
+    inputs = pad_sequence([torch.cat([bos[0], r, eos[0]]) for r in rows], batch_first=True,
+                          padding_value=specials.pad)
+    return inputs, torch.cat([bos, windows, eos], 1)

@@ -1,0 +1,113 @@
+"""T5's span corruption (Raffel et al. 2020, §3.1.4), as a data transform: clean windows → (encoder
+inputs, decoder targets), needing no model.
+
+Of a window of L tokens, exactly round(density·L) are noise (clamped to [1, L − 1]), in
+round(noise / mean span) spans (at least one). The noise tokens and the other tokens are each split at
+random into that many non-empty spans, interleaved starting with kept tokens (T5's
+``random_spans_noise_mask``, without ``random_roll``: a window opens with kept tokens and ends with
+noise). Each noise span becomes one sentinel in the inputs; the targets are the noise spans, each after
+its sentinel::
+
+    inputs   keep₀ <X₀> keep₁ <X₁> … keep₋₁ <X₋₁> </s>
+    targets  <X₀> span₀ <X₁> span₁ … <X₋₁> span₋₁ </s>
+
+Sentinel ids count down from the top of the vocabulary (``<extra_id_0>`` = vocab − 1), as T5's
+vocabulary has them (:func:`sentinel_ids`). Every window of a batch has the same length, hence the same
+number of noise tokens and spans, so inputs and targets need no padding; :func:`raw_length` chooses the
+window length that fills a given input length exactly (T5's ``random_spans_helper``).
+
+Deviation: the number of spans is also capped at the number of kept tokens, so that an option with
+more noise than text (density near 1) still gives non-empty kept spans; at the paper's values the cap
+never binds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import SesameError
+
+
+@dataclass(frozen=True)
+class SpanCorruptionOptions:
+    """The paper's values (§3.1.4): 15% of the tokens are noise, in spans of 3 tokens on average."""
+
+    noise_density: float = 0.15
+    mean_span: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.noise_density < 1:
+            raise SesameError(f"--objective-option noise_density={self.noise_density}: give a fraction "
+                              "strictly between 0 and 1 (T5: 0.15)")
+        if self.mean_span < 1:
+            raise SesameError(f"--objective-option mean_span={self.mean_span}: give a mean span length of at "
+                              "least 1 token (T5: 3)")
+
+    def counts(self, length: int) -> tuple[int, int]:
+        """``(noise tokens, noise spans)`` in a window of ``length`` (at least 2) tokens."""
+        noise = min(max(round(length * self.noise_density), 1), length - 1)
+        return noise, min(max(round(noise / self.mean_span), 1), length - noise)
+
+    def lengths(self, length: int) -> tuple[int, int]:
+        """``(inputs, targets)`` lengths from a window of ``length`` tokens, each with its sentinels and </s>."""
+        noise, spans = self.counts(length)
+        return length - noise + spans + 1, noise + spans + 1
+
+
+def raw_length(inputs_length: int, options: SpanCorruptionOptions = SpanCorruptionOptions()) -> tuple[int, int]:
+    """``(window length, targets length)``: the longest window whose inputs fit in ``inputs_length``
+    (T5's ``random_spans_helper``: 568 raw tokens → 512 inputs and 114 targets)."""
+    length = max(inputs_length - 1, 2)  # a window of inputs_length − 1 tokens fits: spans ≤ noise tokens
+    if options.lengths(length)[0] > inputs_length:
+        raise SesameError(f"an input length of {inputs_length} leaves no room for text, a sentinel and </s>: "
+                          "give a longer sequence length")
+    while options.lengths(length + 1)[0] <= inputs_length:
+        length += 1
+    return length, options.lengths(length)[1]
+
+
+def sentinel_ids(vocab_size: int, count: int = 100) -> torch.Tensor:
+    """T5's sentinels ``<extra_id_0>`` … ``<extra_id_{count−1}>``: ids vocab − 1, vocab − 2, …"""
+    return vocab_size - 1 - torch.arange(count)
+
+
+def segment(items: int, segments: int, generator: torch.Generator) -> torch.Tensor:
+    """``items`` split at random into ``segments`` non-empty runs, uniformly over the ways to do so;
+    returns the runs' lengths."""
+    cuts = torch.randperm(items - 1, generator=generator)[:segments - 1] + 1
+    edges = torch.cat([torch.zeros(1, dtype=torch.long), cuts.sort().values, torch.tensor([items])])
+    return edges.diff()
+
+
+def noise_spans(length: int, options: SpanCorruptionOptions, generator: torch.Generator) -> torch.Tensor:
+    """Per position of a window, its span number: even for kept spans (0, 2, …), odd for noise (1, 3, …)."""
+    noise, spans = options.counts(length)
+    kept = segment(length - noise, spans, generator)
+    noisy = segment(noise, spans, generator)
+    starts = torch.stack([kept, noisy], 1).flatten().cumsum(0)[:-1]
+    return torch.zeros(length, dtype=torch.long).index_fill_(0, starts, 1).cumsum(0)
+
+
+def corrupt_spans(windows: torch.Tensor, generators: list[torch.Generator], *, sentinels: torch.Tensor, eos: int,
+                  options: SpanCorruptionOptions = SpanCorruptionOptions()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Span-corrupt ``windows`` (batch, L) of clean token ids: row ``i`` draws from ``generators[i]`` only.
+
+    Returns ``(inputs, targets)`` of shapes (batch, ``options.lengths(L)``), with ``sentinels[j]`` standing
+    for the j-th noise span of a row (:func:`sentinel_ids`) and ``eos`` closing both.
+    """
+    b, length = windows.shape
+    if length < 2:
+        raise SesameError(f"span corruption needs windows of at least 2 tokens, not {length}")
+    spans = options.counts(length)[1]
+    if spans > len(sentinels):
+        raise SesameError(f"a window of {length} tokens has {spans} noise spans but the vocabulary has "
+                          f"{len(sentinels)} sentinels: use shorter windows or more sentinels")
+    run = torch.stack([noise_spans(length, options, g) for g in generators])
+    noisy = run % 2 == 1
+    begins = run != torch.cat([run.new_full((b, 1), -1), run[:, :-1]], 1)
+    marker = sentinels.to(windows.dtype)[run // 2]  # kept run 2j and noise run 2j + 1 both map to <X_j>
+    inputs = torch.where(noisy, marker, windows)[~noisy | begins].view(b, -1)  # a noise run → its sentinel
+    targets = torch.where(noisy, windows, marker)[noisy | begins].view(b, -1)  # a kept run → the next sentinel
+    close = windows.new_full((b, 1), eos)
+    return torch.cat([inputs, close], 1), torch.cat([targets, close], 1)

@@ -1,0 +1,171 @@
+"""BART's denoising (Lewis et al. 2020, §2.2), checked as properties over many draws."""
+import math
+
+import pytest
+import torch
+
+from sesame.errors import SesameError
+from sesame.objectives.denoising import DenoisingOptions, denoise, span_lengths
+from sesame.objectives.masking import word_index
+from sesame.tokenizer import SpecialIds
+
+SPECIALS = SpecialIds(pad=1, unk=3, cls=0, sep=2, mask=4)  # fairseq's <s> 0, <pad> 1, </s> 2, <unk> 3
+VOCAB = 1000
+STARTS = torch.arange(VOCAB) < 600  # ids 600..799 continue a word; the windows use ids 5..799
+POOL = torch.arange(800, VOCAB)  # random replacements, told apart from the windows' tokens
+SPECIAL_IDS = torch.tensor(SPECIALS.all)
+
+
+def generators(n, offset=0):
+    return [torch.Generator().manual_seed(offset + i) for i in range(n)]
+
+
+def windows(n_rows=300, length=120, seed=0):
+    """Rows of distinct tokens (each token says where it came from), a document separator at 60."""
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.stack([torch.randperm(795, generator=g)[:length] + 5 for _ in range(n_rows)])
+    rows[:, 60] = SPECIALS.sep
+    return rows
+
+
+def run(rows, sentence_ends=None, offset=0, **options):
+    inputs, targets = denoise(rows, generators(len(rows), offset), sentence_ends=sentence_ends, specials=SPECIALS,
+                              word_starts=STARTS, pool=POOL, options=DenoisingOptions(**options))
+    assert torch.equal(targets[:, 1:-1], rows)  # the targets are the clean text, as BART's: <s> window </s>
+    assert (targets[:, 0] == SPECIALS.cls).all() and (targets[:, -1] == SPECIALS.sep).all()
+    sources = []
+    for row in inputs:
+        row = row[row != SPECIALS.pad]
+        assert row[0] == SPECIALS.cls and row[-1] == SPECIALS.sep
+        sources.append(row[1:-1])
+    return sources
+
+
+def subsequence(part, whole):
+    it = iter(whole)
+    return all(t in it for t in part)
+
+
+def test_defaults_are_the_papers_best():
+    o = DenoisingOptions()
+    assert (o.mask_ratio, o.poisson_lambda, o.random_ratio, o.permute_ratio) == (0.3, 3.0, 0.1, 1.0)
+    assert o.token_mask_ratio == o.delete_ratio == o.rotate_ratio == 0  # infilling + sentence permutation only
+
+
+def test_infilling_masks_thirty_percent_of_whole_words_and_keeps_the_rest_in_order():
+    rows = windows()
+    fractions = []
+    for row, source in zip(rows, run(rows, permute_ratio=0, random_ratio=0)):
+        kept = source[source != SPECIALS.mask]
+        assert subsequence(kept.tolist(), row.tolist())
+        assert SPECIALS.sep in kept  # the document separator is never masked
+        word = word_index(row, SPECIAL_IDS, STARTS)
+        inside = word >= 0
+        present = torch.bincount(word[inside & torch.isin(row, kept)], minlength=int(word.max()) + 1)
+        size = torch.bincount(word[inside])
+        assert ((present == 0) | (present == size)).all()  # no word is split
+        gone = int((present == 0).sum())
+        assert gone == round(0.3 * len(size))
+        fractions.append(gone / len(size))
+    assert abs(sum(fractions) / len(fractions) - 0.3) < 0.005  # only rounding moves it
+
+
+def test_each_span_collapses_to_one_token_a_tenth_of_them_random():
+    rows = windows()
+    masks = randoms = 0
+    for row, source in zip(rows, run(rows, permute_ratio=0)):
+        replaced = (source == SPECIALS.mask) | (source >= 800)  # the windows hold no token of the pool
+        masks += int((source == SPECIALS.mask).sum())
+        randoms += int((source >= 800).sum())
+        position = {t: p for p, t in enumerate(row.tolist())}
+        kept = [-1] + [position[t] for t in source[~replaced].tolist()] + [len(row)]
+        between = torch.cat([torch.zeros(1, dtype=torch.long), (~replaced).long().cumsum(0)])[
+            torch.cat([replaced.nonzero().squeeze(1), torch.tensor([len(source)])])]  # kept tokens before each
+        tokens_for_gap = torch.bincount(between[:-1], minlength=len(kept) - 1)
+        for gap, (a, b) in enumerate(zip(kept, kept[1:])):
+            assert b - a == 1 or tokens_for_gap[gap] >= 1  # removed text always leaves a token in its place
+    assert abs(randoms / (masks + randoms) - 0.1) < 0.015  # ~4000 spans: std ≈ 0.005
+
+
+def test_zero_length_spans_insert_a_mask():
+    rows = windows()
+    inserts = 0
+    for row, source in zip(rows, run(rows, permute_ratio=0, random_ratio=0)):
+        s = source.tolist()
+        following = dict(zip(row.tolist(), row.tolist()[1:]))
+        for p, t in enumerate(s):  # a mask between two kept tokens that follow each other in the text
+            if t == SPECIALS.mask and 0 < p < len(s) - 1 and SPECIALS.mask not in (s[p - 1], s[p + 1]):
+                inserts += following.get(s[p - 1]) == s[p + 1]
+    assert inserts > 20  # e^-3 ≈ 5% of ~4000 spans have length 0, most between kept words
+
+
+def test_span_lengths_are_poisson_cut_to_cover_the_budget_exactly():
+    g = torch.Generator().manual_seed(0)
+    for total in (1, 2, 7, 36):
+        assert span_lengths(total, 3.0, g).sum() == total
+    lengths = span_lengths(30000, 3.0, g)[:-1]
+    assert abs(lengths.float().mean() - 3) < 0.05 and abs((lengths == 0).float().mean() - math.exp(-3)) < 0.005
+
+
+def test_sentence_permutation_keeps_each_sentence_intact():
+    rows = windows(200)
+    ends = [[15, 40, 61, 90]] * len(rows)  # five sentences, the last one running to the window's end
+    moved = 0
+    for row, source in zip(rows, run(rows, ends, mask_ratio=0)):
+        sentences = [row[a:b].tolist() for a, b in zip([0, 15, 40, 61, 90], [15, 40, 61, 90, 120])]
+        pieces, rest = [], source.tolist()
+        while rest:
+            piece = next(s for s in sentences if rest[:len(s)] == s)
+            pieces.append(piece)
+            rest = rest[len(piece):]
+        assert sorted(pieces) == sorted(sentences)
+        moved += pieces != sentences
+    assert moved > 190  # all five shuffled: the order is unchanged with chance 1/120
+
+
+def test_a_permute_ratio_moves_that_share_of_the_sentences_at_most():
+    rows = windows(200)
+    ends = [list(range(10, 120, 10))] * len(rows)  # twelve sentences of ten tokens
+    for row, source in zip(rows, run(rows, ends, mask_ratio=0, permute_ratio=0.25)):
+        assert sorted(source.tolist()) == sorted(row.tolist())
+        assert sum(source[i] != row[i] for i in range(0, 120, 10)) <= 3
+
+
+def test_rotation_preserves_the_tokens_and_starts_anywhere():
+    rows = windows(1).expand(400, 120)
+    starts = set()
+    for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, rotate_ratio=1.0)):
+        start = row.tolist().index(int(source[0]))
+        assert torch.equal(source, row.roll(-start))
+        starts.add(start)
+    assert len(starts) > 90  # 400 draws over 120 starts cover ~96 of them
+
+
+def test_token_masking_and_deletion_take_exact_counts_of_ordinary_tokens():
+    rows = windows(50)
+    for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, token_mask_ratio=0.15)):
+        masked = source == SPECIALS.mask
+        assert int(masked.sum()) == round(0.15 * 119)  # the separator is never masked
+        assert torch.equal(source[~masked], row[~masked])
+    for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, delete_ratio=0.2)):
+        assert len(source) == 120 - round(0.2 * 119) and subsequence(source.tolist(), row.tolist())
+        assert SPECIALS.sep in source.tolist()
+
+
+def test_same_seed_same_noise_other_examples_other_noise():
+    rows = windows(1).expand(20, 120)
+    ends = [[30, 70]] * 20
+    first, again, other = run(rows, ends), run(rows, ends), run(rows, ends, offset=50)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert len({tuple(s.tolist()) for s in first + other}) == 40
+
+
+def test_mistakes_are_named():
+    with pytest.raises(SesameError, match="mask_ratio"):
+        DenoisingOptions(mask_ratio=1.5)
+    with pytest.raises(SesameError, match="poisson_lambda"):
+        DenoisingOptions(poisson_lambda=0)
+    with pytest.raises(ValueError, match="sentence ends"):
+        run(windows(1))  # permutation is on by default and needs the sentence ends
+    with pytest.raises(ValueError, match="not increasing"):
+        run(windows(1), [[30, 20]])
