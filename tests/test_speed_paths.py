@@ -144,3 +144,23 @@ def test_explicit_attention_matches_sdpa(causal: bool) -> None:
     assert_close(got.detach(), expected.detach())
     for a, b in zip(got_grads, expected_grads, strict=True):
         assert_close(a, b)
+
+
+def test_the_fused_projection_runs_under_torch_compile_as_an_eager_island() -> None:
+    # Dynamo cannot trace an autograd function that fills gradient buffers in its forward pass ("grad_bias ...
+    # aliases an input or output"); --compile then fell back to the whole model uncompiled. The eager backend
+    # traces exactly as inductor does, without building C++ kernels.
+    torch.manual_seed(0)
+    hidden, weight, bias = torch.randn(10, 8), torch.randn(50, 8), torch.randn(50)
+    targets = torch.randint(0, 50, (10,))
+
+    def loss_and_grads(fn):
+        params = [p.clone().requires_grad_() for p in (hidden, weight, bias)]
+        loss = fn(*params)
+        loss.backward()
+        return [loss.detach(), *(p.grad for p in params)]
+
+    fused = lambda h, w, b: linear_cross_entropy(h * 2, w, targets, bias=b, chunk_size=4)
+    compiled = torch.compile(fused, backend="eager", fullgraph=False)
+    for got, want in zip(loss_and_grads(compiled), loss_and_grads(fused)):
+        torch.testing.assert_close(got, want)

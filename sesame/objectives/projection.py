@@ -95,6 +95,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
+@torch.compiler.disable
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          bias: torch.Tensor | None = None, chunk_size: int | None = None,
                          workspace: Workspace | None = None) -> torch.Tensor:
@@ -106,7 +107,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     ``workspace`` when given, so callers that keep a workspace skip the allocation next time) and,
     when gradients are needed, turned into the gradients of ``hidden``, ``weight`` and ``bias`` at
     once, so neither the logits nor their gradient ever exist in full. Computes in float32 at least:
-    half-precision inputs are upcast first.
+    half-precision inputs are upcast first. Under ``--compile`` it stays eager (a graph break): Dynamo
+    cannot trace an autograd function that writes its gradients into buffers in the forward pass.
     """
     dtype = torch.promote_types(hidden.dtype, torch.float32)
     hidden, weight = hidden.to(dtype), weight.to(dtype)
