@@ -181,11 +181,12 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
 DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
 
 
-def head_dropouts(model: dict, pooling: str) -> dict[str, float]:
-    """Backbone config fields a task head takes over: under ULMFiT's concat head a recurrent encoder's output dropout
-    is the head's first (fastai's ``get_text_classifier``; its AWD_LSTM drops nothing after the last layer), so the
-    backbone's is 0 and the dropout is applied once, not twice."""
-    return {"dropout": 0.0} if pooling == "concat" and model.get("arch") == "recurrent" else {}
+def head_dropouts(model: dict, *, head_drops: bool) -> dict[str, float]:
+    """Backbone config fields a task head takes over: where the head applies a dropout of its own (``head_drops``:
+    before its linear layer, or ULMFiT's concat head's first, as fastai's ``get_text_classifier``, whose AWD_LSTM
+    drops nothing after the last layer), a recurrent encoder's output dropout is that one, so the backbone's is 0
+    and the dropout is applied once, not twice. A Transformer's ``dropout`` is inside its layers: it keeps it."""
+    return {"dropout": 0.0} if head_drops and model.get("arch") == "recurrent" else {}
 
 
 def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float, *, arch: str, what: str

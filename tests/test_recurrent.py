@@ -9,9 +9,11 @@ import torch
 import sesame
 from sesame.cli import main
 from sesame.data.shards import Shards
+from sesame.families import head_dropouts
 from sesame.models import Recurrent, RecurrentConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.objectives.clm import AwdLM
+from sesame.tasks import TASKS
 from sesame.tasks.classify import SequenceModel, pool
 from sesame.tokenizer import SpecialIds
 from sesame.resume import resumed_finetuning
@@ -288,3 +290,23 @@ def test_a_ulmfit_classifier_reads_a_text_as_its_lm_read_each_document(tmp_path)
     (feature,) = clf.task.features([{"text": "the flight was awful"}], tok, 16, clf.labels, True)
     assert feature["ids"] == [tok.specials.sep] + tok.encode(["the flight was awful"], special=False)[0]
     assert feature["ids"][0] in seen and tok.specials.cls not in seen
+
+
+@pytest.mark.parametrize("family", ["lstm", "bilstm"])
+def test_a_recurrent_baselines_output_dropout_is_applied_once_by_the_head(family, tmp_path):
+    """Under last or max pooling the head's dropout before its linear layer is the encoder's output dropout: the
+    backbone's locked dropout after its last layer is 0, not the same rate applied a second time."""
+    airline_like(tmp_path / "train.csv", 20, 0)
+    sesame.finetune(f"scratch:{family}:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                    str(tmp_path / "clf"), epochs=1, dropout=0.3, batch_size=4, progress=False, max_steps=1)
+    assert read_config(tmp_path / "clf", "--model", ("finetuned",)).model["dropout"] == 0.0
+    again = FinetuneSpec.of(f"scratch:{family}:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
+                            str(tmp_path / "clf"), dropout=0.3, resume=True)
+    assert resumed_finetuning(again).head_dropout == 0.3  # the head's SequenceModel dropout
+
+
+def test_a_head_without_dropout_of_its_own_leaves_the_encoders():
+    recurrent = {"arch": "recurrent", "dropout": 0.3}
+    assert not TASKS["span_qa"].head_drops and head_dropouts(recurrent, head_drops=False) == {}
+    assert head_dropouts(recurrent, head_drops=True) == {"dropout": 0.0}
+    assert head_dropouts({"arch": "transformer", "dropout": 0.1}, head_drops=True) == {}

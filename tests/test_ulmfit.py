@@ -11,6 +11,7 @@ import torch
 from sesame import api
 from sesame.cli import main
 from sesame.errors import SesameError
+from sesame.families import DROPOUTS, FAMILIES
 from sesame.models.recurrent import Recurrent, RecurrentConfig
 from sesame.objectives import build_objective
 from sesame.objectives.clm import AwdLM, bptt_length
@@ -96,8 +97,15 @@ def without_time(rows):
 
 @pytest.fixture(scope="module")
 def done(data, tmp_path_factory):
+    """The uninterrupted pipeline, on one thread as the tests that compare with it (a module fixture is set up
+    before the function-scoped ``one_thread``; sums over two threads differ in the last bits)."""
     out = tmp_path_factory.mktemp("ulmfit") / "out"
-    return out, run_pipeline(data, out)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return out, run_pipeline(data, out)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_pipeline_writes_the_table_of_its_stages_and_unfreezing_epochs(done):
@@ -117,6 +125,10 @@ def test_the_pipeline_writes_the_table_of_its_stages_and_unfreezing_epochs(done)
     config = json.loads((out / "target-lm" / "config.json").read_text())
     assert config["objective"] == "awd_lm" and config["discriminative"] == 2.6
     assert config["train"]["schedule"] == "stlr" and config["train"]["warmup"] == 0.1
+    row = FAMILIES["ulmfit"].model_options  # stage (b) at fastai's drop_mult 0.3 (the general LM at the row's)
+    assert {k: config["model"][k] for k in DROPOUTS} == pytest.approx({k: 0.3 * row[k] for k in DROPOUTS})
+    general = json.loads((out / "general-lm" / "config.json").read_text())
+    assert {k: general["model"][k] for k in DROPOUTS} == {k: row[k] for k in DROPOUTS}
     recipe = json.loads((out / "classifier" / "config.json").read_text())
     assert recipe["pooling"] == "concat" and recipe["recipe"]["gradual_unfreezing"]
     assert recipe["recipe"]["discriminative"] == 2.6 and recipe["train"]["schedule"] == "stlr"

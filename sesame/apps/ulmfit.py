@@ -21,8 +21,8 @@ started afresh when it has none. A stage's settings include the records of the s
 builds on, so changing an earlier stage's settings is refused rather than mixed with old later stages.
 
 Hyperparameters follow §4: batch 64, BPTT 70, a base rate of 0.004 for fine-tuning the LM and 0.01 for
-the classifier, dropouts of the ``ulmfit`` family row, the classifier's times 0.5 as in fastai (``dropout``
-sets the classifier's output dropout, applied once, in the concat head). The target vocabulary is the
+the classifier, dropouts of the ``ulmfit`` family row, times 0.3 for the target LM and 0.5 for the classifier as
+in fastai's ULMFiT notebook (``dropout`` sets the classifier's output dropout, applied once, in the concat head). The target vocabulary is the
 general corpus's plus the training texts' words seen twice or more
 (at most ``vocab_size``), each new word starting at the mean embedding as in the paper's code (§3.2), and the
 classifier keeps it. Deviations: AdamW with the trainer's betas (the paper: Adam with β1 = 0.7, β2 = 0.99);
@@ -59,6 +59,8 @@ CUT_FRAC = 0.1  # STLR's cut_frac (§3.2, eq. 3; its ratio 32 is TrainConfig.stl
 # its ULMFiT notebook fine-tune the classifier; at the row's full rates the recipe stayed at the majority class
 # from scratch, in sesame and in fastai alike (tests/test_ulmfit.py's word-cue task)
 CLASSIFIER_DROP_MULT = 0.5
+# the target-task LM's (stage b): fastai's ULMFiT notebook fine-tunes the LM with language_model_learner(drop_mult=0.3)
+TARGET_LM_DROP_MULT = 0.3
 # gradual unfreezing reaches "all" in the epoch that unfreezes the last of the 5 layer groups (embeddings,
 # 3 LSTM layers, head), so the classifier trains for at least that many epochs
 MIN_CLASSIFIER_EPOCHS = 5
@@ -263,7 +265,7 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
                      valid=[str(dev_texts.path)], resume=resume, progress=spec.progress, base=str(base),
                      discriminative=DISCRIMINATIVE, schedule="stlr", warmup=CUT_FRAC, lr=spec.lm_lr,
                      max_steps=spec.target_epochs * per_epoch, eval_every=per_epoch, save_every=per_epoch,
-                     batch_size=spec.batch_size, seed=spec.seed, runtime=runtime)
+                     batch_size=spec.batch_size, seed=spec.seed, drop_mult=TARGET_LM_DROP_MULT, runtime=runtime)
         return {**_lm_record(target), "epochs": spec.target_epochs}
 
     record, reused = cached_stage(target, {
@@ -271,7 +273,7 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
                                                      "dev": str(Path(spec.dev).resolve()),
                                                      "text_column": spec.text_column},
         "seq_len": spec.seq_len, "epochs": spec.target_epochs, "lr": spec.lm_lr, "batch_size": spec.batch_size,
-        "seed": spec.seed, "new_words": spec.vocab_size, **precision}, fine_tune_lm)
+        "seed": spec.seed, "new_words": spec.vocab_size, "drop_mult": TARGET_LM_DROP_MULT, **precision}, fine_tune_lm)
     _say(STAGES[1], record, reused)
     return record
 

@@ -62,7 +62,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
                                                     arch=config.model.get("arch", "transformer")))
         pooling = spec.pooling or config.pooling
-        config.model.update(head_dropouts(config.model, pooling))  # ulmfit: the concat head's, applied once
+        config.model.update(head_dropouts(config.model, head_drops=job.head_drops))  # recurrent: the head's, once
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)

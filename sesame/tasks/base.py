@@ -51,6 +51,7 @@ class Task:
     select: ClassVar[str] = "accuracy"  # the dev metric that picks the kept weights by default
     has_labels: ClassVar[bool] = True  # a label vocabulary, saved with the run as labels.json
     per_token: ClassVar[bool] = False  # outputs per token ([B, W, k]) rather than per sequence
+    head_drops: ClassVar[bool] = True  # the head applies the dropout before its output layer(s)
 
     def options(self) -> dict:
         return asdict(self)

@@ -160,6 +160,7 @@ class SpanQA(Task):
     select: ClassVar[str] = "f1"
     has_labels: ClassVar[bool] = False
     per_token: ClassVar[bool] = True
+    head_drops: ClassVar[bool] = False  # BERT's SQuAD head: no dropout of its own
     version: str = "auto"
     doc_stride: int = 128
     max_query_length: int = 64
