@@ -26,6 +26,7 @@ from recorded import mean_sd, open_record, replace_block, stage
 
 import sesame
 from sesame.data.corpus import iter_texts, resolve_sources
+from sesame.runtime import PRECISIONS, Runtime
 from sesame.tokenizer import train_tokenizer
 
 FAMILIES = {"bert": "wordpiece", "gpt": "bpe"}
@@ -54,6 +55,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.1, help="pre-training warmup, a fraction of the run")
     parser.add_argument("--pretrain-dropout", type=float, default=0.1,
                         help="dropout while pre-training (fine-tuning always uses 0.1)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="pre-training's (fine-tuning: fp32)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the pre-trained model")
     parser.add_argument("--results", default="docs/results.md")
     args = parser.parse_args()
     data, runs = Path(args.data), Path(args.runs)
@@ -76,7 +79,7 @@ def main() -> None:
             corpus, str(pre), family=family, size="mini", tokenizer=str(tok_path), seq_len=128, batch_size=32,
             objective=OBJECTIVE[family], lr=args.pretrain_lr, warmup=args.warmup, dropout=args.pretrain_dropout, max_minutes=args.minutes,
             max_steps=100_000, eval_every=500, save_every=500, valid=[str(data / "wikitext2/valid.txt")],
-            progress=False))
+            runtime=Runtime(precision=args.precision, compile=args.compile), progress=False))
         stage(results, f"{family}-test", record, lambda: sesame.evaluate(str(pre), str(data / "wikitext2/test.txt")))
         for twin, base, extra in (("pretrained", str(pre), {}), ("scratch", f"scratch:{family}:mini",
                                                                   {"tokenizer": str(pre)})):
@@ -100,7 +103,9 @@ def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
              f"Machine: {os.cpu_count()} CPU cores, {cpu}; PyTorch {torch.__version__}. Reproduce with:", "",
              "```bash", f"python scripts/real_data.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g} "
              f"--epochs {args.epochs} --lrs {lrs} --seeds {args.seeds} --pretrain-lr {args.pretrain_lr:g} "
-             f"--warmup {args.warmup:g} --pretrain-dropout {args.pretrain_dropout:g}", "```", "",
+             f"--warmup {args.warmup:g} --pretrain-dropout {args.pretrain_dropout:g}"
+             + (f" --precision {args.precision}" if args.precision != "fp32" else "")
+             + (" --compile" if args.compile else ""), "```", "",
              "Pre-training corpus: WikiText-2 train + the 40 Gutenberg books (34.5 MB); validation: WikiText-2 valid.",
              f"Each model pre-trains for {args.minutes:g} minutes of wall time (the budget covers the whole command),"
              " `mini` size (4 layers × 256), sequences of 128 tokens, batch 32,"
