@@ -264,3 +264,20 @@ def test_the_seq2seq_checkpoint_is_the_library_route(tmp_path):
     export_encoder_decoder(imported, tmp_path / "back")
     source, back = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("hf", "back"))
     assert all(torch.equal(back[n], source[n]) for n in source) and sorted(back) == sorted(source)
+
+
+def test_sesame_convert_routes_both_ways_and_predict_refuses_an_encoder_decoder(tmp_path, capsys):
+    from sesame.cli import main
+    from sesame.interop import resolve
+
+    checkpoint("t5", tmp_path / "hf")
+    main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "run"), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["family"], summary["appended_tokens"]) == ("t5", ["<s>", "<mask>"])
+    main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "back")])
+    assert "T5ForConditionalGeneration" in capsys.readouterr().out
+    with pytest.raises(SesameError, match="--generator pairs an ELECTRA"):
+        from_hf(tmp_path / "hf", tmp_path / "other", generator=tmp_path / "hf")
+    with pytest.raises(SesameError, match="a t5 encoder-decoder, without a sequence-classification head"):
+        with resolve(tmp_path / "hf", "--model", classifier=True):
+            pass

@@ -73,7 +73,6 @@ def _bart_modules() -> dict[str, str | tuple[str, ...]]:
 MODULES = {"t5": _t5_modules(), "bart": _bart_modules()}
 
 
-
 @dataclass(frozen=True)
 class ModelType:
     """How transformers holds an :class:`EncoderDecoderConfig` of one style and its tensors.
@@ -81,6 +80,8 @@ class ModelType:
     ``keys``: sesame field → config key; ``defaults``: the config class's values for keys a config.json leaves out;
     ``equal``: config keys that must equal another key (sesame's two stacks have the same heads and widths);
     ``required``: key → (the one value sesame computes, why); ``fixed``: the sesame fields the style implies;
+    ``tokens``: config keys → the tokenizer role whose id they hold (checked on import, written on export);
+    ``head_size``: the key of the width of a head, if the config has one (it must be d_model / heads);
     ``copies``: the checkpoint's tied copies of the shared table; ``bias``: an output bias that must be zero;
     ``ignored``: tensors older transformers saved that its models do not read."""
 
@@ -89,8 +90,10 @@ class ModelType:
     defaults: dict[str, Any]
     required: dict[str, tuple[Any, str]]
     fixed: dict[str, Any]
+    tokens: dict[str, str]
     copies: tuple[str, ...]
     equal: dict[str, str] = field(default_factory=dict)
+    head_size: str | None = None
     bias: str | None = None
     ignored: tuple[str, ...] = ()
     prefix: str = ""  # the task model's prefix of the base model's tensors (BART: "model.")
@@ -119,6 +122,7 @@ TYPES = {
         required={"tie_word_embeddings": (True, f"{UNTIED} (T5 v1.1 and Flan-T5 untie it)"),
                   "is_encoder_decoder": (True, "an encoder and a decoder")},
         fixed={k: STYLES["t5"][k] for k in ("norm", "norm_kind", "bias", "scale_attention", "embedding_norm")},
+        tokens={"eos_token_id": "sep"}, head_size="d_kv",
         copies=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"),
         ignored=("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)),
     "bart": ModelType(
@@ -129,7 +133,8 @@ TYPES = {
               "decoder_start_id": "decoder_start_token_id", "activation": "activation_function"},
         defaults={"vocab_size": 50265, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
                   "encoder_attention_heads": 16, "encoder_ffn_dim": 4096, "max_position_embeddings": 1024,
-                  "dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2,
+                  "dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "forced_eos_token_id": 2,
+                  "decoder_start_token_id": 2,
                   "activation_function": "gelu", "scale_embedding": False, "tie_word_embeddings": True},
         equal={"decoder_attention_heads": "encoder_attention_heads", "decoder_ffn_dim": "encoder_ffn_dim"},
         required={"scale_embedding": (False, "sesame does not scale BART's embeddings by √d_model"),
@@ -143,6 +148,7 @@ TYPES = {
                   "is_encoder_decoder": (True, "an encoder and a decoder")},
         fixed={**{k: STYLES["bart"][k] for k in ("norm", "norm_kind", "embedding_norm", "layer_norm_eps")},
                "bias": True, "scale_attention": True, "relative_buckets": 0, "scale_logits": False},
+        tokens={"bos_token_id": "cls", "eos_token_id": "sep", "forced_eos_token_id": "sep"},
         copies=("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"),
         bias="final_logits_bias", prefix="model."),
 }
@@ -161,9 +167,10 @@ def model_config(hf: dict, model_type: str, where: str) -> dict:
     if given[activation] not in ACTIVATIONS:
         gated = " (T5 v1.1's gated feed-forward is not computed)" if str(given[activation]).startswith("gated") else ""
         wrong.append(f"{activation} {given[activation]!r} (sesame supports {', '.join(ACTIVATIONS)}{gated})")
-    if model_type == "t5" and given["d_kv"] * given["num_heads"] != given["d_model"]:
-        wrong.append(f"d_kv {given['d_kv']!r} (sesame supports d_model / num_heads, "
-                     f"{given['d_model'] // given['num_heads']}: its heads split the width)")
+    size, hidden, heads = types.head_size, given[types.keys["hidden"]], given[types.keys["heads"]]
+    if size and given[size] * heads != hidden:
+        wrong.append(f"{size} {given[size]!r} (sesame supports {types.keys['hidden']} / {types.keys['heads']}, "
+                     f"{hidden // heads}: its heads split the width)")
     if wrong:
         raise SesameError(f"{where}: " + "; ".join(wrong))
     given.setdefault(types.keys["decoder_layers"], given[types.keys["layers"]])  # T5: as deep as the encoder
@@ -176,22 +183,22 @@ def model_config(hf: dict, model_type: str, where: str) -> dict:
         raise SesameError(f"{where}: {err}") from None
 
 
-def hf_config(model: dict, model_type: str, *, source: dict, eos_id: int, bos_id: int) -> dict:
-    """A ``model_type`` config.json for the :class:`EncoderDecoderConfig` fields ``model``: the keys sesame
-    determines, over ``source`` (the config.json it was imported from; ``{}``: transformers' defaults for the
-    rest). Fails, naming the fields, where the model is not of the style (:func:`check_style`)."""
+def hf_config(model: dict, model_type: str, *, source: dict, tokens: dict[str, int]) -> dict:
+    """A ``model_type`` config.json for the :class:`EncoderDecoderConfig` fields ``model`` and the tokenizer's
+    role ids ``tokens`` (``{"sep": 1, ...}``): the keys sesame determines, over ``source`` (the config.json it was
+    imported from; ``{}``: transformers' defaults for the rest). Fails, naming the fields, where the model is not
+    of the style (:func:`check_style`)."""
     types = TYPES[model_type]
     check_style(model, model_type)
     hf = {k: v for k, v in source.items() if k not in ("architectures", "transformers_version", "_name_or_path")}
     hf.update({k: model[f] for f, k in types.keys.items()})
     hf.update({k: hf[o] for k, o in types.equal.items()})
     hf[types.keys["activation"]] = EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"])
+    hf.update({key: tokens[role] for key, role in types.tokens.items()})
     hf.update(model_type=model_type, architectures=[types.base_class], is_encoder_decoder=True,
-              tie_word_embeddings=True, eos_token_id=eos_id)
-    if model_type == "t5":
-        hf["d_kv"] = model["hidden"] // model["heads"]
-    else:
-        hf.update(bos_token_id=bos_id, forced_eos_token_id=eos_id)
+              tie_word_embeddings=True)
+    if types.head_size:
+        hf[types.head_size] = model["hidden"] // model["heads"]
     return hf
 
 
@@ -199,8 +206,8 @@ def check_style(model: dict, model_type: str) -> None:
     """Fail unless the EncoderDecoderConfig fields ``model`` are a ``model_type`` model transformers can hold."""
     wrong = [f"{k} {model.get(k)!r} (needs {v!r})" for k, v in {**PLAIN, **TYPES[model_type].fixed}.items()
              if model.get(k) != v]
-    if model_type == "t5" and not model["relative_buckets"]:
-        wrong.append("relative_buckets 0 (T5 needs its relative position bias)")
+    if "relative_buckets" in TYPES[model_type].keys and not model["relative_buckets"]:
+        wrong.append(f"relative_buckets 0 ({model_type} needs its relative position bias)")
     if wrong:
         raise SesameError(f"the model is not a {model_type} model: " + "; ".join(wrong))
 

@@ -1,5 +1,6 @@
 """``to_hf``: a run → a directory transformers loads (config.json, model.safetensors, tokenizer files); an
-ELECTRA run's generator goes to its ``generator/`` subdirectory. See docs/interop.md."""
+ELECTRA run's generator goes to its ``generator/`` subdirectory; an encoder-decoder run goes through
+:func:`.hf_seq2seq.seq2seq_export`. See docs/interop.md."""
 from __future__ import annotations
 
 import json

@@ -16,7 +16,7 @@ are, and are removed again on export. BART's byte-level BPE is RoBERTa's and has
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -37,6 +37,7 @@ from .mapping import check_new, read_weights
 # model_type → the sesame family its runs belong to (the family rows are added beside this module, not by it)
 FAMILIES_OF = {"t5": "t5", "bart": "bart"}
 MODEL_TYPES_OF = {family: model_type for model_type, family in FAMILIES_OF.items()}
+ROLE_NAMES = {"pad": "pad token", "cls": "bos token", "sep": "eos token"}
 # model_type → (how vocabulary files build its tokenizer, the tokenizer class's special tokens)
 TOKENIZERS = {"t5": ("json", {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}),
               "bart": ("roberta", ARCHITECTURES["roberta"].special_tokens)}
@@ -76,13 +77,15 @@ def import_encoder_decoder(src: str | Path, flag: str = "--from-hf") -> Seq2SeqC
     model = model_config(hf, model_type, str(config_path))
     builder, defaults = TOKENIZERS[model_type]
     tok, record, appended = import_tokenizer(src, builder=builder, defaults=defaults, model_vocab=model["vocab_size"])
-    given = {**TYPES[model_type].defaults, **hf}
-    wrong = [f"{key} {given[key]!r} is not the tokenizer's {token} ({token_id})" for key, token, token_id in
-             (("pad_token_id", "pad token", tok.specials.pad), ("eos_token_id", "eos token", tok.specials.sep))
-             if given[key] != token_id]
-    if appended or tok.vocab_size > model["vocab_size"]:
-        wrong.append(f"vocab_size {model['vocab_size']} is fewer than the tokenizer's {tok.vocab_size} tokens"
-                     + (f" and sesame's special tokens {list(record['aliases'])}" if appended else ""))
+    given = {**TYPES[model_type].defaults, **{k: v for k, v in hf.items() if v is not None}}
+    roles = {"pad_token_id": "pad", **TYPES[model_type].tokens}
+    wrong = [f"{key} {given[key]!r} is not the tokenizer's {ROLE_NAMES[role]} ({getattr(tok.specials, role)})"
+             for key, role in roles.items() if given[key] != getattr(tok.specials, role)]
+    if appended:
+        wrong.append(f"the tokenizer lacks sesame's {', '.join(record['aliases'])} and vocab_size "
+                     f"{model['vocab_size']} leaves no unused rows for them")
+    elif tok.vocab_size > model["vocab_size"]:
+        wrong.append(f"vocab_size {model['vocab_size']} is fewer than the tokenizer's {tok.vocab_size} tokens")
     if wrong:
         raise SesameError(f"{config_path}: " + "; ".join(wrong) + "; config.json and the tokenizer must agree")
     weights, path = read_weights(src, flag, pickles=False)
@@ -104,8 +107,7 @@ def export_encoder_decoder(checkpoint: Seq2SeqCheckpoint, out: str | Path) -> di
     out, c = Path(out), checkpoint
     check_new(out)
     tensors = export_weights(c.model_type, c.weights, _meta_model(c.model), c.hf.get("leading_rows"))
-    config = hf_config(c.model, c.model_type, source=c.hf.get("config", {}), eos_id=c.tokenizer.specials.sep,
-                       bos_id=c.tokenizer.specials.cls)
+    config = hf_config(c.model, c.model_type, source=c.hf.get("config", {}), tokens=asdict(c.tokenizer.specials))
     tokenizer_json, specials = export_tokenizer(c.tokenizer, c.hf.get("tokenizer"), drop_aliases=True)
     ids = Tokenizer.from_str(tokenizer_json).get_vocab()
     specials = {k: v for k, v in specials.items() if v in ids}
@@ -116,7 +118,7 @@ def export_encoder_decoder(checkpoint: Seq2SeqCheckpoint, out: str | Path) -> di
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", **specials, "model_max_length": c.model["max_positions"],
         "model_input_names": ["input_ids", "attention_mask"]}, indent=2) + "\n")
-    return {"model_type": c.model_type, "architecture": config["architectures"][0], "vocab_size": len(ids),
+    return {"model_type": c.model_type, "architecture": config["architectures"][0], "vocab_size": config["vocab_size"],
             "notes": []}
 
 

@@ -157,7 +157,8 @@ def identity_projection(arch: Architecture, hidden: int) -> dict[str, torch.Tens
     return {arch.modules["project"] + ".weight": torch.eye(hidden), arch.modules["project"] + ".bias": torch.zeros(hidden)}
 
 
-def read_weights(src: Path, flag: str = "--from-hf", *, pickles: bool = True) -> tuple[dict[str, torch.Tensor], Path]:
+def read_weights(src: Path, flag: str = "--from-hf", *, pickles: bool = True
+                 ) -> tuple[dict[str, torch.Tensor], Path]:
     """The checkpoint's tensors (floating point ones as float32), and the file they came from: model.safetensors,
     a sharded model.safetensors.index.json, or (``pickles``) pytorch_model.bin read with ``weights_only``."""
     index = src / "model.safetensors.index.json"
