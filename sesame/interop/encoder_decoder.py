@@ -1,17 +1,29 @@
-"""Hugging Face's ``T5ForConditionalGeneration`` and ``BartForConditionalGeneration`` tensors as sesame's
-:class:`~sesame.models.encoder_decoder.EncoderDecoder` holds them: one module table per ``model_type`` (as in
-``architectures.py``: sesame module → transformers module, ``{i}`` the layer, a tuple concatenated along dim 0),
-the plan of :class:`~sesame.interop.mapping.Entry` rows it gives for a model, and the import of a state dict.
-The tied copies (``lm_head``, each stack's ``embed_tokens``) are the shared table and are not read."""
+"""Hugging Face's ``T5ForConditionalGeneration`` (T5 v1.0, Raffel et al. 2020) and ``BartForConditionalGeneration``
+(Lewis et al. 2020) as sesame's :class:`~sesame.models.encoder_decoder.EncoderDecoder`, both ways:
+
+* tensors: one module table per ``model_type`` (as in ``architectures.py``: sesame module → transformers module,
+  ``{i}`` the layer, a tuple concatenated along dim 0) gives the plan of :class:`~sesame.interop.mapping.Entry`
+  rows of a model (:func:`name_plan`), read by :func:`import_weights` and written back by :func:`export_weights`.
+  The tied copies (``lm_head``, each stack's ``embed_tokens``) are the shared table: import checks that a stored
+  copy equals it, export writes the table once, as transformers' ``save_pretrained`` does (``shared.weight``;
+  BART's ``model.shared.weight`` and an all-zero ``final_logits_bias``). BART's position tables have two leading
+  rows no position reads (transformers' offset of 2): import drops them, export puts them back;
+* configurations: a T5Config or BartConfig dict (config.json) ⇄ :class:`EncoderDecoderConfig` fields
+  (:func:`model_config`, :func:`hf_config`), refusing with one line what sesame does not compute (:data:`TYPES`).
+"""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..errors import SesameError
-from .mapping import Entry
+from ..models.encoder_decoder import STYLES, EncoderDecoderConfig
+from .architectures import EXPORTED_ACTIVATIONS, HF_ACTIVATIONS
+from .mapping import Entry, joined, split
 
 POSITION_OFFSET = {"t5": 0, "bart": 2}  # BartLearnedPositionalEmbedding's leading rows, which sesame has not
 
@@ -61,6 +73,145 @@ def _bart_modules() -> dict[str, str | tuple[str, ...]]:
 MODULES = {"t5": _t5_modules(), "bart": _bart_modules()}
 
 
+@dataclass(frozen=True)
+class ModelType:
+    """How transformers holds an :class:`EncoderDecoderConfig` of one style and its tensors.
+
+    ``keys``: sesame field → config key; ``defaults``: the config class's values for keys a config.json leaves out;
+    ``equal``: config keys that must equal another key (sesame's two stacks have the same heads and widths);
+    ``required``: key → (the one value sesame computes, why); ``fixed``: the sesame fields the style implies;
+    ``tokens``: config keys → the tokenizer role whose id they hold (checked on import, written on export);
+    ``head_size``: the key of the width of a head, if the config has one (it must be d_model / heads);
+    ``copies``: the checkpoint's tied copies of the shared table; ``bias``: an output bias that must be zero;
+    ``ignored``: tensors older transformers saved that its models do not read."""
+
+    base_class: str
+    keys: dict[str, str]
+    defaults: dict[str, Any]
+    required: dict[str, tuple[Any, str]]
+    fixed: dict[str, Any]
+    tokens: dict[str, str]
+    copies: tuple[str, ...]
+    equal: dict[str, str] = field(default_factory=dict)
+    head_size: str | None = None
+    bias: str | None = None
+    ignored: tuple[str, ...] = ()
+    prefix: str = ""  # the task model's prefix of the base model's tensors (BART: "model.")
+
+
+ACTIVATIONS = {**HF_ACTIVATIONS, "relu": "relu"}  # config value → sesame's activation
+UNTIED = "sesame's output layer is the shared token table"
+# what neither style has: a run's fields that transformers' models cannot hold
+PLAIN = {"type_vocab_size": 0, "embedding_size": None, "sharing": "none", "adapter_size": None, "scalar_mix": False,
+         "attention_window": None, "causal": False}
+TYPES = {
+    "t5": ModelType(
+        "T5ForConditionalGeneration",
+        keys={"vocab_size": "vocab_size", "hidden": "d_model", "layers": "num_layers",
+              "decoder_layers": "num_decoder_layers", "heads": "num_heads", "intermediate": "d_ff",
+              "max_positions": "n_positions", "dropout": "dropout_rate", "layer_norm_eps": "layer_norm_epsilon",
+              "relative_buckets": "relative_attention_num_buckets",
+              "relative_max_distance": "relative_attention_max_distance", "pad_id": "pad_token_id",
+              "decoder_start_id": "decoder_start_token_id", "activation": "feed_forward_proj",
+              "scale_logits": "scale_decoder_outputs"},
+        defaults={"vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8,
+                  "n_positions": 512, "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6,
+                  "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "pad_token_id": 0,
+                  "eos_token_id": 1, "feed_forward_proj": "relu", "tie_word_embeddings": True,
+                  "scale_decoder_outputs": True},  # T5 v1.0: d_model^-0.5 before the tied output layer
+        required={"tie_word_embeddings": (True, f"{UNTIED} (T5 v1.1 and Flan-T5 untie it)"),
+                  "is_encoder_decoder": (True, "an encoder and a decoder")},
+        fixed={k: STYLES["t5"][k] for k in ("norm", "norm_kind", "bias", "scale_attention", "embedding_norm")},
+        tokens={"eos_token_id": "sep"}, head_size="d_kv",
+        copies=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"),
+        ignored=("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)),
+    "bart": ModelType(
+        "BartForConditionalGeneration",
+        keys={"vocab_size": "vocab_size", "hidden": "d_model", "layers": "encoder_layers",
+              "decoder_layers": "decoder_layers", "heads": "encoder_attention_heads", "intermediate": "encoder_ffn_dim",
+              "max_positions": "max_position_embeddings", "dropout": "dropout", "pad_id": "pad_token_id",
+              "decoder_start_id": "decoder_start_token_id", "activation": "activation_function"},
+        defaults={"vocab_size": 50265, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
+                  "encoder_attention_heads": 16, "encoder_ffn_dim": 4096, "max_position_embeddings": 1024,
+                  "dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "forced_eos_token_id": 2,
+                  "decoder_start_token_id": 2,
+                  "activation_function": "gelu", "scale_embedding": False, "tie_word_embeddings": True},
+        equal={"decoder_attention_heads": "encoder_attention_heads", "decoder_ffn_dim": "encoder_ffn_dim"},
+        required={"scale_embedding": (False, "sesame does not scale BART's embeddings by √d_model"),
+                  "tie_word_embeddings": (True, UNTIED),
+                  "normalize_before": (False, "BART normalises after each sublayer (pre-norm is mBART's)"),
+                  "add_final_layer_norm": (False, "BART has no final LayerNorm (mBART's)"),
+                  "normalize_embedding": (True, "BART normalises its embeddings"),
+                  "static_position_embeddings": (False, "BART's positions are learned"),
+                  "add_bias_logits": (False, "sesame's output layer has no bias"),
+                  "extra_pos_embeddings": (2, "BART's position tables have 2 unused leading rows"),
+                  "is_encoder_decoder": (True, "an encoder and a decoder")},
+        fixed={**{k: STYLES["bart"][k] for k in ("norm", "norm_kind", "embedding_norm", "layer_norm_eps")},
+               "bias": True, "scale_attention": True, "relative_buckets": 0, "scale_logits": False},
+        tokens={"bos_token_id": "cls", "eos_token_id": "sep", "forced_eos_token_id": "sep"},
+        copies=("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"),
+        bias="final_logits_bias", prefix="model."),
+}
+
+
+def model_config(hf: dict, model_type: str, where: str) -> dict:
+    """The :class:`EncoderDecoderConfig` fields (a dict, ``to_dict()``'s) of a ``model_type`` config.json ``hf``;
+    ``where`` names it in the one-line error that lists each key sesame does not compute, with what it supports."""
+    types = TYPES[model_type]
+    given = {**types.defaults, **{k: v for k, v in hf.items() if v is not None}}
+    wrong = [f"{k} {given[k]!r} (sesame supports {v!r}: {why})" for k, (v, why) in types.required.items()
+             if given.get(k, v) != v]
+    wrong += [f"{k} {given[k]!r} (sesame supports {given[o]!r}, its {o}: both stacks alike)"
+              for k, o in types.equal.items() if given.get(k, given[o]) != given[o]]
+    activation = types.keys["activation"]
+    if given[activation] not in ACTIVATIONS:
+        gated = " (T5 v1.1's gated feed-forward is not computed)" if str(given[activation]).startswith("gated") else ""
+        wrong.append(f"{activation} {given[activation]!r} (sesame supports {', '.join(ACTIVATIONS)}{gated})")
+    size, hidden, heads = types.head_size, given[types.keys["hidden"]], given[types.keys["heads"]]
+    if size and given[size] * heads != hidden:
+        wrong.append(f"{size} {given[size]!r} (sesame supports {types.keys['hidden']} / {types.keys['heads']}, "
+                     f"{hidden // heads}: its heads split the width)")
+    if wrong:
+        raise SesameError(f"{where}: " + "; ".join(wrong))
+    given.setdefault(types.keys["decoder_layers"], given[types.keys["layers"]])  # T5: as deep as the encoder
+    given.setdefault("decoder_start_token_id", given["pad_token_id"])  # T5 starts from <pad>
+    model = {**STYLES[model_type], **PLAIN, **types.fixed, **{f: given[k] for f, k in types.keys.items()}}
+    model["activation"] = ACTIVATIONS[model["activation"]]
+    try:
+        return EncoderDecoderConfig(**model).to_dict()
+    except ValueError as err:
+        raise SesameError(f"{where}: {err}") from None
+
+
+def hf_config(model: dict, model_type: str, *, source: dict, tokens: dict[str, int]) -> dict:
+    """A ``model_type`` config.json for the :class:`EncoderDecoderConfig` fields ``model`` and the tokenizer's
+    role ids ``tokens`` (``{"sep": 1, ...}``): the keys sesame determines, over ``source`` (the config.json it was
+    imported from; ``{}``: transformers' defaults for the rest). Fails, naming the fields, where the model is not
+    of the style (:func:`check_style`)."""
+    types = TYPES[model_type]
+    check_style(model, model_type)
+    hf = {k: v for k, v in source.items() if k not in ("architectures", "transformers_version", "_name_or_path")}
+    hf.update({k: model[f] for f, k in types.keys.items()})
+    hf.update({k: hf[o] for k, o in types.equal.items()})
+    hf[types.keys["activation"]] = EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"])
+    hf.update({key: tokens[role] for key, role in types.tokens.items()})
+    hf.update(model_type=model_type, architectures=[types.base_class], is_encoder_decoder=True,
+              tie_word_embeddings=True)
+    if types.head_size:
+        hf[types.head_size] = model["hidden"] // model["heads"]
+    return hf
+
+
+def check_style(model: dict, model_type: str) -> None:
+    """Fail unless the EncoderDecoderConfig fields ``model`` are a ``model_type`` model transformers can hold."""
+    wrong = [f"{k} {model.get(k)!r} (needs {v!r})" for k, v in {**PLAIN, **TYPES[model_type].fixed}.items()
+             if model.get(k) != v]
+    if "relative_buckets" in TYPES[model_type].keys and not model["relative_buckets"]:
+        wrong.append(f"relative_buckets 0 ({model_type} needs its relative position bias)")
+    if wrong:
+        raise SesameError(f"the model is not a {model_type} model: " + "; ".join(wrong))
+
+
 def name_plan(model_type: str, model: nn.Module) -> list[Entry]:
     """One entry per parameter of an :class:`EncoderDecoder` of ``model_type``'s style."""
     modules, plan = MODULES[model_type], []
@@ -76,14 +227,59 @@ def name_plan(model_type: str, model: nn.Module) -> list[Entry]:
     return plan
 
 
+def _positions(model_type: str) -> list[str]:
+    """The checkpoint's position tables (BART's), whose first :data:`POSITION_OFFSET` rows no position reads."""
+    return [f"{hf}.weight" for k, hf in MODULES[model_type].items() if k.startswith("embed.positions.")]
+
+
 def import_weights(model_type: str, weights: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
-    """``model``'s state dict from a ``model_type`` checkpoint's tensors."""
-    bias = weights.get("final_logits_bias")
-    if bias is not None and bool(bias.any()):
-        raise SesameError("the checkpoint's final_logits_bias is not zero, and sesame's tied output layer has no "
+    """``model``'s state dict from a ``model_type`` checkpoint's tensors, which must be exactly the model's: every
+    tensor of the plan in its shape, tied copies equal to the shared table, a zero output bias, nothing else."""
+    types = TYPES[model_type]
+    expected = export_weights(model_type, model.state_dict(), model)
+    shared = weights.get(MODULES[model_type]["embed.tokens"] + ".weight")
+    known = {*expected, *types.copies, *types.ignored}
+    found = {"missing": [n for n in expected if n not in weights and n != types.bias],
+             "mis-shaped": [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
+                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape],
+             "unexpected": [n for n in weights if n not in known]}
+    if any(found.values()):
+        raise SesameError(f"the weights do not match config.json ({model_type}): "
+                          + "; ".join(f"{what}: {', '.join(names)}" for what, names in found.items() if names))
+    untied = [n for n in types.copies if n in weights and not torch.equal(weights[n], shared)]
+    if untied:
+        raise SesameError(f"the checkpoint's {', '.join(untied)} differ from the shared token table, and {UNTIED}; "
+                          "only tied checkpoints convert")
+    if types.bias in weights and bool(weights[types.bias].any()):
+        raise SesameError(f"the checkpoint's {types.bias} is not zero, and sesame's tied output layer has no "
                           "bias; fine-tune from a checkpoint without one")
-    state = {e.sesame: torch.cat([weights[n] for n in e.hf]) for e in name_plan(model_type, model)}
+    state = joined(weights, name_plan(model_type, model))
     for name in state:
         if name.startswith("embed.positions."):
             state[name] = state[name][POSITION_OFFSET[model_type]:]
     return {k: v.contiguous() for k, v in state.items()}
+
+
+def leading_rows(model_type: str, weights: dict[str, torch.Tensor]) -> dict[str, list]:
+    """The position tables' unread leading rows that are not zero (BART's row 0 holds its initial values), as
+    lists: what :func:`export_weights` needs to give the checkpoint back tensor for tensor."""
+    rows = {n: weights[n][:POSITION_OFFSET[model_type]] for n in _positions(model_type)}
+    return {n: r.tolist() for n, r in rows.items() if bool(r.any())}
+
+
+def export_weights(model_type: str, state: dict[str, torch.Tensor], model: nn.Module,
+                   leading: dict[str, list] | None = None) -> dict[str, torch.Tensor]:
+    """The ``model_type`` checkpoint of ``model``'s state dict ``state``, with the names and tensors transformers'
+    ``save_pretrained`` writes: the shared table once, BART's position tables with their leading rows (``leading``,
+    else zeros) and its zero ``final_logits_bias``."""
+    types, leading = TYPES[model_type], leading or {}
+    out = split(state, name_plan(model_type, model))
+    for name in _positions(model_type):
+        table = out[name]
+        rows = torch.tensor(leading[name], dtype=table.dtype) if name in leading else \
+            torch.zeros(POSITION_OFFSET[model_type], table.shape[1], dtype=table.dtype, device=table.device)
+        out[name] = torch.cat([rows.to(table.device), table])
+    if types.bias:
+        shared = out[MODULES[model_type]["embed.tokens"] + ".weight"]
+        out[types.bias] = torch.zeros(1, shared.shape[0], dtype=shared.dtype, device=shared.device)
+    return out

@@ -1,5 +1,6 @@
 """``to_hf``: a run → a directory transformers loads (config.json, model.safetensors, tokenizer files); an
-ELECTRA run's generator goes to its ``generator/`` subdirectory. See docs/interop.md."""
+ELECTRA run's generator goes to its ``generator/`` subdirectory; an encoder-decoder run goes through
+:func:`.hf_seq2seq.seq2seq_export`. See docs/interop.md."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from ..specs import RunConfig
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, Architecture
+from .hf_seq2seq import seq2seq_export
 from .hf_tokenizer import export_tokenizer
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
                      identity_projection, lm_entries, meta_backbone, name_plan, pair_entries)
@@ -214,6 +216,8 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     run, out = Path(run), Path(out)
     config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
     check_new(out)
+    if config.model.get("arch") == "encoder_decoder":
+        return seq2seq_export(config, run, out)
     tok = load_tokenizer(run, "--to-hf")
     weights = load_weights(run / "model.safetensors")
     summary = _write_hf(config, weights, tok, run, out)

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints ⇄ sesame runs, for the architectures of :mod:`.architectures`.
+"""Hugging Face checkpoints ⇄ sesame runs, for the architectures of :mod:`.architectures` (T5 and BART:
+:mod:`.hf_seq2seq`).
 
 ``from_hf(DIR, RUN)`` turns a ``transformers`` model directory (config.json; model.safetensors, a
 sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a
@@ -32,14 +33,11 @@ One generic converter follows the architecture's row. Tensor by tensor:
 """
 from __future__ import annotations
 
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from ..errors import SesameError
 from ..families import FAMILIES
@@ -51,38 +49,21 @@ from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import read_json, save_weights, write_json
 from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architecture
+from .hf_seq2seq import FAMILIES_OF, seq2seq_run
 from .hf_tokenizer import import_tokenizer
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
-                     head_shapes, import_tensors, lm_entries, meta_backbone, name_plan, pair_entries)
+                     head_shapes, import_tensors, lm_entries, meta_backbone, name_plan, pair_entries, read_weights)
 
 EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
 
 
-def _read_weights(src: Path, flag: str = "--from-hf") -> tuple[dict[str, torch.Tensor], Path]:
-    """The checkpoint's tensors (floating point ones as float32), and the file they came from."""
-    index = src / "model.safetensors.index.json"
-    try:
-        if (src / "model.safetensors").is_file():
-            path = src / "model.safetensors"
-            weights = load_file(str(path))
-        elif index.is_file():
-            path, weights = index, {}
-            for shard in sorted(set(read_json(index)["weight_map"].values())):
-                weights.update(load_file(str(src / shard)))
-        elif (src / "pytorch_model.bin").is_file():
-            path = src / "pytorch_model.bin"
-            weights = torch.load(path, map_location="cpu", weights_only=True)
-        else:
-            raise SesameError(f"{flag} {src}: no weights; expected model.safetensors, "
-                              "model.safetensors.index.json or pytorch_model.bin")
-    except (SafetensorError, OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
-        raise SesameError(f"{path}: unreadable as a weights file ({err}); only plain tensors load "
-                          "(safetensors, or pytorch_model.bin without pickled code)") from None
-    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
-        raise SesameError(f"{path}: not a state dict of tensors")
-    return {name: t.float() if t.is_floating_point() else t for name, t in weights.items()}, path
+def transformers_type(src: Path) -> str | None:
+    """The ``model_type`` of the transformers directory ``src``'s config.json, if it names one."""
+    path = src / "config.json"
+    config = read_json(path) if path.is_file() else None
+    return config.get("model_type") if isinstance(config, dict) else None
 
 
 def _backbone_names(weights: dict[str, torch.Tensor], arch: Architecture) -> dict[str, torch.Tensor]:
@@ -283,7 +264,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
         raise SesameError(f"{config_path}: a {arch.model_type} checkpoint; --generator pairs an ELECTRA discriminator "
                           "(ElectraForPreTraining) with its generator (ElectraForMaskedLM)")
     model = _model_config(hf_config, arch, str(config_path))
-    tok, record, aliases = import_tokenizer(src, arch, model["vocab_size"])
+    tok, record, aliases = import_tokenizer(src, builder=arch.tokenizer, defaults=arch.special_tokens,
+                                           model_vocab=model["vocab_size"])
     given = {**arch.defaults, **hf_config}
     if arch.position_offset and tok.specials.pad != given["pad_token_id"]:
         raise SesameError(f"{config_path}: pad_token_id {given['pad_token_id']} is not the tokenizer's pad token "
@@ -295,7 +277,7 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
         model = TransformerConfig(**model).to_dict()
     except ValueError as err:
         raise SesameError(f"{config_path}: {err}") from None
-    weights, path = _read_weights(src, flag)
+    weights, path = read_weights(src, flag)
     weights = _backbone_names(weights, arch)
     if arch.always_projects and model["embedding_size"] is None:
         _drop_identity_projection(weights, arch, path)
@@ -398,6 +380,11 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
     and the run is one ``electra`` run holding both (:func:`_add_generator`). Returns a summary."""
     src, out = Path(src), Path(out)
     check_new(out)
+    if transformers_type(src) in FAMILIES_OF:
+        if generator is not None:
+            raise SesameError(f"--generator: {src} is an encoder-decoder; --generator pairs an ELECTRA discriminator "
+                              "with its generator. Drop --generator")
+        return seq2seq_run(src, out)
     imported = _import(src, discriminator=generator is not None)
     if generator is not None:
         _add_generator(imported, _import(Path(generator), flag="--generator"),

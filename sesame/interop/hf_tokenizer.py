@@ -18,8 +18,12 @@ to the model's vocabulary, an *alias* whose embedding row is a copy of the check
 that role (else of its sep/eos token). Aliases are plain vocabulary entries, not added tokens, so no
 text ever produces them (pre-tokenisation splits ``<``, ``s`` and ``>`` apart and no merge joins
 them): the tokenisation of every text is unchanged, a literal "<s>" in GPT-2 text included.
-Export undoes both: renamed tokens get their names back, and aliases whose rows are still copies
-are dropped (with their rows), so a checkpoint comes back as it went in.
+A Unigram vocabulary (a list, where an id is a position) cannot take such entries; where the model has
+unused rows after the tokenizer's last id (T5's 32,128 rows for 32,100 tokens), its missing roles (T5's
+cls and mask) become special added tokens at the next ids, reading rows the tokenizer never produced,
+left as they are (a literal "<s>" or "<mask>" in the text is then that token).
+Export undoes all three: renamed tokens get their names back, added roles are removed, and aliases
+whose rows are still copies are dropped (with their rows), so a checkpoint comes back as it went in.
 """
 from __future__ import annotations
 
@@ -33,7 +37,6 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre
 from ..errors import SesameError
 from ..tokenizer import ROLES, SPECIAL_TOKENS, TextTokenizer
 from ..train.checkpoint import read_json
-from .architectures import Architecture
 
 SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token", "bos_token", "eos_token")
 ROLE_KEYS = {"pad": ("pad_token",), "unk": ("unk_token",), "cls": ("cls_token", "bos_token"),
@@ -50,10 +53,10 @@ def _content(token: Any) -> str | None:
     return token.get("content") if isinstance(token, dict) else token
 
 
-def special_tokens(src: Path, arch: Architecture, options: dict) -> dict[str, str | None]:
-    """The checkpoint's special tokens: the tokenizer class's defaults, overridden by
+def special_tokens(src: Path, defaults: dict[str, str | None], options: dict) -> dict[str, str | None]:
+    """The checkpoint's special tokens: the tokenizer class's ``defaults``, overridden by
     special_tokens_map.json and tokenizer_config.json."""
-    specials = dict(arch.special_tokens)
+    specials = dict(defaults)
     for given in (_optional_json(src / "special_tokens_map.json"), options):
         specials.update({k: _content(given[k]) for k in SPECIAL_KEYS if k in given})
     return specials
@@ -148,17 +151,20 @@ def _renamed(node: Any, names: dict[str, str]) -> Any:
     return node
 
 
-def import_tokenizer(src: Path, arch: Architecture, model_vocab: int) -> tuple[TextTokenizer, dict, dict[int, int]]:
-    """(sesame tokenizer, the record export needs, {alias id: id whose embedding row it copies})."""
+def import_tokenizer(src: Path, *, builder: str, defaults: dict[str, str | None], model_vocab: int
+                     ) -> tuple[TextTokenizer, dict, dict[int, int]]:
+    """(sesame tokenizer, the record export needs, {alias id: id whose embedding row it copies}) of the checkpoint
+    ``src``, whose tokenizer class has the special tokens ``defaults`` and builds from vocabulary files with
+    ``BUILDERS[builder]``."""
     options = _optional_json(src / "tokenizer_config.json")
-    specials = special_tokens(src, arch, options)
+    specials = special_tokens(src, defaults, options)
     if (src / "tokenizer.json").is_file():
         try:
             tok = Tokenizer.from_file(str(src / "tokenizer.json"))
         except Exception as err:  # the Rust side raises plain Exception
             raise SesameError(f"{src / 'tokenizer.json'}: not a tokenizers JSON file ({err})") from None
     else:
-        tok = BUILDERS[arch.tokenizer](src, options, specials)
+        tok = BUILDERS[builder](src, options, specials)
     tok.no_truncation()
     tok.no_padding()
     present = [t for t in dict.fromkeys(specials.values()) if t is not None and tok.token_to_id(t) is not None]
@@ -184,15 +190,19 @@ def import_tokenizer(src: Path, arch: Architecture, model_vocab: int) -> tuple[T
         if tok.token_to_id(name) is not None:
             raise SesameError(f"{src}: {name!r} is an ordinary token of this vocabulary, so it cannot become sesame's "
                               f"special token; this checkpoint's tokenizer is not convertible")
-    if aliases:
-        if tok.get_vocab_size() != model_vocab or not isinstance(data["model"]["vocab"], dict):
+    size, listed = tok.get_vocab_size(), not isinstance(data["model"]["vocab"], dict)
+    spare = list(aliases) if listed and size + len(aliases) <= model_vocab else []
+    appended = {n: s for n, s in aliases.items() if n not in spare}
+    if appended:
+        if size != model_vocab or listed:
             raise SesameError(f"{src}: cannot append sesame's special tokens {list(aliases)}: that needs a WordPiece "
-                              f"or BPE vocabulary of config.json's vocab_size {model_vocab} (it has "
-                              f"{tok.get_vocab_size()})")
-        data["model"]["vocab"].update({name: model_vocab + k for k, name in enumerate(aliases)})
+                              f"or BPE vocabulary of config.json's vocab_size {model_vocab}, or a Unigram one with as "
+                              f"many unused rows (it has {size} tokens)")
+        data["model"]["vocab"].update({name: model_vocab + k for k, name in enumerate(appended)})
     tok = Tokenizer.from_str(json.dumps(data))
-    rows = {tok.token_to_id(n): tok.token_to_id(renamed.get(s, s)) for n, s in aliases.items()}
-    record = {"special_tokens": specials, "renamed": renamed, "aliases": aliases}
+    tok.add_special_tokens([AddedToken(n, special=True, normalized=False) for n in spare])  # ids size, size + 1, ...
+    rows = {tok.token_to_id(n): tok.token_to_id(renamed.get(s, s)) for n, s in appended.items()}
+    record = {"special_tokens": specials, "renamed": renamed, "aliases": aliases, "spare": spare}
     return TextTokenizer(tok, kind), record, rows
 
 
@@ -207,7 +217,10 @@ def export_tokenizer(tok: TextTokenizer, record: dict | None, drop_aliases: bool
             specials.update(bos_token=names["cls"], eos_token=names["sep"])
         return tok.backend.to_str(), specials
     data = _renamed(json.loads(tok.backend.to_str()), {new: old for old, new in record["renamed"].items()})
+    spare = record.get("spare", [])
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] not in spare]  # their rows are the model's
     if drop_aliases:
         for name in record["aliases"]:
-            del data["model"]["vocab"][name]
+            if name not in spare:
+                del data["model"]["vocab"][name]
     return json.dumps(data, ensure_ascii=False), {k: v for k, v in record["special_tokens"].items() if v is not None}

@@ -1,18 +1,22 @@
 """The shared name map of Hugging Face import and export: which sesame tensor is which transformers tensor
 (:class:`Entry`), the rows of an embedding that tokens were appended to or renamed in (:class:`Rows`), and
-the head entries of each pre-training objective and classifier."""
+the head entries of each pre-training objective and classifier, and the reading of a checkpoint's tensors."""
 from __future__ import annotations
 
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer, TransformerConfig
 from ..outputs import check_dir
+from ..train.checkpoint import read_json
 from .architectures import Architecture
 
 # objectives with sesame's MLM head and a second head, which *ForMaskedLM lacks
@@ -58,11 +62,26 @@ def name_plan(arch: Architecture, backbone: Transformer) -> list[Entry]:
     return plan
 
 
-def import_tensors(weights: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+def joined(weights: dict[str, torch.Tensor], plan: list[Entry]) -> dict[str, torch.Tensor]:
+    """The plan's sesame tensors from the checkpoint's: each entry's parts concatenated along dim 0."""
     state = {}
     for e in plan:
         parts = [weights[n].t() if e.transposed else weights[n] for n in e.hf]
         state[e.sesame] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return state
+
+
+def split(state: dict[str, torch.Tensor], plan: list[Entry]) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`joined`: the checkpoint's tensors from the plan's sesame tensors."""
+    out = {}
+    for e in plan:
+        for name, part in zip(e.hf, state[e.sesame].chunk(len(e.hf))):
+            out[name] = (part.t() if e.transposed else part).contiguous()
+    return out
+
+
+def import_tensors(weights: dict[str, torch.Tensor], plan: list[Entry], rows: Rows) -> dict[str, torch.Tensor]:
+    state = joined(weights, plan)
     state["embed.positions.weight"] = state["embed.positions.weight"][rows.offset:]
     if rows.type_rows == 1:
         state["embed.types.weight"] = state["embed.types.weight"].repeat(2, 1)
@@ -81,11 +100,7 @@ def export_tensors(state: dict[str, torch.Tensor], plan: list[Entry], rows: Rows
     padding = torch.zeros(rows.offset, positions.shape[1], dtype=positions.dtype, device=positions.device)
     state["embed.positions.weight"] = torch.cat([padding, positions])
     state["embed.tokens.weight"] = state["embed.tokens.weight"][: rows.vocab]
-    out = {}
-    for e in plan:
-        for name, part in zip(e.hf, state[e.sesame].chunk(len(e.hf))):
-            out[name] = (part.t() if e.transposed else part).contiguous()
-    return out
+    return split(state, plan)
 
 
 def dense_entries(module: str, hf_module: str) -> list[Entry]:
@@ -140,3 +155,32 @@ def identity_projection(arch: Architecture, hidden: int) -> dict[str, torch.Tens
     """ALBERT's embedding → hidden projection as the identity: what a stack with E == H computes
     without one (sesame builds none then; ``AlbertModel`` always has one)."""
     return {arch.modules["project"] + ".weight": torch.eye(hidden), arch.modules["project"] + ".bias": torch.zeros(hidden)}
+
+
+def read_weights(src: Path, flag: str = "--from-hf", *, pickles: bool = True
+                 ) -> tuple[dict[str, torch.Tensor], Path]:
+    """The checkpoint's tensors (floating point ones as float32), and the file they came from: model.safetensors,
+    a sharded model.safetensors.index.json, or (``pickles``) pytorch_model.bin read with ``weights_only``."""
+    index = src / "model.safetensors.index.json"
+    expected = "model.safetensors, model.safetensors.index.json" + (" or pytorch_model.bin" if pickles else
+                                                                     " (save_pretrained writes them)")
+    path = src
+    try:
+        if (src / "model.safetensors").is_file():
+            path = src / "model.safetensors"
+            weights = load_file(str(path))
+        elif index.is_file():
+            path, weights = index, {}
+            for shard in sorted(set(read_json(index)["weight_map"].values())):
+                weights.update(load_file(str(src / shard)))
+        elif pickles and (src / "pytorch_model.bin").is_file():
+            path = src / "pytorch_model.bin"
+            weights = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise SesameError(f"{flag} {src}: no weights; expected {expected}")
+    except (SafetensorError, OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
+        raise SesameError(f"{path}: unreadable as a weights file ({err}); only plain tensors load "
+                          "(safetensors, or pytorch_model.bin without pickled code)") from None
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise SesameError(f"{path}: not a state dict of tensors")
+    return {name: t.float() if t.is_floating_point() else t for name, t in weights.items()}, path

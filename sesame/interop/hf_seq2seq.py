@@ -1,0 +1,163 @@
+"""T5 and BART model directories ⇄ sesame, for ``sesame convert`` (docs/interop.md, "T5 and BART").
+
+:func:`import_encoder_decoder` reads a transformers directory (config.json, model.safetensors or its shards, and the
+tokenizer: tokenizer.json; for BART also vocab.json + merges.txt) into a :class:`Seq2SeqCheckpoint`: the
+:class:`~sesame.models.encoder_decoder.EncoderDecoderConfig` fields, the model's state dict, sesame's tokenizer and
+the record that gives the checkpoint back. :func:`export_encoder_decoder` writes one as a directory that
+``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load. Neither reads or writes pickles. :func:`seq2seq_run` and
+:func:`seq2seq_export` are the ``convert --from-hf`` / ``--to-hf`` routes: a pretrained run of family
+:data:`FAMILIES_OF` ``[model_type]`` holding the model under ``backbone.``, and back.
+
+The tokenizers go through :mod:`.hf_tokenizer`: T5's tokenizer.json (Unigram, ``</s>`` appended to each text, the
+``<extra_id_N>`` sentinels as added tokens) keeps its ids; it has no cls or mask token, so sesame's ``<s>`` and
+``<mask>`` take the first two of the rows T5's vocabulary is padded with (32,100 tokens, 32,128 rows), left as they
+are, and are removed again on export. BART's byte-level BPE is RoBERTa's and has all five of sesame's roles.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from ..errors import SesameError
+from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from ..rundir import load_tokenizer, new_run, write_config
+from ..specs import RunConfig
+from ..tokenizer import TextTokenizer
+from ..train.checkpoint import load_weights, read_json, save_weights
+from .architectures import ARCHITECTURES
+from .encoder_decoder import (TYPES, check_style, export_weights, hf_config, import_weights, leading_rows,
+                              model_config)
+from .hf_tokenizer import export_tokenizer, import_tokenizer
+from .mapping import check_new, read_weights
+
+# model_type → the sesame family its runs belong to (the family rows are added beside this module, not by it)
+FAMILIES_OF = {"t5": "t5", "bart": "bart"}
+MODEL_TYPES_OF = {family: model_type for model_type, family in FAMILIES_OF.items()}
+ROLE_NAMES = {"pad": "pad token", "cls": "bos token", "sep": "eos token"}
+# model_type → (how vocabulary files build its tokenizer, the tokenizer class's special tokens)
+TOKENIZERS = {"t5": ("json", {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}),
+              "bart": ("roberta", ARCHITECTURES["roberta"].special_tokens)}
+
+
+@dataclass
+class Seq2SeqCheckpoint:
+    """A T5 or BART model as sesame holds it: ``model`` the EncoderDecoderConfig fields, ``weights`` its state
+    dict, ``tokenizer``; ``hf`` the record export gives it back with (model type, source directory and config.json,
+    what the tokenizer import changed, BART's unread position rows)."""
+
+    model_type: str
+    model: dict
+    weights: dict[str, torch.Tensor]
+    tokenizer: TextTokenizer
+    hf: dict
+
+
+def _meta_model(model: dict) -> EncoderDecoder:
+    """The model ``model`` describes, without memory: for names and shapes only."""
+    with torch.device("meta"):
+        return EncoderDecoder(EncoderDecoderConfig(**model))
+
+
+def import_encoder_decoder(src: str | Path, flag: str = "--from-hf") -> Seq2SeqCheckpoint:
+    """The T5 or BART model directory ``src`` (a ``*ForConditionalGeneration``, or its base model) as sesame's
+    encoder-decoder; anything sesame would not compute exactly is refused with one line naming it."""
+    src = Path(src)
+    config_path = src / "config.json"
+    if not config_path.is_file():
+        raise SesameError(f"{flag} {src}: no config.json; give a transformers model directory (save_pretrained)")
+    hf = read_json(config_path)
+    model_type = hf.get("model_type") if isinstance(hf, dict) else None
+    if model_type not in TYPES:
+        raise SesameError(f"{config_path}: model_type {model_type!r} is not an encoder-decoder sesame converts "
+                          f"({', '.join(TYPES)})")
+    model = model_config(hf, model_type, str(config_path))
+    builder, defaults = TOKENIZERS[model_type]
+    tok, record, appended = import_tokenizer(src, builder=builder, defaults=defaults, model_vocab=model["vocab_size"])
+    given = {**TYPES[model_type].defaults, **{k: v for k, v in hf.items() if v is not None}}
+    roles = {"pad_token_id": "pad", **TYPES[model_type].tokens}
+    wrong = [f"{key} {given[key]!r} is not the tokenizer's {ROLE_NAMES[role]} ({getattr(tok.specials, role)})"
+             for key, role in roles.items() if given[key] != getattr(tok.specials, role)]
+    if appended:
+        wrong.append(f"the tokenizer lacks sesame's {', '.join(record['aliases'])} and vocab_size "
+                     f"{model['vocab_size']} leaves no unused rows for them")
+    elif tok.vocab_size > model["vocab_size"]:
+        wrong.append(f"vocab_size {model['vocab_size']} is fewer than the tokenizer's {tok.vocab_size} tokens")
+    if wrong:
+        raise SesameError(f"{config_path}: " + "; ".join(wrong) + "; config.json and the tokenizer must agree")
+    weights, path = read_weights(src, flag, pickles=False)
+    prefix = TYPES[model_type].prefix
+    if prefix and not any(n.startswith(prefix) for n in weights):  # a base model (BartModel): no task prefix
+        weights = {prefix + n: t for n, t in weights.items()}
+    try:
+        state = import_weights(model_type, weights, _meta_model(model))
+    except SesameError as err:
+        raise SesameError(f"{path}: {err}") from None
+    origin = {"model_type": model_type, "source": str(src.resolve()), "config": hf, "tokenizer": record,
+              "leading_rows": leading_rows(model_type, weights)}
+    return Seq2SeqCheckpoint(model_type, model, state, tok, origin)
+
+
+def export_encoder_decoder(checkpoint: Seq2SeqCheckpoint, out: str | Path) -> dict:
+    """Write ``checkpoint`` as the new transformers model directory ``out``: config.json, model.safetensors,
+    tokenizer.json and tokenizer_config.json (``PreTrainedTokenizerFast``). Returns a summary."""
+    out, c = Path(out), checkpoint
+    check_new(out)
+    tensors = export_weights(c.model_type, c.weights, _meta_model(c.model), c.hf.get("leading_rows"))
+    config = hf_config(c.model, c.model_type, source=c.hf.get("config", {}), tokens=asdict(c.tokenizer.specials))
+    tokenizer_json, specials = export_tokenizer(c.tokenizer, c.hf.get("tokenizer"), drop_aliases=True)
+    ids = Tokenizer.from_str(tokenizer_json).get_vocab()
+    specials = {k: v for k, v in specials.items() if v in ids}
+    out.mkdir(parents=True, exist_ok=True)
+    save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "tokenizer.json").write_text(tokenizer_json)
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", **specials, "model_max_length": c.model["max_positions"],
+        "model_input_names": ["input_ids", "attention_mask"]}, indent=2) + "\n")
+    return {"model_type": c.model_type, "architecture": config["architectures"][0], "vocab_size": config["vocab_size"],
+            "notes": []}
+
+
+def seq2seq_run(src: Path, out: Path) -> dict:
+    """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its family (no objective yet: the
+    run is the model, for generation and fine-tuning), whose weights are the model's under ``backbone.``."""
+    c = import_encoder_decoder(src)
+    config = RunConfig(kind="pretrained", family=FAMILIES_OF[c.model_type], model={"arch": "encoder_decoder",
+                                                                                   **c.model}, hf=c.hf)
+    with new_run(out, "pretrained", resume=False) as run:
+        c.tokenizer.save(run / "tokenizer.json")
+        save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in c.weights.items()})
+        write_config(run, config)
+    added = c.hf["tokenizer"]["spare"]
+    return {"model_type": c.model_type, "family": config.family, "kind": "pretrained", "task": None,
+            "objective": None, "labels": [], "layers": c.model["layers"], "hidden": c.model["hidden"],
+            "vocab_size": c.model["vocab_size"], "pooler": False, "dropped_heads": [],
+            "renamed_tokens": c.hf["tokenizer"]["renamed"], "appended_tokens": added,
+            "notes": [f"sesame's {' and '.join(added)} read unused rows of the vocabulary"] if added else []}
+
+
+def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
+    """``convert --to-hf`` of an encoder-decoder run: its model as ``T5ForConditionalGeneration`` or
+    ``BartForConditionalGeneration`` (the imported checkpoint's type, else its family's)."""
+    where = f"--to-hf {run}"
+    model_type = config.hf["model_type"] if config.hf else MODEL_TYPES_OF.get(config.family)
+    if model_type is None:
+        raise SesameError(f"{where}: family {config.family!r} has no transformers encoder-decoder here; exportable: "
+                          f"{', '.join(MODEL_TYPES_OF)}")
+    weights = load_weights(run / "model.safetensors")
+    others = sorted(k for k in weights if not k.startswith("backbone."))
+    if others:
+        raise SesameError(f"{where}: weights outside the encoder-decoder ({', '.join(others[:3])}, ...), which "
+                          f"{TYPES[model_type].base_class} cannot hold")
+    model = {k: v for k, v in config.model.items() if k != "arch"}
+    try:
+        check_style(model, model_type)
+    except SesameError as err:
+        raise SesameError(f"{where}: {err}") from None
+    state = {k.removeprefix("backbone."): v for k, v in weights.items()}
+    return export_encoder_decoder(Seq2SeqCheckpoint(model_type, model, state, load_tokenizer(run, "--to-hf"),
+                                                    config.hf or {}), out)
