@@ -84,6 +84,10 @@ def test_columns_are_read_as_t5s_inputs_for_every_cast(tmp_path):
     [row] = cola.read(write(tmp_path / "cola.tsv", "gj04\t1\t\tThe book fell.\n"))  # no header row, as GLUE's CoLA
     assert (row["source"], row["target"]) == ("cola sentence: The book fell.", "1")
     assert "target" not in text.read(str(tmp_path / "mt.csv"), labeled=False)[0]
+    assert text.example("A cat.") == {"source": "translate English to German: A cat."}  # predict's stdin
+    assert sst2.example("so good") == {"source": "sst2 sentence: so good"}
+    with pytest.raises(SesameError, match="reads examples from a file"):
+        rte.example("A cat.")
 
 
 def test_squad_is_read_as_question_and_context_with_every_answer_gold(tmp_path):

@@ -66,8 +66,8 @@ def generate(model: EncoderDecoder, ids: torch.Tensor, padding: torch.Tensor, *,
              max_new_tokens: int) -> list[list[int]]:
     """The target tokens :meth:`Text2TextModel.outputs` asks for: for each row of the padded sources ``ids``
     (``padding`` True at real tokens), at most ``max_new_tokens`` tokens from the model's decoder start, ending at
-    ``eos`` (which may be left out). The generation of encoder-decoders is wired here; until then fine-tuning
-    trains, but scoring refuses."""
+    ``eos`` (which may be left out). The generation of encoder-decoders is wired here; until then the loss trains
+    but nothing that scores or predicts runs (fine-tuning's evaluation on dev after each epoch included)."""
     raise SesameError("--task text2text: generation for encoder-decoders is not wired into the task yet, so it "
                       "cannot score or predict")
 
