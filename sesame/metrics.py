@@ -33,7 +33,9 @@ def precision_recall_f1(correct: int, gold: int, predicted: int) -> dict:
 def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequence[str]) -> dict:
     """Accuracy, macro-averaged F1, Matthews correlation (``mcc``, its multiclass form; CoLA's metric)
     and per-class precision/recall/F1/support (F1 = 2PR/(P+R), 0 when undefined). With two labels,
-    ``f1`` is the F1 of the second one in sorted order: the positive class of 0/1 labels (MRPC's F1)."""
+    ``f1`` is the F1 of the second one in sorted order: the positive class of 0/1 labels (MRPC's F1).
+    A prediction of -1 names no class (a generated answer that is no label, :mod:`sesame.tasks.text2text`): it is
+    wrong, a miss of its gold class and no class's false positive; MCC counts it as a class of its own."""
     from sklearn.metrics import matthews_corrcoef
 
     n = len(labels)
@@ -42,7 +44,8 @@ def classification_report(gold: Sequence[int], pred: Sequence[int], labels: Sequ
         if g == p:
             tp[g] += 1
         else:
-            fp[p] += 1
+            if p >= 0:
+                fp[p] += 1
             fn[g] += 1
     per_class = {name: {**precision_recall_f1(tp[i], tp[i] + fn[i], tp[i] + fp[i]), "support": tp[i] + fn[i]}
                  for i, name in enumerate(labels)}
@@ -218,11 +221,15 @@ def tune_null_threshold(diffs: list[float | None], answered: list[float], unansw
 
 # -- translation -----------------------------------------------------------------------------------
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """sacrebleu corpus BLEU (13a tokenisation, case-insensitive) of the lower-cased output against raw references."""
+def bleu(hypotheses: Sequence[str], references: Sequence[str], *, lowercase: bool = True,
+         tokenize: str = "13a") -> float:
+    """sacrebleu corpus BLEU (exponential smoothing) of the outputs against raw references; by default with 13a
+    tokenisation, case-insensitive (CoVe's lower-cased output); T5 scores cased with ``intl`` tokenisation
+    (``lowercase=False, tokenize="intl"``, its ``t5.evaluation.metrics.bleu``)."""
     import sacrebleu
 
-    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=True, force=True).score
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)], lowercase=lowercase, tokenize=tokenize,
+                                 force=True).score
 
 
 # -- spread over draws -----------------------------------------------------------------------------

@@ -1,0 +1,404 @@
+"""Text-to-text (``text2text``): every task as text in, text out, for an encoder-decoder (T5, Raffel et al. 2020,
+§2.4): the encoder reads an input that names the task, the decoder writes the answer as text, and one loss, the
+teacher-forced cross-entropy of the answer's tokens, serves every task.
+
+Reading (``cast``, one row of :data:`CASTS` per kind of data, as T5's Appendix D writes each task):
+
+* ``text``: a ``source_column`` and a ``target_column`` (CSV, TSV, JSON Lines), or a pair of parallel text
+  files, one example per line (``languages=en-de``: ``--train data/multi30k/train.en`` reads ``train.en`` and
+  ``train.de``; the path may also be given without its suffix). The input is ``prefix`` then the source:
+  ``translate English to German: A man ...``. Metrics: sacreBLEU as T5 computes it (cased, ``intl``
+  tokenisation, exponential smoothing) and exact match of the whole output (T5's ``sequence_accuracy``).
+* ``classify``, ``pair``: ``prefix`` then each input column as ``name: value`` (``sst2 sentence: ...``,
+  ``rte sentence1: ... sentence2: ...``), the target the label, or its word in ``label_words`` (T5 writes
+  SST-2's 0/1 as ``negative``/``positive``). The name is the column's, or the cast's own (``sentence``,
+  ``sentence1``, ``sentence2``) for a numbered column of a file without a header row. Metrics: those of
+  ``classify`` on the label the output names.
+* ``regress`` (STS-B): the target is the score rounded to the nearest 0.2 and written with one decimal
+  (T5's preprocessor: round(5x)/5, half to even; 3.77 → ``3.8``); Pearson and Spearman of the output read as a
+  number against the unrounded gold scores.
+* ``span_qa``: SQuAD JSON (v1.1, answerable questions) read as ``question: ... context: ...`` → the first gold
+  answer; SQuAD's exact match and F1 (the official normalisation, :func:`sesame.metrics.answer_scores`) against
+  all gold answers.
+
+An output that names no label or is not a number is wrong, as in T5's postprocessors: it counts as no class
+(``classification_report``'s -1: a miss of the gold class, no class's false positive) or as the score -1 (T5's
+``string_to_float`` default); ``invalid`` reports their share.
+
+Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
+the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
+with ``<s>``, BART's format (Lewis et al. 2020). Batches are padded to their longest source and target, and the
+loss sums the cross-entropy over the real target tokens only. Decoding is not this module's: the model's outputs
+come from :func:`generate`, the one hook the generation of encoder-decoders plugs into.
+
+Deviations from T5: STS-B is scored against the original scores (T5 correlates with its rounded targets); an
+unparsable class in a two-class F1 is a miss, not the other class (T5's ``f1_score_with_invalid``).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..data.labeled import read_fields, read_text
+from ..errors import SesameError
+from ..metrics import accuracy, answer_scores, bleu, classification_report, regression_report
+from ..models.encoder_decoder import EncoderDecoder
+from ..tokenizer import TextTokenizer
+from .base import Task, TaskModel, label_vocabulary, register
+from .classify import collate
+from .span_qa import SpanQA
+from .words import IGNORE
+
+INVALID = -1  # the class of an output that names none (classification_report counts it wrong)
+NOT_A_NUMBER = -1.0  # the score of an output that is not a number (T5's string_to_float default)
+
+# the generation hook: (model, source ids, padding, eos=, max_new_tokens=) → each row's new tokens
+Generate = Callable[..., list[list[int]]]
+
+
+def generate(model: EncoderDecoder, ids: torch.Tensor, padding: torch.Tensor, *, eos: int,
+             max_new_tokens: int) -> list[list[int]]:
+    """The target tokens :meth:`Text2TextModel.outputs` asks for: for each row of the padded sources ``ids``
+    (``padding`` True at real tokens), at most ``max_new_tokens`` tokens from the model's decoder start, ending at
+    ``eos`` (which may be left out). The generation of encoder-decoders is wired here; until then the loss trains
+    but nothing that scores or predicts runs (fine-tuning's evaluation on dev after each epoch included)."""
+    raise SesameError("--task text2text: generation for encoder-decoders is not wired into the task yet, so it "
+                      "cannot score or predict")
+
+
+# -- targets and their parsing ---------------------------------------------------------------------
+
+def number(text: str) -> float | None:
+    """``text`` as a finite number, or None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def stsb_target(score: float) -> str:
+    """T5's STS-B target: the score rounded to the nearest 0.2 (round(5x)/5, half to even as ``tf.round``) with
+    one decimal: 3.77 → "3.8", 0.1 → "0.0", 0.3 → "0.4"."""
+    return f"{round(score * 5) / 5:.1f}"
+
+
+def compose(prefix: str, fields: list[tuple[str | None, str]]) -> str:
+    """A model input: the prefix, then each field as ``name: value`` (bare when it has no name), spaced once."""
+    parts = [prefix.strip()] if prefix.strip() else []
+    return " ".join(parts + [f"{name}: {value.strip()}" if name else value.strip() for name, value in fields])
+
+
+def score_text(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
+    return {"bleu": bleu(outputs, [e["gold"] for e in examples], lowercase=False, tokenize="intl"),
+            "exact": accuracy([e["gold"].strip() for e in examples], [o.strip() for o in outputs])}
+
+
+def score_classes(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
+    index = {name: i for i, name in enumerate(labels)}
+    pred = [index.get(o.strip(), INVALID) for o in outputs]
+    return {**classification_report([index[e["gold"]] for e in examples], pred, labels),
+            "invalid": pred.count(INVALID) / max(1, len(pred))}
+
+
+def score_number(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
+    pred = [number(o) for o in outputs]
+    return {**regression_report([e["gold"] for e in examples], [NOT_A_NUMBER if p is None else p for p in pred]),
+            "invalid": pred.count(None) / max(1, len(pred))}
+
+
+def score_answers(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
+    scores = [answer_scores(o, e["gold"], "1.1") for e, o in zip(examples, outputs, strict=True)]
+    return {"exact": sum(s[0] for s in scores) / max(1, len(scores)),
+            "f1": sum(s[1] for s in scores) / max(1, len(scores)), "questions": len(scores)}
+
+
+def text_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
+    return raw, raw
+
+
+def label_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
+    """The label, or its word in ``label_words``, as both the answer and the gold class."""
+    label = raw.strip()
+    if task.label_words is None:
+        return label, label
+    if label not in task.label_words:
+        raise SesameError(f"{where}: label {label!r} has no word in label_words {task.label_words}; add it")
+    return str(task.label_words[label]), str(task.label_words[label])
+
+
+def score_target(task: Text2Text, raw: str, where: str) -> tuple[str, float]:
+    """STS-B's answer (:func:`stsb_target`) and the unrounded gold score."""
+    score = number(raw)
+    if score is None:
+        raise SesameError(f"{where}: {task.target_column!r} is {raw!r}, not a finite number; cast=regress needs "
+                          "numeric targets")
+    return stsb_target(score), score
+
+
+def answers_target(task: Text2Text, raw: list[str], where: str) -> tuple[str, list[str]]:
+    """SQuAD: the first gold answer is the answer to learn; the metric takes the best over all of them."""
+    return raw[0], raw
+
+
+@dataclass(frozen=True)
+class Cast:
+    """How one kind of data becomes text-to-text: its input fields (default columns, in order; SQuAD's fields for
+    ``squad``), whether the input names them (``name: value``), its default target column, the answer and gold
+    value of a raw target (``target``), its metrics (the first picks the kept weights) and their scorer, and
+    whether the answer is a label of a vocabulary (saved as labels.json)."""
+
+    inputs: tuple[str, ...]
+    named: bool
+    column: str | None
+    target: Callable[[Text2Text, object, str], tuple[str, object]]
+    metrics: tuple[str, ...]
+    score: Callable[[list[dict], list[str], list[str]], dict]
+    classes: bool = False
+    squad: bool = False  # reads SQuAD JSON (question, context, answers) instead of columns
+
+
+CLASS_METRICS = ("accuracy", "macro_f1", "mcc")
+CASTS: dict[str, Cast] = {
+    #           inputs                     named  column   target          metrics               scorer
+    "text": Cast(("source",), False, "target", text_target, ("bleu", "exact"), score_text),
+    "classify": Cast(("sentence",), True, "label", label_target, CLASS_METRICS, score_classes, classes=True),
+    "pair": Cast(("sentence1", "sentence2"), True, "label", label_target, CLASS_METRICS, score_classes, classes=True),
+    "regress": Cast(("sentence1", "sentence2"), True, "score", score_target, ("pearson", "spearman"), score_number),
+    "span_qa": Cast(("question", "context"), True, None, answers_target, ("f1", "exact"), score_answers, squad=True),
+}
+LANGUAGES = re.compile(r"([^-./\s]+)-([^-./\s]+)")  # languages=en-de: the two files' suffixes
+
+
+def parallel_lines(path: str, languages: str, labeled: bool) -> list[dict]:
+    """Rows ``{"line", "source"[, "target"]}`` of a pair of parallel text files (``path`` with or without the source
+    suffix), line i of one the translation of line i of the other; a blank line or a line count that differs is an
+    error naming the file (and line)."""
+    source, target = LANGUAGES.fullmatch(languages).groups()
+    stem = path[: -len(source) - 1] if path.endswith(f".{source}") else path
+    files = {"source": Path(f"{stem}.{source}")} | ({"target": Path(f"{stem}.{target}")} if labeled else {})
+    lines = {}
+    for side, file in files.items():
+        text = read_text(file).split("\n")
+        lines[side] = [line.rstrip("\r") for line in text[: -1 if text[-1] == "" else None]]
+    if labeled and len(lines["source"]) != len(lines["target"]):
+        raise SesameError(f"{files['source']} has {len(lines['source'])} lines but {files['target']} has "
+                          f"{len(lines['target'])}; parallel files pair line i with line i: give both the same lines")
+    for side, file in files.items():
+        for i, line in enumerate(lines[side], 1):
+            if not line.strip():
+                raise SesameError(f"{file}:{i}: an empty {side} line; remove line {i} from both parallel files")
+    return [{"line": i + 1, **{side: lines[side][i] for side in files}} for i in range(len(lines["source"]))]
+
+
+def squad_rows(path: str, labeled: bool) -> list[dict]:
+    """Rows ``{"id", "source": question, "pair": context[, "target": every gold answer]}`` of a SQuAD file
+    (:meth:`SpanQA.read`, which checks it); a question without an answer (v2.0) is refused."""
+    rows = []
+    for question in SpanQA().read(path, labeled):
+        if question.get("impossible"):
+            raise SesameError(f"{path}: question {question['id']!r} has no answer (SQuAD v2.0); cast=span_qa reads "
+                              "answerable questions (v1.1)")
+        rows.append({"line": f"question {question['id']}", "id": question["id"], "source": question["question"],
+                     "pair": question["context"],
+                     **({"target": [a["text"] for a in question["answers"]]} if labeled else {})})
+    return rows
+
+
+# -- the task --------------------------------------------------------------------------------------
+
+class Text2TextModel(TaskModel):
+    """An encoder-decoder as a task model: ``forward`` is the teacher-forced cross-entropy summed over the real
+    target tokens (the decoder reads the targets shifted right behind its start token,
+    :meth:`EncoderDecoder.decoder_inputs`); ``outputs`` the generated ids from ``generate`` (:data:`Generate`,
+    by default the module's :func:`generate` hook), ``max_new_tokens`` columns padded with the pad id."""
+
+    def __init__(self, backbone: EncoderDecoder, *, max_new_tokens: int, generate: Generate):
+        super().__init__()
+        self.backbone, self.max_new_tokens, self.generate = backbone, max_new_tokens, generate
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        targets = batch["targets"]
+        logits = self.backbone(batch["ids"], decoder_ids=self.backbone.decoder_inputs(targets),
+                               padding=batch["padding"])
+        gold = targets.masked_fill(~batch["target_padding"], IGNORE)
+        return F.cross_entropy(logits.flatten(0, 1).float(), gold.flatten(), ignore_index=IGNORE, reduction="sum")
+
+    def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        rows = self.generate(self.backbone, batch["ids"], batch["padding"], eos=batch["eos"],
+                             max_new_tokens=self.max_new_tokens)
+        out = torch.full((len(rows), self.max_new_tokens), self.backbone.config.pad_id, dtype=torch.long)
+        for i, row in enumerate(rows):
+            row = list(row)[: self.max_new_tokens]
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out.to(batch["ids"].device)
+
+
+@register
+@dataclass
+class Text2Text(Task):
+    """Any task as text to text (see the module's docstring): options ``cast`` (a row of :data:`CASTS`),
+    ``prefix``, the columns (defaults: the cast's), ``label_words`` ({label: word}), ``languages`` (parallel
+    files), ``max_target_length`` (target tokens with ``</s>``, and the most an output may have) and ``bos``."""
+
+    name: ClassVar[str] = "text2text"
+    head_drops: ClassVar[bool] = False  # no head: the decoder's tied output layer
+    cast: str = "text"
+    prefix: str = ""
+    source_column: str | None = None
+    pair_column: str | None = None
+    target_column: str | None = None
+    label_words: dict | None = None
+    languages: str | None = None
+    max_target_length: int = 128
+    bos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cast not in CASTS:
+            raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
+        cast = CASTS[self.cast]
+        if not isinstance(self.max_target_length, int) or isinstance(self.max_target_length, bool) \
+                or self.max_target_length < 2:
+            raise SesameError(f"--task-option max_target_length={self.max_target_length}: a whole number of at least "
+                              "2 (the answer's tokens and </s>)")
+        if self.languages is not None and (self.cast != "text" or not LANGUAGES.fullmatch(str(self.languages))):
+            raise SesameError(f"--task-option languages={self.languages}: the suffixes of parallel files, "
+                              "SOURCE-TARGET (e.g. en-de), with cast=text")
+        if self.label_words is not None and not (cast.classes and isinstance(self.label_words, dict)):
+            raise SesameError(f"--task-option label_words={self.label_words}: a JSON object of label → word, e.g. "
+                              '\'{"0": "negative", "1": "positive"}\', with cast=classify or pair')
+        if self.pair_column is not None and len(cast.inputs) < 2:
+            raise SesameError(f"--task-option pair_column={self.pair_column}: cast={self.cast} reads one input; "
+                              "use cast=pair or regress for two")
+        if not cast.squad:  # SQuAD JSON has fixed fields
+            self.source_column = self.source_column or cast.inputs[0]
+            self.pair_column = self.pair_column or (cast.inputs[1] if len(cast.inputs) > 1 else None)
+            self.target_column = self.target_column or cast.column
+        self.tokenizer: TextTokenizer | None = None  # the features' (scoring decodes with it); not an option
+
+    @property
+    def select(self) -> str:
+        return CASTS[self.cast].metrics[0]
+
+    @property
+    def has_labels(self) -> bool:
+        return CASTS[self.cast].classes
+
+    def metrics(self, labels: list[str]) -> tuple[str, ...]:
+        extra = ("f1",) if CASTS[self.cast].classes and len(labels) == 2 else ()
+        return CASTS[self.cast].metrics + extra
+
+    def read(self, path: str, labeled: bool = True) -> list[dict]:
+        """Examples ``{"source": the model's input, "line"}`` with, when ``labeled``, ``target`` (the answer's
+        text) and ``gold`` (what the metric compares: the text, the label, the score, or every SQuAD answer)."""
+        cast = CASTS[self.cast]
+        if cast.squad:
+            rows = squad_rows(path, labeled)
+        elif self.languages:
+            rows = parallel_lines(path, self.languages, labeled)
+        else:
+            columns = {"source": self.source_column, "pair": self.pair_column,
+                       "target": self.target_column if labeled else None}
+            rows = read_fields(path, {key: (column, f"--task-option {key}_column") for key, column in columns.items()})
+        names = self._names()
+        examples = []
+        for row in rows:
+            fields = [(name if cast.named else None, row[key]) for name, key in zip(names, ("source", "pair"))]
+            example = {"source": compose(self.prefix, fields), "line": row["line"]}
+            if "id" in row:
+                example["id"] = row["id"]
+            if "target" in row:
+                example["target"], example["gold"] = cast.target(self, row["target"], f"{path}:{row['line']}")
+            examples.append(example)
+        return examples
+
+    def _names(self) -> list[str]:
+        """The names the input gives its fields: the columns', or the cast's for SQuAD and numbered columns."""
+        columns = (self.source_column, self.pair_column)
+        return [default if column is None or column.isdigit() else column
+                for column, default in zip(columns, CASTS[self.cast].inputs)]
+
+    def example(self, text: str) -> dict:
+        cast = CASTS[self.cast]
+        if len(cast.inputs) > 1:
+            return super().example(text)
+        return {"source": compose(self.prefix, [(self._names()[0] if cast.named else None, text)])}
+
+    def labels(self, train: list[dict], path: str) -> list[str]:
+        if not CASTS[self.cast].classes:
+            return []
+        return label_vocabulary((row["gold"] for row in train), path, repr(self.target_column))
+
+    def check(self, examples: list[dict], labels: list[str], path: str) -> None:
+        known = set(labels)
+        for row in examples:
+            if CASTS[self.cast].classes and "gold" in row and row["gold"] not in known:
+                raise SesameError(f"{path}:{row['line']}: label {row['gold']!r} never occurs in the training data; "
+                                  f"the known labels are {labels}")
+
+    def check_model(self, model: dict) -> None:
+        if model.get("arch") != "encoder_decoder":
+            raise SesameError(f"--task text2text needs an encoder-decoder (the t5 or bart family), not a "
+                              f"{model.get('arch', 'transformer')} model: give --from a t5 or bart run")
+
+    def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
+                 causal: bool) -> list[dict]:
+        """``ids``: the source's tokens cut to ``max_length`` with ``</s>`` last (and ``<s>`` first with ``bos``);
+        ``target`` likewise within ``max_target_length``, for labeled examples."""
+        self.tokenizer = tok
+        start, end = ([tok.specials.cls] if self.bos else []), [tok.specials.sep]
+        for limit, flag in ((max_length, "--max-length"), (self.max_target_length, "--task-option max_target_length")):
+            if limit < len(start) + 2:
+                raise SesameError(f"{flag} {limit}: leaves no room for a token beside {len(start) + 1} special ones")
+
+        def pieces(texts: list[str], limit: int) -> list[list[int]]:
+            return [start + e.ids[: limit - len(start) - 1] + end for e in tok.encodings(texts, special=False)]
+
+        sources = pieces([e["source"] for e in examples], max_length)
+        targets = pieces([e["target"] for e in examples], self.max_target_length) if examples and "target" in \
+            examples[0] else None
+        return [{"example": i, "ids": ids, **({"target": targets[i]} if targets else {})}
+                for i, ids in enumerate(sources)]
+
+    def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+        """Padded sources (``ids``, ``padding`` True at real tokens), the end token ``eos`` for generation, and for
+        training the padded ``targets`` with their ``target_padding`` and the count of real target tokens."""
+        batch = {**collate([f["ids"] for f in features], pad_id), "eos": self._tokenizer().specials.sep}
+        if "target" in features[0]:
+            targets = collate([f["target"] for f in features], pad_id)
+            batch.update(targets=targets["ids"], target_padding=targets["padding"],
+                         counts={"loss": int(targets["padding"].sum())})
+        return batch
+
+    def build(self, backbone: EncoderDecoder, n_labels: int, pooling: str, dropout: float) -> TaskModel:
+        return Text2TextModel(backbone, max_new_tokens=self.max_target_length, generate=generate)
+
+    def texts(self, outputs: torch.Tensor) -> list[str]:
+        """The text of each row of generated ids, up to its first end or pad token."""
+        tok = self._tokenizer()
+        ends = {tok.specials.sep, tok.specials.pad}
+        texts = []
+        for row in outputs.long().tolist():
+            cut = next((i for i, t in enumerate(row) if t in ends), len(row))
+            texts.append(tok.decode(row[:cut]).strip())
+        return texts
+
+    def _tokenizer(self) -> TextTokenizer:
+        if self.tokenizer is None:
+            raise RuntimeError("text2text: make the features first; batches and scores use their tokenizer")
+        return self.tokenizer
+
+    def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
+        return CASTS[self.cast].score(examples, self.texts(outputs), labels)
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor,
+                    labels: list[str]) -> list[dict]:
+        """``{"output": the generated text}`` per example (with SQuAD's question ``id``)."""
+        return [{**({"id": e["id"]} if "id" in e else {}), "output": text}
+                for e, text in zip(examples, self.texts(outputs), strict=True)]
