@@ -85,8 +85,8 @@ def _chunked_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                   low: torch.dtype) -> tuple[torch.Tensor, _Grads | None]:
     """Summed cross-entropy of ``hidden @ weight.T + bias`` against ``targets``, chunk by chunk.
 
-    With ``grads``, also return the gradients of that sum with respect to hidden, weight and bias (in
-    their types), computed from each chunk's softmax while it is at hand: ∂loss/∂logits = softmax − one-hot.
+    With ``grads``, also return the gradients of that sum with respect to hidden (in ``low``), weight and
+    bias (in ``wide``), computed from each chunk's softmax while it is at hand: ∂loss/∂logits = softmax − one-hot.
     The matrix products take operands of type ``low`` (:func:`product_dtype`); the softmax, the loss and
     the sums over chunks are in ``wide``, float32 at least. One (chunk_size × vocabulary) matrix of
     ``workspace`` holds every chunk's logits in turn (and one of type ``low`` their products, unless
@@ -127,20 +127,19 @@ def _chunked_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                 torch.sum(probs, 0, out=grad_bias)
             else:
                 grad_bias += probs.sum(0)
-    if not grads:
-        return loss, None
-    return loss, (grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype),
-                  grad_bias.to(bias.dtype) if grad_bias is not None else None)
+    return loss, ((grad_hidden, grad_weight, grad_bias) if grads else None)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Autograd wrapper of :func:`_chunked_loss`: the gradients are computed in the forward pass and
-    only scaled by the incoming gradient in the backward pass (which may therefore run once)."""
+    only scaled by the incoming gradient in the backward pass (which may therefore run once), in the
+    wider of their type and their input's, and returned in their input's type."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 targets: torch.Tensor, chunk_size: int, workspace: Workspace, low: torch.dtype) -> torch.Tensor:
         loss, ctx.grads = _chunked_loss(hidden, weight, bias, targets, chunk_size, workspace, grads=True, low=low)
+        ctx.dtypes = tuple(p.dtype if p is not None else None for p in (hidden, weight, bias))
         return loss
 
     @staticmethod
@@ -148,7 +147,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if ctx.grads is None:
             raise RuntimeError("linear_cross_entropy: backward can run only once per forward")
         grads, ctx.grads = ctx.grads, None
-        grad_hidden, grad_weight, grad_bias = (g.mul_(grad_loss) if g is not None else None for g in grads)
+        grad_hidden, grad_weight, grad_bias = (
+            g.to(torch.promote_types(g.dtype, dtype)).mul_(grad_loss).to(dtype) if g is not None else None
+            for g, dtype in zip(grads, ctx.dtypes))
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
