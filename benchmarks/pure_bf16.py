@@ -13,9 +13,10 @@ started from the same weights:
   AdamW steps the masters in float32 and the masters are copied back, rounded, into the bfloat16 weights
   (:class:`PureBf16`; the copies are part of the timed step).
 
-In every variant the vocabulary projection and its cross-entropy compute in float32 (sesame's fused
-``linear_cross_entropy`` upcasts half-precision inputs and writes its logits with ``out=``, which autocast leaves
-alone), so the variants differ in the blocks: embeddings, attention, feed-forward, LayerNorm, dropout.
+The vocabulary projection fused with its cross-entropy (``sesame.objectives.projection``) multiplies in bfloat16
+only under bf16 autocast (softmax, loss and gradient sums in float32); ``fp32`` and ``bf16-pure`` (no autocast:
+it upcasts the bfloat16 inputs) compute it wholly in float32. So ``bf16-pure`` differs from ``bf16-autocast`` in
+the blocks (embeddings, attention, feed-forward, LayerNorm, dropout) and also in a float32 projection.
 
 The contenders alternate in one process as in train_step.py: each round runs ``--steps`` steps of each (the
 order flips every round), the first ``--warmup`` rounds are discarded, and throughput is the median over the

@@ -1,9 +1,15 @@
-"""The fast paths compute exactly what the plain formulas compute (within float32 rounding)."""
+"""The fast paths compute exactly what the plain formulas compute (within float32 rounding; under bfloat16 autocast,
+within bfloat16 rounding of what autocast makes of the plain formulas)."""
 from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from functools import partial
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import Dropout, dropout, explicit_attention
@@ -12,13 +18,23 @@ from sesame.objectives.projection import linear_cross_entropy
 from sesame.tokenizer import SpecialIds
 
 RTOL = 1e-5
+# Under bf16 autocast the fused projection and autocast's plain linear + float32 cross-entropy round the same
+# bfloat16 operands and logits, and each gradient element to bfloat16 once (a relative error up to u = 2^-8, bf16's
+# unit roundoff); they differ in where ∂loss/∂logits is rounded (before or after the incoming gradient's scale) and
+# in summing ∂W over chunks, so their gradients differ by about one or two u of the largest (measured: up to 1.5 u).
+# Four u leaves room without admitting a real error: wrong gradients are off by O(1) of the largest.
+BF16_RTOL = 4 * 2 ** -8
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """Equal within RTOL relative to the largest magnitude of ``expected``."""
-    scale = expected.abs().max().clamp_min(1e-30)
-    assert float((actual - expected).abs().max() / scale) <= RTOL
+def deviation(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """The largest difference relative to the largest magnitude of ``expected``."""
+    return float((actual.float() - expected.float()).abs().max() / expected.float().abs().max().clamp_min(1e-30))
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float = RTOL) -> None:
+    """Equal within ``rtol`` relative to the largest magnitude of ``expected``."""
+    assert deviation(actual, expected) <= rtol
 
 
 def leaves(*shapes: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
@@ -70,6 +86,58 @@ def test_linear_cross_entropy_refuses_a_second_backward() -> None:
         loss.backward()
 
 
+def loss_and_gradients(loss: Callable[[], torch.Tensor], params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The loss and its gradients with respect to ``params``, the loss scaled by an incoming gradient that is
+    not a power of two (as when the trainer divides by the number of targets)."""
+    for p in params:
+        p.grad = None
+    value = loss()
+    (value * 0.37).backward()
+    return [value.detach(), *(p.grad for p in params)]
+
+
+def bf16_case(with_bias: bool = True) -> tuple[list[torch.Tensor], torch.Tensor]:
+    hidden, weight, bias = leaves((50, 16), (97, 16), (97,), seed=4)
+    targets = torch.randint(0, 97, (50,), generator=torch.Generator().manual_seed(5))
+    return [hidden, weight, bias] if with_bias else [hidden, weight], targets
+
+
+@pytest.mark.parametrize("chunk_size", [None, 7, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_under_bf16_autocast_the_fused_projection_matches_autocasts_plain_linear_and_cross_entropy(
+        chunk_size: int | None, with_bias: bool) -> None:
+    params, targets = bf16_case(with_bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = loss_and_gradients(lambda: linear_cross_entropy(params[0], params[1], targets, *params[2:],
+                                                                chunk_size=chunk_size), params)
+        plain = loss_and_gradients(lambda: F.cross_entropy(F.linear(*params).float(), targets, reduction="sum"),
+                                   params)
+    assert [t.dtype for t in fused] == [torch.float32] * len(fused)
+    assert_close(fused[0], plain[0], RTOL)  # the same bfloat16 logits, then float32 throughout
+    for got, want in zip(fused[1:], plain[1:], strict=True):
+        assert_close(got, want, BF16_RTOL)
+
+
+def test_under_bf16_autocast_every_product_of_every_chunk_takes_bfloat16_operands() -> None:
+    params, targets = bf16_case()
+    calls = []
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.addmm_):
+                calls.append({a.dtype for a in args if isinstance(a, torch.Tensor)})
+            return func(*args, **(kwargs or {}))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16), Products():
+        fused = loss_and_gradients(lambda: linear_cross_entropy(params[0], params[1], targets, params[2],
+                                                                chunk_size=7), params)
+    assert calls == [{torch.bfloat16}] * (3 * 8)  # logits, ∂hidden and ∂W of each of the 8 chunks
+    # and so the result is not float32's: it differs by far more than float32 rounding
+    exact = loss_and_gradients(lambda: linear_cross_entropy(params[0], params[1], targets, params[2]), params)
+    for got, want in zip(fused, exact, strict=True):
+        assert 10 * RTOL < deviation(got, want) < 4 * BF16_RTOL
+
+
 def tiny_backbone(causal: bool) -> Transformer:
     torch.manual_seed(0)
     return Transformer(TransformerConfig(
@@ -83,40 +151,51 @@ def gradients(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Ten
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_causal_lm_loss_and_gradients_match_the_plain_tied_projection() -> None:
+# The models' gradients under bf16 autocast: the backbone's bfloat16 backward carries the projection's rounding
+# differences (BF16_RTOL) through its layers and rounds again; measured up to 4 u of the largest (2 layers).
+PRECISIONS = {"fp32": (nullcontext, RTOL), "bf16": (partial(torch.autocast, "cpu", dtype=torch.bfloat16), 8 * 2 ** -8)}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_causal_lm_loss_and_gradients_match_the_plain_tied_projection(precision: str) -> None:
     model = CausalLM(tiny_backbone(causal=True), SPECIALS).train()
     windows = torch.randint(5, 101, (3, CausalLM.window_length(20)), generator=torch.Generator().manual_seed(2))
     batch = model.make_batch(windows, [])
+    context, rtol = PRECISIONS[precision]
 
-    fused = model(batch)
-    got = gradients(model, fused)
-    logits = model.tied_logits(model.backbone(batch["ids"]))
-    plain = F.cross_entropy(logits.flatten(0, 1), batch["targets"].flatten(), reduction="sum")
-    expected = gradients(model, plain)
+    with context():
+        fused = model(batch)
+        got = gradients(model, fused)
+        logits = model.tied_logits(model.backbone(batch["ids"]))
+        plain = F.cross_entropy(logits.flatten(0, 1).float(), batch["targets"].flatten(), reduction="sum")
+        expected = gradients(model, plain)
 
     assert_close(fused.detach(), plain.detach())
     assert got.keys() == expected.keys()
     for name in expected:
-        assert_close(got[name], expected[name])
+        assert_close(got[name], expected[name], rtol)
 
 
-def test_masked_lm_loss_and_gradients_match_the_plain_head() -> None:
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_masked_lm_loss_and_gradients_match_the_plain_head(precision: str) -> None:
     model = MaskedLM(tiny_backbone(causal=False), SPECIALS).train()
     windows = torch.randint(5, 101, (4, MaskedLM.window_length(24)), generator=torch.Generator().manual_seed(3))
     batch = model.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(4)])
     assert batch["targets"].numel() > 0
+    context, rtol = PRECISIONS[precision]
 
-    fused = model(batch)
-    got = gradients(model, fused)
-    hidden = model.backbone(batch["ids"]).flatten(0, 1)[batch["positions"]]
-    logits = model.tied_logits(model.transform(hidden)) + model.bias
-    plain = F.cross_entropy(logits, batch["targets"], reduction="sum")
-    expected = gradients(model, plain)
+    with context():
+        fused = model(batch)
+        got = gradients(model, fused)
+        hidden = model.backbone(batch["ids"]).flatten(0, 1)[batch["positions"]]
+        logits = F.linear(model.transform(hidden), model.backbone.embed.tokens.weight, model.bias)
+        plain = F.cross_entropy(logits.float(), batch["targets"], reduction="sum")
+        expected = gradients(model, plain)
 
     assert_close(fused.detach(), plain.detach())
     assert got.keys() == expected.keys()
     for name in expected:
-        assert_close(got[name], expected[name])
+        assert_close(got[name], expected[name], rtol)
 
 
 def test_dropout_keeps_one_minus_p_of_the_elements_scaled_by_its_inverse() -> None:

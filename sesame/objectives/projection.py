@@ -5,85 +5,141 @@ and streaming a (positions × vocabulary) logits matrix and its gradient of hund
 each step costs more than the projection itself on a CPU. :func:`linear_cross_entropy` never
 materialises them: it computes each chunk's logits in a reused buffer and turns them into gradients
 at once (∂loss/∂logits = softmax − one-hot).
+
+Precision. Without autocast everything computes in float32 (half-precision inputs are upcast). Under
+bfloat16 autocast (``--precision bf16``) the three matrix products of each chunk, the logits x Wᵀ + b,
+∂hidden = G W and ∂W += Gᵀ x (G = ∂loss/∂logits), take bfloat16 operands and give bfloat16 results
+(the product itself accumulates in float32), while the log-softmax, the loss sum and G = softmax − one-hot
+are computed in float32 from the bfloat16 logits, and the weight's and bias's gradients are summed over
+chunks in float32: Micikevicius et al. 2018, "Mixed precision training", §3 (float32 master weights and
+gradient accumulation) and §3.3 (products in half precision accumulating in float32; large reductions
+such as the softmax in float32). It is what autocast does to ``F.cross_entropy(F.linear(h, W, b).float(),
+t)``: the linear in bfloat16, the cross-entropy in float32. The gradients come back in their inputs'
+types. Deviation from exact float32: the operands, the logits, G and each chunk's ∂W are rounded to
+bfloat16 (8 significant bits, a relative error up to 2⁻⁸ each), as in autocast's own products.
+
+float16 autocast (CUDA's ``--precision fp16``) keeps the float32 path: G is formed in the forward pass,
+before the loss scale is known, so in float16 its entries below 6·10⁻⁸ (most of a 50k-word softmax) would
+flush to zero and those below 6·10⁻⁵ keep only a few bits, which a gradient scaler cannot prevent.
 """
 from __future__ import annotations
 
 import torch
 from torch.autograd.function import FunctionCtx
 
-# By default one chunk of logits holds at most this many floats (64 MB in fp32): large enough that
-# the output matrix is streamed only a few times per batch, small enough to be a bounded workspace.
+# By default one chunk of logits holds at most this many floats (64 MB in fp32; under bf16 autocast a
+# bf16 copy adds half as much): large enough that the output matrix is streamed only a few times per
+# batch, small enough to be a bounded workspace.
 CHUNK_ELEMENTS = 1 << 24
 
 
 class Workspace:
     """Scratch memory kept between calls, so a large buffer is not handed back to the operating
-    system and faulted in again every step. Its contents never outlive a call; it is never saved."""
+    system and faulted in again every step. One buffer per use (the chunk's logits, ...), replaced
+    when a call needs more room or another dtype or device. Its contents never outlive a call; it is
+    never saved."""
 
     def __init__(self) -> None:
-        self._flat: torch.Tensor | None = None
+        self._flats: dict[str, torch.Tensor] = {}
 
-    def matrix(self, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
-        """An uninitialised (rows, cols) matrix of ``like``'s dtype and device."""
+    def matrix(self, use: str, rows: int, cols: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """An uninitialised (rows, cols) matrix of ``dtype`` on ``device``: the buffer of ``use``."""
         n = rows * cols
-        flat = self._flat
-        if flat is None or flat.numel() < n or flat.dtype != like.dtype or flat.device != like.device:
-            flat = self._flat = like.new_empty(n)
+        flat = self._flats.get(use)
+        if flat is None or flat.numel() < n or flat.dtype != dtype or flat.device != device:
+            flat = self._flats[use] = torch.empty(n, dtype=dtype, device=device)
         return flat[:n].view(rows, cols)
 
 
 _Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
+def product_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The operand type of the projection's matrix products for ``hidden``: bfloat16 under bfloat16
+    autocast on its device, else float32 at least (module docstring)."""
+    wide = torch.promote_types(hidden.dtype, torch.float32)
+    kind = hidden.device.type
+    if wide == torch.float32 and torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
+        return torch.bfloat16
+    return wide
+
+
+def _add_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor, first: bool, workspace: Workspace) -> None:
+    """``total = a @ b`` if ``first``, else ``total += a @ b``. When ``a`` and ``b`` are of a lower type than
+    ``total``, their product is made in that type (a buffer of ``workspace``), then added in ``total``'s."""
+    if a.dtype == total.dtype:
+        if first:
+            torch.mm(a, b, out=total)
+        else:
+            total.addmm_(a, b)
+        return
+    part = torch.mm(a, b, out=workspace.matrix("low product", *total.shape, a.dtype, a.device))
+    if first:
+        total.copy_(part)
+    else:
+        total += part
+
+
 def _chunked_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                  chunk_size: int, workspace: Workspace, grads: bool) -> tuple[torch.Tensor, _Grads | None]:
+                  chunk_size: int, workspace: Workspace, grads: bool,
+                  low: torch.dtype) -> tuple[torch.Tensor, _Grads | None]:
     """Summed cross-entropy of ``hidden @ weight.T + bias`` against ``targets``, chunk by chunk.
 
-    With ``grads``, also return the gradients of that sum with respect to hidden, weight and bias,
-    computed from each chunk's softmax while it is at hand: ∂loss/∂logits = softmax − one-hot.
-    One (chunk_size × vocabulary) matrix of ``workspace`` holds every chunk's logits in turn.
+    With ``grads``, also return the gradients of that sum with respect to hidden (in ``low``), weight and
+    bias (in ``wide``), computed from each chunk's softmax while it is at hand: ∂loss/∂logits = softmax − one-hot.
+    The matrix products take operands of type ``low`` (:func:`product_dtype`); the softmax, the loss and
+    the sums over chunks are in ``wide``, float32 at least. One (chunk_size × vocabulary) matrix of
+    ``workspace`` holds every chunk's logits in turn (and one of type ``low`` their products, unless
+    ``low`` is ``wide``).
     """
-    n = hidden.shape[0]
-    buffer = workspace.matrix(min(chunk_size, n), weight.shape[0], hidden)
-    loss = hidden.new_zeros(())
-    grad_hidden = torch.empty_like(hidden) if grads else None
-    new = torch.empty_like if n else torch.zeros_like  # the first chunk overwrites, later ones add
-    grad_weight = new(weight) if grads else None
-    grad_bias = new(bias) if grads and bias is not None else None
+    n, (vocab, features), device = hidden.shape[0], weight.shape, hidden.device
+    wide = torch.promote_types(hidden.dtype, torch.float32)
+    scores = workspace.matrix("logits", min(chunk_size, n), vocab, wide, device)
+    products = scores if low == wide else workspace.matrix("low logits", min(chunk_size, n), vocab, low, device)
+    x_all = hidden.to(low)
+    w = weight if weight.dtype == low else workspace.matrix("low weight", vocab, features, low, device).copy_(weight)
+    b = bias.to(low) if bias is not None else None
+    loss = torch.zeros((), dtype=wide, device=device)
+    grad_hidden = torch.empty(hidden.shape, dtype=low, device=device) if grads else None
+    new = torch.empty if n else torch.zeros  # the first chunk overwrites, later ones add
+    grad_weight = new(weight.shape, dtype=wide, device=device) if grads else None
+    grad_bias = new(bias.shape, dtype=wide, device=device) if grads and bias is not None else None
     for start in range(0, n, chunk_size):
-        x, t = hidden[start:start + chunk_size], targets[start:start + chunk_size]
-        rows = torch.arange(x.shape[0], device=x.device)
-        logits = buffer[: x.shape[0]]
-        if bias is None:
-            torch.mm(x, weight.t(), out=logits)
+        x, t = x_all[start:start + chunk_size], targets[start:start + chunk_size]
+        rows = torch.arange(x.shape[0], device=device)
+        product = products[: x.shape[0]]
+        if b is None:
+            torch.mm(x, w.t(), out=product)
         else:
-            torch.addmm(bias, x, weight.t(), out=logits)
+            torch.addmm(b, x, w.t(), out=product)
+        logits = product if low == wide else scores[: x.shape[0]].copy_(product)
         log_probs = torch.log_softmax(logits, dim=1, out=logits)  # in place
         loss -= log_probs[rows, t].sum()
         if not grads:
             continue
         probs = log_probs.exp_()
         probs[rows, t] -= 1.0  # now ∂loss/∂logits
-        torch.mm(probs, weight, out=grad_hidden[start:start + chunk_size])
-        if start == 0:
-            torch.mm(probs.t(), x, out=grad_weight)
-            if grad_bias is not None:
+        g = probs if low == wide else product.copy_(probs)
+        torch.mm(g, w, out=grad_hidden[start:start + chunk_size])
+        _add_product(grad_weight, g.t(), x, start == 0, workspace)
+        if grad_bias is not None:
+            if start == 0:
                 torch.sum(probs, 0, out=grad_bias)
-        else:
-            grad_weight.addmm_(probs.t(), x)
-            if grad_bias is not None:
+            else:
                 grad_bias += probs.sum(0)
     return loss, ((grad_hidden, grad_weight, grad_bias) if grads else None)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Autograd wrapper of :func:`_chunked_loss`: the gradients are computed in the forward pass and
-    only scaled by the incoming gradient in the backward pass (which may therefore run once)."""
+    only scaled by the incoming gradient in the backward pass (which may therefore run once), in the
+    wider of their type and their input's, and returned in their input's type."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                targets: torch.Tensor, chunk_size: int, workspace: Workspace) -> torch.Tensor:
-        loss, ctx.grads = _chunked_loss(hidden, weight, bias, targets, chunk_size, workspace, grads=True)
+                targets: torch.Tensor, chunk_size: int, workspace: Workspace, low: torch.dtype) -> torch.Tensor:
+        loss, ctx.grads = _chunked_loss(hidden, weight, bias, targets, chunk_size, workspace, grads=True, low=low)
+        ctx.dtypes = tuple(p.dtype if p is not None else None for p in (hidden, weight, bias))
         return loss
 
     @staticmethod
@@ -91,8 +147,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if ctx.grads is None:
             raise RuntimeError("linear_cross_entropy: backward can run only once per forward")
         grads, ctx.grads = ctx.grads, None
-        grad_hidden, grad_weight, grad_bias = (g.mul_(grad_loss) if g is not None else None for g in grads)
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        grad_hidden, grad_weight, grad_bias = (
+            g.to(torch.promote_types(g.dtype, dtype)).mul_(grad_loss).to(dtype) if g is not None else None
+            for g, dtype in zip(grads, ctx.dtypes))
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 @torch.compiler.disable
@@ -106,17 +164,17 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     fewest equal chunks of at most :data:`CHUNK_ELEMENTS` floats) in one reused matrix (of
     ``workspace`` when given, so callers that keep a workspace skip the allocation next time) and,
     when gradients are needed, turned into the gradients of ``hidden``, ``weight`` and ``bias`` at
-    once, so neither the logits nor their gradient ever exist in full. Computes in float32 at least:
-    half-precision inputs are upcast first. Under ``--compile`` it stays eager (a graph break): Dynamo
-    cannot trace an autograd function that writes its gradients into buffers in the forward pass.
+    once, so neither the logits nor their gradient ever exist in full. The loss is in float32 at
+    least; under bfloat16 autocast the matrix products run in bfloat16 (module docstring), otherwise
+    everything computes in float32 at least (half-precision inputs are upcast). Under ``--compile`` it
+    stays eager (a graph break): Dynamo cannot trace an autograd function that writes its gradients
+    into buffers in the forward pass.
     """
-    dtype = torch.promote_types(hidden.dtype, torch.float32)
-    hidden, weight = hidden.to(dtype), weight.to(dtype)
-    bias = bias.to(dtype) if bias is not None else None
+    low = product_dtype(hidden)
     if chunk_size is None:  # as few chunks as the bound allows, of equal size
         chunks = max(1, -(-hidden.shape[0] // max(1, CHUNK_ELEMENTS // weight.shape[0])))
         chunk_size = max(1, -(-hidden.shape[0] // chunks))
     workspace = workspace or Workspace()
     if torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (hidden, weight, bias)):
-        return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_size, workspace)
-    return _chunked_loss(hidden, weight, bias, targets, chunk_size, workspace, grads=False)[0]
+        return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_size, workspace, low)
+    return _chunked_loss(hidden, weight, bias, targets, chunk_size, workspace, grads=False, low=low)[0]
