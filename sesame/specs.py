@@ -162,7 +162,8 @@ class PretrainSpec(RecurrentDropouts):
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
-        OBJECTIVES[self.objective_name].window_length(self.seq_len)  # one made of windows of a corpus?
+        # one made of windows of a corpus? (and span corruption's options: room for text at this length?)
+        OBJECTIVES[self.objective_name].window_length(self.seq_len, **self.objective_settings())
         known = set(OBJECTIVES[self.objective_name].options)
         unknown = set(self.objective_settings()) - known
         if unknown:

@@ -56,6 +56,7 @@ class EncoderDecoderConfig(TransformerConfig):
     """A :class:`TransformerConfig` for both stacks (``layers`` is the encoder's), and what the pair adds."""
 
     type_vocab_size: int = 0
+    arch: str = "encoder_decoder"  # written to config.json with the rest (sesame.models.ARCHITECTURES)
     decoder_layers: int | None = None  # None: as many as the encoder
     decoder_start_id: int = 0  # the decoder's first input (T5: <pad>, BART: </s>)
     relative_buckets: int = 0  # T5's relative position bias with this many buckets (0: learned positions)
@@ -185,11 +186,13 @@ class EncoderDecoder(nn.Module):
         return self.decoder(ids, padding=padding, embedded=self.embed(ids, "decoder", past), cache=cache,
                             memory=memory)
 
+    def readout(self, states: torch.Tensor) -> torch.Tensor:
+        """Decoder states as the tied output layer reads them: times hidden^-0.5 for T5 (``scale_logits``)."""
+        return states * self.config.hidden ** -0.5 if self.config.scale_logits else states
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores over the vocabulary from decoder states: the tied token embeddings' (after hidden^-0.5, T5)."""
-        if self.config.scale_logits:
-            hidden = hidden * self.config.hidden ** -0.5
-        return hidden @ self.embed.tokens.weight.t()
+        """Scores over the vocabulary from decoder states: the tied token embeddings' (after :meth:`readout`)."""
+        return self.readout(hidden) @ self.embed.tokens.weight.t()
 
     def forward(self, ids: torch.Tensor, *, decoder_ids: torch.Tensor, padding: torch.Tensor | None = None,
                 decoder_padding: torch.Tensor | None = None) -> torch.Tensor:

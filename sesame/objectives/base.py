@@ -44,8 +44,9 @@ class Objective(nn.Module):
         return cls(backbone, tokenizer.specials, **options)
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
-        """How many corpus tokens one example of ``seq_len`` model positions consumes."""
+    def window_length(seq_len: int, **options) -> int:
+        """How many corpus tokens one example of ``seq_len`` model positions consumes, under the run's objective
+        ``options`` (as ``build`` takes them; only span corruption's window depends on them)."""
         raise NotImplementedError
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
