@@ -22,7 +22,10 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
 * dropout follows the other Transformers: on the embeddings, the attention weights and each sublayer's output,
   not inside the feed-forward (T5's and BART's ``activation_dropout``) nor after T5's final norm;
 * weights start as the other Transformers' do, N(0, 0.02) (T5 draws them with std 1/√fan-in): with unscaled
-  scores the query projection's start is divided by √(head size), which is what T5's initialisation does;
+  scores the query projection's start is divided by √(head size), which is what T5's initialisation does. T5's
+  token embeddings start as T5's, N(0, 1) (``embedding_std``; Mesh TensorFlow's default, which the hidden^-0.5
+  of the tied output layer assumes: from N(0, 0.02) its scores start near zero and a tiny T5 learned markedly
+  slower in its first hundred steps);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
   puts them back, as for RoBERTa), no ``final_logits_bias`` (zero in BART's checkpoints) and no embedding scale
   (off in BART's configurations).
@@ -45,7 +48,7 @@ SIDES = ("encoder", "decoder")
 STYLES: dict[str, dict] = {
     "t5": {"norm": "pre", "norm_kind": "rms", "bias": False, "scale_attention": False, "activation": "relu",
            "embedding_norm": False, "layer_norm_eps": 1e-6, "relative_buckets": 32, "relative_max_distance": 128,
-           "scale_logits": True},
+           "scale_logits": True, "embedding_std": 1.0},
     "bart": {"norm": "post", "norm_kind": "layer", "activation": "gelu", "embedding_norm": True,
              "layer_norm_eps": 1e-5},
 }
@@ -62,6 +65,7 @@ class EncoderDecoderConfig(TransformerConfig):
     relative_buckets: int = 0  # T5's relative position bias with this many buckets (0: learned positions)
     relative_max_distance: int = 128  # offsets this far or farther share the last bucket
     scale_logits: bool = False  # the tied output layer reads the states times hidden^-0.5 (T5)
+    embedding_std: float = 0.02  # the token embeddings' initial standard deviation (T5: 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -166,6 +170,7 @@ class EncoderDecoder(nn.Module):
         self.embed = SharedEmbeddings(cfg)
         self.encoder, self.decoder = (self._stack(cfg.stack(side)) for side in SIDES)
         self.embed.apply(Transformer._init)
+        nn.init.normal_(self.embed.tokens.weight, std=cfg.embedding_std)
 
     @staticmethod
     def _stack(cfg: EncoderDecoderConfig) -> Transformer:
