@@ -162,6 +162,10 @@ class PretrainSpec(RecurrentDropouts):
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
+        if OBJECTIVES[self.objective_name].seq2seq != (fam.arch == "encoder_decoder"):
+            fits = [name for name, o in OBJECTIVES.items() if o.seq2seq == (fam.arch == "encoder_decoder")]
+            raise SesameError(f"--objective {self.objective_name}: does not train a {fam.arch} model (--family "
+                              f"{fam.name}); choose one of: {', '.join(fits)}")
         known = set(OBJECTIVES[self.objective_name].options)
         unknown = set(self.objective_settings()) - known
         if unknown:

@@ -32,6 +32,7 @@ class Objective(nn.Module):
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
     classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)
+    seq2seq = False  # trains an encoder-decoder (arch encoder_decoder), which no other objective can
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
