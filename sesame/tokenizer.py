@@ -15,9 +15,9 @@ Three kinds, one wrapper:
 
 Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
 are the special ones, in that order of roles. A tokenizer for T5's span corruption also ends with
-sentinel tokens ``<extra_id_0>`` … (:func:`train_tokenizer`'s ``sentinels``). A single text encodes as ``cls text sep`` and a pair
-as ``cls a sep b sep`` (segment 1 for b); a fine-tuned gpt run's tokenizer appends GPT's input tokens
-and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
+sentinel tokens ``<extra_id_0>`` … (:func:`train_tokenizer`'s ``sentinels``). A single text encodes as
+``cls text sep`` and a pair as ``cls a sep b sep`` (segment 1 for b); a fine-tuned gpt run's tokenizer appends
+GPT's input tokens and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
 (:mod:`sesame.tasks.inputs`).
 """
 from __future__ import annotations

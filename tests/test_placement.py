@@ -70,7 +70,8 @@ def test_objectives_make_no_tensor_off_the_models_device(objective, family, toke
     forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1]), partners))
 
 
-@pytest.mark.parametrize("objective, family, kind", [("span_corruption", "t5", "unigram"), ("denoising", "bart", "bpe")])
+@pytest.mark.parametrize("objective, family, kind", [("span_corruption", "t5", "unigram"),
+                                                     ("denoising", "bart", "bpe")])
 def test_encoder_decoder_objectives_make_no_tensor_off_the_models_device(objective, family, kind):
     from sesame.data.windows import generators
 

@@ -187,5 +187,5 @@ def test_tokenizer_pretrain_evaluate_resume(family, kind, tmp_path, capsys):
     assert main(pretrain + ["--resume", "--max-steps", "4"]) == 0
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 4
-    steps = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "dev"]
-    assert steps == [2, 4]
+    records = map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    assert [r["step"] for r in records if r["split"] == "dev"] == [2, 4]
