@@ -40,11 +40,12 @@ def probe(model: str, data: list[str], windows: int = 256, batch_size: int = 32)
     scores, labels, masked, hits = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         shards = Corpus.of(data, "--data").shards(tok, Path(tmp) / "shards", progress=False)
-        all_windows = shards.windows(obj.window_length(config.seq_len))
+        length = obj.window_length(config.seq_len)
+        all_windows = shards.windows(length)
         picks = list(range(min(windows, len(all_windows))))
         for start in range(0, len(picks), batch_size):
             idx = picks[start: start + batch_size]
-            batch = examples(obj, shards, all_windows, idx, idx, config.seq_len, seed=1)
+            batch = examples(obj, shards, all_windows, idx, idx, length, seed=1)
             predicted = obj.predict(batch)
             logits = torch.addmm(obj.generator_bias, predicted, obj.backbone.embed.tokens.weight.t())
             hits.append(logits.argmax(1) == batch["targets"])

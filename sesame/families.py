@@ -12,13 +12,19 @@ from word vectors, ``sesame finetune --vectors``); ``ulmfit`` is AWD-LSTM with i
 (Howard & Ruder 2018, §4: 0.4 on the output, 0.3 between layers, 0.4 on the input, 0.05 on embeddings,
 0.5 on the hidden-to-hidden weights); ``elmo`` is a character-aware biLM whose layers a task model
 reads, frozen, beside its own embeddings; ``cove`` is the MT-LSTM encoder (trained by ``sesame cove``).
+
+The encoder-decoder families (arch ``encoder_decoder``, :mod:`sesame.models.encoder_decoder`): ``t5`` (Raffel et
+al. 2020) and ``bart`` (Lewis et al. 2020), whose rows take their model's fields from ``STYLES`` and have as many
+layers in the decoder as in the encoder (T5's and BART's own sizes do); docs/encoder_decoder.md.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .errors import SesameError
-from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
+from .models import ARCHITECTURES, RecurrentConfig
+from .models.encoder_decoder import STYLES
+from .tokenizer import SpecialIds
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,9 @@ class Family:
     # (Geiping & Goldstein 2022, "Cramming"; docs/results.md found the same at 20 minutes). Fine-tuning puts
     # --dropout (0.1) back.
     pretrain_dropout: float | None = 0.0
+    # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
+    decoder_start: str | None = None
+    sentinels: int = 0  # the tokenizer ends with T5's sentinel tokens, this many (sesame.tokenizer.train_tokenizer)
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -98,6 +107,11 @@ FAMILIES: dict[str, Family] = {
                word_vectors=True, pretrain_dropout=None),
         Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
                finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
+        #      name  tokenizer  objective        causal norm  emb-LN pooling paper
+        Family("t5", "unigram", "span_corruption", False, "pre", False, "mean", "Raffel et al. 2020",
+               arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100),
+        Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
+               arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024),  # last token
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
@@ -157,10 +171,11 @@ def get_size(name: str) -> tuple[int, int]:
 
 
 def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropout: float | None = None,
-                    max_positions: int | None = None):
-    """The backbone configuration of ``family`` at ``size``; a Transformer's has the family's context unless
-    ``max_positions``. ``dropout`` overrides the family's (0.1 unless its row says otherwise; for a recurrent
-    family the output's, AWD-LSTM's others coming from the row)."""
+                    max_positions: int | None = None, *, specials: SpecialIds | None = None):
+    """The backbone configuration of ``family`` at ``size``; a Transformer's (or encoder-decoder's) has the family's
+    context unless ``max_positions``. ``dropout`` overrides the family's (0.1 unless its row says otherwise; for a
+    recurrent family the output's, AWD-LSTM's others coming from the row). An encoder-decoder's decoder starts from
+    the token of the row's ``decoder_start`` role among the tokenizer's ``specials``."""
     fam, (layers, hidden) = get_family(family), get_size(size)
     dropout = dropout if dropout is not None else fam.model_options.get("dropout", DROPOUT)
     if fam.arch == "recurrent":
@@ -168,10 +183,15 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         return RecurrentConfig(**{"vocab_size": vocab_size, "causal": fam.causal, "embedding_size": embedding,
                                   "hidden_size": width, "layers": RECURRENT_LAYERS, "pad_id": pad_id,
                                   **fam.model_options, "dropout": dropout})
-    if fam.arch != "transformer":  # ELMo's sizes live with its model
+    if fam.arch not in ("transformer", "encoder_decoder"):  # ELMo's sizes live with its model
         return ARCHITECTURES[fam.arch][0].sized(size, vocab_size, pad_id, dropout)
+    start = {}
+    if fam.decoder_start:
+        if specials is None:
+            raise ValueError(f"{family}'s decoder starts from its tokenizer's {fam.decoder_start} token: give specials")
+        start = {"decoder_start_id": getattr(specials, fam.decoder_start)}
     embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
-    return TransformerConfig(**{
+    return ARCHITECTURES[fam.arch][0](**start, **{
         "vocab_size": vocab_size, "hidden": hidden, "layers": layers, "heads": hidden // 64, "intermediate": 4 * hidden,
         "max_positions": max_positions or fam.context, "causal": fam.causal, "norm": fam.norm,
         "embedding_norm": fam.embedding_norm, "pad_id": pad_id, "layer_norm_eps": 1e-12 if fam.norm == "post" else 1e-5,

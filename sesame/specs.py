@@ -162,12 +162,17 @@ class PretrainSpec(RecurrentDropouts):
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
-        OBJECTIVES[self.objective_name].window_length(self.seq_len)  # one made of windows of a corpus?
+        if OBJECTIVES[self.objective_name].seq2seq != (fam.arch == "encoder_decoder"):
+            fits = [name for name, o in OBJECTIVES.items() if o.seq2seq == (fam.arch == "encoder_decoder")]
+            raise SesameError(f"--objective {self.objective_name}: does not train a {fam.arch} model (--family "
+                              f"{fam.name}); choose one of: {', '.join(fits)}")
         known = set(OBJECTIVES[self.objective_name].options)
         unknown = set(self.objective_settings()) - known
         if unknown:
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
+        # one made of windows of a corpus? (and span corruption's options: room for text at this length?)
+        OBJECTIVES[self.objective_name].window_length(self.seq_len, **self.objective_settings())
         self.train_config()
         self.recurrent_dropouts(self.family, self.dropout, arch=fam.arch, what=f"--family {fam.name}")
         if self.discriminative < 1:

@@ -14,9 +14,10 @@ Three kinds, one wrapper:
   vectors line up); other words are ``<unk>`` (WikiText's literal ``<unk>`` included).
 
 Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
-are the special ones, in that order of roles. A single text encodes as ``cls text sep`` and a pair
-as ``cls a sep b sep`` (segment 1 for b); a fine-tuned gpt run's tokenizer appends GPT's input tokens
-and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
+are the special ones, in that order of roles. A tokenizer for T5's span corruption also ends with
+sentinel tokens ``<extra_id_0>`` … (:func:`train_tokenizer`'s ``sentinels``). A single text encodes as
+``cls text sep`` and a pair as ``cls a sep b sep`` (segment 1 for b); a fine-tuned gpt run's tokenizer appends
+GPT's input tokens and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
 (:mod:`sesame.tasks.inputs`).
 """
 from __future__ import annotations
@@ -42,6 +43,10 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "word": {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
 }
 KINDS = tuple(SPECIAL_TOKENS)
+SENTINEL = "<extra_id_{}>"  # T5's sentinel tokens (Raffel et al. 2020, §3.1.4)
+SENTINEL_SHARE = 10  # at most one id in ten is a sentinel, so a tiny vocabulary keeps most of its ids for text
+# a token that ends a sentence: full stops, question and exclamation marks, then closing quotes or brackets
+SENTENCE_FINAL = re.compile(r"[.!?]+[\"')\]]*")
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,23 @@ class TextTokenizer:
             starts[i] = True
         return torch.tensor(starts)
 
+    def sentinels(self) -> torch.Tensor:
+        """The ids of T5's sentinels ``<extra_id_0>``, ``<extra_id_1>``, … (empty when it has none)."""
+        ids = []
+        while (i := self.backend.token_to_id(SENTINEL.format(len(ids)))) is not None:
+            ids.append(i)
+        return torch.tensor(ids, dtype=torch.long)
+
+    def sentence_ends(self) -> torch.Tensor:
+        """A bool per vocabulary entry: True where the token ends a sentence: its text (decoded, without
+        spaces) is full stops, question or exclamation marks, then perhaps closing quotes or brackets
+        (``.``, ``?!``, ``."``), as fairseq's BART finds sentences at GPT-2's full-stop token; and the
+        separator, which ends a document."""
+        texts = self.backend.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=False)
+        ends = [SENTENCE_FINAL.fullmatch(t.strip()) is not None for t in texts]
+        ends[self.specials.sep] = True
+        return torch.tensor(ends)
+
     def save(self, path: str | Path) -> None:
         self.backend.no_truncation()
         self.backend.save(str(path))
@@ -142,9 +164,14 @@ class TextTokenizer:
 
 
 def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: str, vocab_size: int = 8000,
-                    lowercase: bool | None = None, min_frequency: int = 2, show_progress: bool = False) -> TextTokenizer:
+                    lowercase: bool | None = None, min_frequency: int = 2, show_progress: bool = False, *,
+                    sentinels: int = 0) -> TextTokenizer:
     """Train a tokenizer of ``kind`` on texts, or on a function that reads them afresh (WordPiece reads them twice;
     a one-shot iterator is kept in memory for that).
+
+    ``sentinels`` > 0 ends the vocabulary with T5's sentinel tokens, counting down from the top as T5's do
+    (``<extra_id_0>`` is the last id, ``vocab_size − 1``), within ``vocab_size``: as many as asked (T5: 100), but
+    at most a tenth of ``vocab_size`` (:data:`SENTINEL_SHARE`).
 
     ``lowercase`` defaults to True for WordPiece (uncased BERT) and False for the others. The same texts give the
     same tokenizer, byte for byte, in any process (:func:`_deterministic`).
@@ -156,7 +183,11 @@ def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: st
         raise SesameError(f"--kind {kind!r} is unknown; choose one of: {', '.join(KINDS)}")
     if vocab_size < 100:
         raise SesameError(f"--vocab-size {vocab_size} is too small; use at least 100")
+    if sentinels < 0:
+        raise SesameError(f"--sentinels {sentinels}: use 0 (none) or more (T5: 100)")
+    sentinels = min(sentinels, vocab_size // SENTINEL_SHARE)
     specials = [SPECIAL_TOKENS[kind][r] for r in ROLES]
+    vocab_size -= sentinels  # the learned tokens; the sentinels come on top
     if kind == "wordpiece":
         lower = True if lowercase is None else lowercase
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
@@ -199,6 +230,7 @@ def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: st
     if tok.get_vocab_size() <= len(specials):
         raise SesameError("the corpus is empty: the tokenizer learned no tokens; check the --corpus files")
     tok = _deterministic(tok, kind)
+    tok.add_special_tokens([SENTINEL.format(k) for k in reversed(range(sentinels))])
     names = SPECIAL_TOKENS[kind]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{names['cls']} $A {names['sep']}",

@@ -64,6 +64,22 @@ ROWS = {
                                           "{root}/pre", "--seq-len", "64"], "--seq-len 64", "made with 32"),
     "pretrain: resume a classifier": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out",
                                        "{root}/clf"], "--out", "holds a 'finetuned' run"),
+    "pretrain: t5 noise out of range": (["pretrain", "--family", "t5", "--corpus", "{root}/corpus.txt",
+                                         "--objective-option", "noise_density=1.5", "--out", "{root}/new", *FAST],
+                                        "--objective-option noise_density=1.5", "between 0 and 1"),
+    "pretrain: bart option of another objective": (["pretrain", "--family", "bart", "--corpus", "{root}/corpus.txt",
+                                                    "--objective-option", "noise_density=0.2", "--out", "{root}/new",
+                                                    *FAST], "--objective-option noise_density", "denoising"),
+    "pretrain: bert with bart's objective": (["pretrain", "--family", "bert", "--objective", "denoising", "--corpus",
+                                              "{root}/corpus.txt", "--out", "{root}/new", *FAST],
+                                             "--objective denoising", "--family bert"),
+    "pretrain: t5 with a causal LM": (["pretrain", "--family", "t5", "--objective", "clm", "--corpus",
+                                       "{root}/corpus.txt", "--out", "{root}/new", *FAST],
+                                      "--objective clm", "span_corruption, denoising"),
+    "pretrain: t5 with a tokenizer lacking sentinels": (["pretrain", "--family", "t5", "--corpus",
+                                                         "{root}/corpus.txt", "--tokenizer", "{root}/unigram.json",
+                                                         "--out", "{root}/new", *FAST],
+                                                        "--tokenizer", "unigram.json", "--sentinels"),
     "pretrain: resume nothing": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out", "{root}/new"],
                                  "--out", "no such run directory"),
     # finetune
@@ -219,6 +235,9 @@ def root(tmp_path_factory) -> Path:
     config.write_bytes(config.read_bytes().replace(b'"kind"', '"k\u00efnd"'.encode("latin-1"), 1))
     from sesame.data.shards import prepare_corpus
     from sesame.rundir import load_tokenizer
+    from sesame.tokenizer import train_tokenizer
+
+    train_tokenizer([(root / "corpus.txt").read_text()], "unigram", 100).save(root / "unigram.json")  # no sentinels
 
     for name in ("cut-shards", "garbled-shards"):
         prepare_corpus([root / "corpus.txt"], load_tokenizer(root / "pre"), root / name, progress=False)

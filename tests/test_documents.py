@@ -209,14 +209,14 @@ def test_validation_reports_the_pair_accuracy(cls, tok, multi):
     obj = cls.build(backbone(tok), tok)
     obj.eval()
     windows = multi.windows(obj.window_length(32))
-    metrics = lm_metrics(obj, multi, windows, 32)
+    metrics = lm_metrics(obj, multi, windows, obj.window_length(32))
     accuracy = {name: value for name, value in metrics.items() if name.endswith("_accuracy")}
     if cls is MaskedLM:
         assert accuracy == {}
         return
     assert list(accuracy) == [f"{obj.task}_accuracy"] and 0.0 <= accuracy[f"{obj.task}_accuracy"] <= 1.0
     from sesame.data.windows import examples
-    batch = examples(obj, multi, windows, range(len(windows)), range(len(windows)), 32, 1,
+    batch = examples(obj, multi, windows, range(len(windows)), range(len(windows)), obj.window_length(32), 1,
                      partners(multi, windows, obj.window_length(32)) if obj.pairs else None)
     with torch.no_grad():
         hidden = obj.backbone(batch["ids"], batch["types"], batch["padding"])

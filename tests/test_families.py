@@ -63,7 +63,8 @@ RECIPES = {"discriminative+stlr": {"discriminative": 2.6, "schedule": "stlr"},
 
 
 PRETRAINED = [name for name, f in FAMILIES.items() if f.objective]  # the others: baselines from scratch, and cove
-BUILT_HERE = [name for name, f in FAMILIES.items() if f.arch != "cove"]  # cove trains on translation: test_cove.py
+# cove trains on translation (test_cove.py); t5 and bart (encoder-decoders) are not fine-tuned yet
+BUILT_HERE = [name for name, f in FAMILIES.items() if f.arch not in ("cove", "encoder_decoder")]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +96,11 @@ def test_family_pretrains_and_fine_tunes(family, pretrained, data, tmp_path, one
     limit = 0.8 if FAMILIES[family].arch == "transformer" else 0.9  # LSTMs learn slower in 40 steps (and AWD's
     # dropouts stay on)
     assert losses[-1] < limit * losses[0], f"{family}: loss {losses[0]:.2f} → {losses[-1]:.2f}"
+    if family not in BUILT_HERE:  # refused before anything is written
+        with pytest.raises(SesameError, match="does not fine-tune encoder-decoders yet"):
+            sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(tmp_path / "clf"))
+        assert not (tmp_path / "clf").exists()
+        return
     metrics = sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(tmp_path / "clf"),
                               epochs=1, batch_size=8, max_length=32, progress=False)
     assert 0.0 <= metrics["accuracy"] <= 1.0

@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import sesame
+from sesame.families import FAMILIES
 from sesame.objectives import build_objective
 from sesame.runtime import Placement
 from sesame.tasks import make_task
@@ -45,7 +46,7 @@ def tiny_backbone(family, tokenizer):
     from sesame.families import backbone_config
 
     return sesame.models.build_model(backbone_config(family, "tiny", tokenizer.vocab_size, tokenizer.specials.pad,
-                                                     0.1, 64).to_dict())
+                                                     0.1, 64, specials=tokenizer.specials).to_dict())
 
 
 def forward_backward_off_the_default_device(model, batch):
@@ -67,6 +68,18 @@ def test_objectives_make_no_tensor_off_the_models_device(objective, family, toke
     windows = torch.randint(5, tokenizer.vocab_size, (2, obj.window_length(16)))
     partners = windows.flip(0) if obj.pairs else None
     forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1]), partners))
+
+
+@pytest.mark.parametrize("objective, family, kind", [("span_corruption", "t5", "unigram"),
+                                                     ("denoising", "bart", "bpe")])
+def test_encoder_decoder_objectives_make_no_tensor_off_the_models_device(objective, family, kind):
+    from sesame.data.windows import generators
+
+    tok = train_tokenizer(sentences(300), kind, 200, sentinels=FAMILIES[family].sentinels)
+    obj = build_objective(objective, tiny_backbone(family, tok), tok, {})
+    text = torch.tensor(tok.encode(sentences(20, seed=1), special=False)[0] * 9)  # sentences for BART to permute
+    windows = text[: 2 * obj.window_length(16)].view(2, -1)
+    forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1])))
 
 
 def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):

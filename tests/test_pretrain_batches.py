@@ -55,7 +55,7 @@ def test_static_masks_repeat_every_k_epochs_and_dynamic_masks_do_not(setting):
 
     def seeds_per_epoch(static: int) -> list[dict]:
         seen = record_seeds(obj)
-        batches = _window_batches(obj, shards, [(16, windows)], cfg, static_masks=static)
+        batches = _window_batches(obj, shards, [(obj.window_length(16), windows)], cfg, static_masks=static)
         epochs = []
         for epoch in range(4):
             seen.clear()
@@ -72,7 +72,7 @@ def test_static_masks_repeat_every_k_epochs_and_dynamic_masks_do_not(setting):
 
 def test_two_phases_switch_to_long_sequences_at_ninety_percent(setting):
     shards, obj = setting
-    phases = [(16, shards.windows(obj.window_length(16))), (48, shards.windows(obj.window_length(48)))]
+    phases = [(n, shards.windows(n)) for n in (obj.window_length(16), obj.window_length(48))]
     batches = _window_batches(obj, shards, phases, TrainConfig(batch_size=4, max_steps=10))
     assert batches(0, 0.0)[0]["ids"].shape == (4, 16)
     assert batches(8, TWO_PHASE_SWITCH - 1e-6)[0]["ids"].shape == (4, 16)

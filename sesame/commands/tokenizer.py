@@ -17,6 +17,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--vocab-size", type=int, default=16000)
     t.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
                    help="lower-case text (default: on for wordpiece, off otherwise)")
+    t.add_argument("--sentinels", type=int, default=0, metavar="N",
+                   help="end the vocabulary with T5's sentinel tokens <extra_id_0> ... (span corruption needs them; "
+                        "T5: 100, at most a tenth of --vocab-size; `sesame pretrain --family t5` adds them itself)")
     t.add_argument("--text-field", default="text", help="the text field of .jsonl records")
     t.add_argument("--out", required=True, help="a new file to write, or a folder to write tokenizer.json in "
                                                 "(never replaces a file)")
@@ -32,6 +35,6 @@ def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out = new_file(out / "tokenizer.json" if out.is_dir() else out, "--out", {"--corpus": files})
     tok = train_tokenizer(lambda: iter_texts(files, args.text_field), args.kind, args.vocab_size, args.lowercase,
-                          show_progress=progress)
+                          show_progress=progress, sentinels=args.sentinels)
     tok.save(out)
     print(f"wrote {out}: {tok.kind}, {tok.vocab_size} tokens")

@@ -62,9 +62,10 @@ class Corpus:
         return iter_texts(resolve_sources(self.paths, self.flag), self.text_field)
 
     def tokenizer(self, given: str | None, kind: str, vocab_size: int, progress: bool, *,
-                  cased: bool = False) -> TextTokenizer:
+                  cased: bool = False, sentinels: int = 0) -> TextTokenizer:
         """The tokenizer ``given`` (--tokenizer), or the one stored with prepared shards, or one trained on the text
-        (keeping letter case if ``cased``)."""
+        (keeping letter case if ``cased``; ending with ``sentinels`` of T5's sentinel tokens, which a tokenizer
+        given must have too)."""
         path = self.shard_dir or given
         if path and cased:
             raise SesameError(f"--cased: {path} brings its own tokenizer, whose case is decided; drop --cased")
@@ -72,9 +73,13 @@ class Corpus:
             tok = load_tokenizer(path, self.flag if path != given else "--tokenizer")
             if tok.kind != kind:
                 raise SesameError(f"--tokenizer {path}: a {tok.kind} tokenizer, but this family uses {kind}")
+            if sentinels and not len(tok.sentinels()):
+                raise SesameError(f"{self.flag if path != given else '--tokenizer'} {path}: has no sentinel tokens "
+                                  f"(<extra_id_0>, ...), which this family's objective needs; train one with `sesame "
+                                  f"tokenizer train --kind {kind} --sentinels {sentinels}`")
             return tok
         return train_tokenizer(self.texts, kind, vocab_size, lowercase=False if cased else None,
-                               show_progress=progress)
+                               show_progress=progress, sentinels=sentinels)
 
     def shards(self, tok: TextTokenizer, dest: Path, progress: bool) -> Shards:
         """The prepared shards, which must have been made with ``tok``; or the text prepared into ``dest``."""
@@ -141,11 +146,11 @@ def require_documents(shards: Shards, *, flag: str, objective: str) -> None:
 
 
 def examples(obj: Objective, shards: Shards, windows: list[Window], picks: Sequence[int], seeds: Sequence[int],
-             seq_len: int, seed: int, partner: Callable[[int, torch.Generator], Window] | None = None
+             length: int, seed: int, partner: Callable[[int, torch.Generator], Window] | None = None
              ) -> dict[str, torch.Tensor]:
-    """The objective's batch for windows ``picks``, example ``i`` corrupted by a generator seeded by ``seeds[i]``;
-    pair objectives also get a window from ``partner`` per example, drawn by a generator of the same seed."""
-    length = obj.window_length(seq_len)
+    """The objective's batch for windows ``picks`` (of ``length`` tokens: the objective's window length), example
+    ``i`` corrupted by a generator seeded by ``seeds[i]``; pair objectives also get a window from ``partner`` per
+    example, drawn by a generator of the same seed."""
     rows = torch.from_numpy(np.stack([shards.read(windows[w], length) for w in picks]))
     paired = None
     if partner is not None:
@@ -158,7 +163,8 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
                    static_masks: int = 0) -> Callable[[int, float], list[dict[str, torch.Tensor]]]:
     """``batches(step, progress)``: this process's micro-batches of global step ``step``.
 
-    ``phases`` holds ``(seq_len, windows)``: one, or two for BERT's two-phase schedule (the second from
+    ``phases`` holds ``(length, windows)``, windows of ``length`` tokens (the objective's window length for a
+    sequence length): one, or two for BERT's two-phase schedule (the second from
     ``TWO_PHASE_SWITCH`` of the budget on). Example ``g`` of the run is window ``perm_e[g mod N]`` of
     epoch ``e = g div N`` and is corrupted with a generator seeded by ``g`` alone, so neither
     accumulation nor the number of processes changes it. With ``static_masks = k`` the seed is
@@ -166,7 +172,7 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
     data k times with different masks at preparation (same effect, nothing stored).
     """
     cache: dict[tuple[int, int], list[int]] = {}
-    drawers = [partners(shards, windows, obj.window_length(n)) if obj.pairs else None for n, windows in phases]
+    drawers = [partners(shards, windows, length) if obj.pairs else None for length, windows in phases]
 
     def permutation(n: int, epoch: int) -> list[int]:
         if (n, epoch) not in cache:
@@ -176,13 +182,13 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
 
     def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
         phase = len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
-        seq_len, windows = phases[phase]
+        length, windows = phases[phase]
         n = len(windows)
 
         def build(chunk: list[int]) -> dict[str, torch.Tensor]:
             picks = [permutation(n, g // n)[g % n] for g in chunk]
             seeds = [w * static_masks + (g // n) % static_masks for g, w in zip(chunk, picks)] if static_masks else chunk
-            return examples(obj, shards, windows, picks, seeds, seq_len, cfg.seed, drawers[phase])
+            return examples(obj, shards, windows, picks, seeds, length, cfg.seed, drawers[phase])
 
         return micro_batches(range(step * cfg.batch_size, (step + 1) * cfg.batch_size), cfg.accumulate, build)
 

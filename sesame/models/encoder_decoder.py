@@ -22,7 +22,10 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
 * dropout follows the other Transformers: on the embeddings, the attention weights and each sublayer's output,
   not inside the feed-forward (T5's and BART's ``activation_dropout``) nor after T5's final norm;
 * weights start as the other Transformers' do, N(0, 0.02) (T5 draws them with std 1/√fan-in): with unscaled
-  scores the query projection's start is divided by √(head size), which is what T5's initialisation does;
+  scores the query projection's start is divided by √(head size), which is what T5's initialisation does. T5's
+  token embeddings start as T5's, N(0, 1) (``embedding_std``; Mesh TensorFlow's default, which the hidden^-0.5
+  of the tied output layer assumes: from N(0, 0.02) its scores start near zero and a tiny T5 learned markedly
+  slower in its first hundred steps);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
   puts them back, as for RoBERTa), no ``final_logits_bias`` (zero in BART's checkpoints) and no embedding scale
   (off in BART's configurations).
@@ -45,7 +48,7 @@ SIDES = ("encoder", "decoder")
 STYLES: dict[str, dict] = {
     "t5": {"norm": "pre", "norm_kind": "rms", "bias": False, "scale_attention": False, "activation": "relu",
            "embedding_norm": False, "layer_norm_eps": 1e-6, "relative_buckets": 32, "relative_max_distance": 128,
-           "scale_logits": True},
+           "scale_logits": True, "embedding_std": 1.0},
     "bart": {"norm": "post", "norm_kind": "layer", "activation": "gelu", "embedding_norm": True,
              "layer_norm_eps": 1e-5},
 }
@@ -56,11 +59,13 @@ class EncoderDecoderConfig(TransformerConfig):
     """A :class:`TransformerConfig` for both stacks (``layers`` is the encoder's), and what the pair adds."""
 
     type_vocab_size: int = 0
+    arch: str = "encoder_decoder"  # written to config.json with the rest (sesame.models.ARCHITECTURES)
     decoder_layers: int | None = None  # None: as many as the encoder
     decoder_start_id: int = 0  # the decoder's first input (T5: <pad>, BART: </s>)
     relative_buckets: int = 0  # T5's relative position bias with this many buckets (0: learned positions)
     relative_max_distance: int = 128  # offsets this far or farther share the last bucket
     scale_logits: bool = False  # the tied output layer reads the states times hidden^-0.5 (T5)
+    embedding_std: float = 0.02  # the token embeddings' initial standard deviation (T5: 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -165,6 +170,7 @@ class EncoderDecoder(nn.Module):
         self.embed = SharedEmbeddings(cfg)
         self.encoder, self.decoder = (self._stack(cfg.stack(side)) for side in SIDES)
         self.embed.apply(Transformer._init)
+        nn.init.normal_(self.embed.tokens.weight, std=cfg.embedding_std)
 
     @staticmethod
     def _stack(cfg: EncoderDecoderConfig) -> Transformer:
@@ -185,11 +191,13 @@ class EncoderDecoder(nn.Module):
         return self.decoder(ids, padding=padding, embedded=self.embed(ids, "decoder", past), cache=cache,
                             memory=memory)
 
+    def readout(self, states: torch.Tensor) -> torch.Tensor:
+        """Decoder states as the tied output layer reads them: times hidden^-0.5 for T5 (``scale_logits``)."""
+        return states * self.config.hidden ** -0.5 if self.config.scale_logits else states
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores over the vocabulary from decoder states: the tied token embeddings' (after hidden^-0.5, T5)."""
-        if self.config.scale_logits:
-            hidden = hidden * self.config.hidden ** -0.5
-        return hidden @ self.embed.tokens.weight.t()
+        """Scores over the vocabulary from decoder states: the tied token embeddings' (after :meth:`readout`)."""
+        return self.readout(hidden) @ self.embed.tokens.weight.t()
 
     def forward(self, ids: torch.Tensor, *, decoder_ids: torch.Tensor, padding: torch.Tensor | None = None,
                 decoder_padding: torch.Tensor | None = None) -> torch.Tensor:

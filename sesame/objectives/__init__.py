@@ -9,12 +9,13 @@ from .clm import AwdLM, CausalLM
 from .mlm import MaskedLM
 from .electra import Electra
 from .pairs import AlbertPretraining, BertPretraining
+from .seq2seq import Denoising, SpanCorruption
 from .span import SpanBERT
 from .translation import Translation
 
 OBJECTIVES: dict[str, type[Objective]] = {
     o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM,
-                        Translation)
+                        Translation, SpanCorruption, Denoising)
 }
 
 
@@ -25,4 +26,4 @@ def build_objective(name: str, backbone: Transformer, tokenizer: TextTokenizer, 
 
 
 __all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "AwdLM",
-           "BiLM", "Translation", "OBJECTIVES", "build_objective"]
+           "BiLM", "Translation", "SpanCorruption", "Denoising", "OBJECTIVES", "build_objective"]

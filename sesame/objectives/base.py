@@ -32,6 +32,7 @@ class Objective(nn.Module):
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
     classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)
+    seq2seq = False  # trains an encoder-decoder (arch encoder_decoder), which no other objective can
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
@@ -44,8 +45,9 @@ class Objective(nn.Module):
         return cls(backbone, tokenizer.specials, **options)
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
-        """How many corpus tokens one example of ``seq_len`` model positions consumes."""
+    def window_length(seq_len: int, **options) -> int:
+        """How many corpus tokens one example of ``seq_len`` model positions consumes, under the run's objective
+        ``options`` (as ``build`` takes them; only span corruption's window depends on them)."""
         raise NotImplementedError
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],

@@ -61,7 +61,7 @@ class BiLM(Objective):
         return cls(backbone, tokenizer.specials, **options)
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         return seq_len + 2  # one token of context on each side of the inputs, as the two directions' targets
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],

@@ -28,7 +28,7 @@ class CausalLM(Objective):
         self.workspace = Workspace()
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         return seq_len + 1  # inputs are the first seq_len tokens, targets the last seq_len
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],

@@ -84,7 +84,7 @@ class Electra(Objective):
         self.workspace = Workspace()
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         return seq_len - 2  # room for [CLS] and [SEP]
 
     def set_progress(self, fraction: float) -> None:

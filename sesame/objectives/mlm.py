@@ -81,7 +81,7 @@ class MaskedLM(Objective):
                    **options)
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         return seq_len - 2  # room for [CLS] and [SEP]
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],

@@ -85,7 +85,7 @@ class SentencePairs(MaskedLM):
         return objective
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         return seq_len - 3  # room for [CLS] and two [SEP]
 
     def split(self, window: torch.Tensor, generator: torch.Generator) -> tuple[int, int, int]:

@@ -29,7 +29,7 @@ class Translation(Objective):
             raise ValueError(f"the translation objective needs an MT-LSTM (arch 'cove'), not {type(backbone).__name__}")
 
     @staticmethod
-    def window_length(seq_len: int) -> int:
+    def window_length(seq_len: int, **options) -> int:
         raise SesameError("--objective translation: CoVe's MT-LSTM learns from parallel sentences, not windows of a "
                           "corpus; train it with `sesame cove`")
 

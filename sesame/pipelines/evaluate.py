@@ -20,7 +20,7 @@ from ..sources import opened
 from ..specs import RunConfig, check_length
 from ..tasks import infer, make_task
 from ..train.checkpoint import load_weights, read_json
-from .pretrain import lm_metrics
+from .pretrain import lm_metrics, window_length
 
 
 class Predictor:
@@ -123,9 +123,10 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.of(paths, "--data", text_field)
         shards = corpus.shards(tok, Path(tmp) / "shards", progress=False)
-        windows = shards.windows(obj.window_length(seq_len))
+        length = window_length(config, seq_len)
+        windows = shards.windows(length)
         if not windows:
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
-        warn_if_few(windows, obj.window_length(seq_len), "--data")
+        warn_if_few(windows, length, "--data")
         with placement.autocast():
-            return lm_metrics(obj, shards, windows, seq_len, text=corpus.size())
+            return lm_metrics(obj, shards, windows, length, text=corpus.size())

@@ -192,7 +192,8 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
         if tok.kind != fam.tokenizer:
             raise SesameError(f"--tokenizer {spec.tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses "
                               f"{fam.tokenizer}")
-        model = backbone_config(fam.name, source.size, tok.vocab_size, tok.specials.pad, spec.dropout).to_dict()
+        model = backbone_config(fam.name, source.size, tok.vocab_size, tok.specials.pad, spec.dropout,
+                                specials=tok.specials).to_dict()
         return RunConfig(kind="pretrained", family=fam.name, size=source.size, pooling=fam.pooling, model=model), tok
     if spec.tokenizer or spec.cased:
         flag = "--tokenizer" if spec.tokenizer else "--cased"

@@ -56,7 +56,8 @@ def pretrain(spec: PretrainSpec) -> dict:
         corpus = Corpus.of(spec.corpus, "--corpus", spec.text_field)
         held_out = Corpus.of(spec.valid, "--valid", spec.text_field) if spec.valid else None
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
-        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased)
+        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
+                               sentinels=fam.sentinels)
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
@@ -67,7 +68,7 @@ def pretrain(spec: PretrainSpec) -> dict:
         else:
             dropout = spec.dropout if spec.dropout is not None else fam.pretrain_dropout
             model_cfg = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, dropout,
-                                        max(fam.context, spec.seq_len))
+                                        max(fam.context, spec.seq_len), specials=tok.specials)
             if spec.attention_window is not None:
                 model_cfg.attention_window = spec.attention_window
             model = model_cfg.to_dict()
@@ -85,7 +86,7 @@ def pretrain(spec: PretrainSpec) -> dict:
             for flag, given in (("--corpus", shards), ("--valid", valid)):
                 if given is not None:
                     require_documents(given, flag=flag, objective=config.objective)
-        warn_if_few(valid_windows, OBJECTIVES[config.objective].window_length(config.seq_len),
+        warn_if_few(valid_windows, window_length(config),
                     "--valid" if valid else "the corpus's last 1% (the validation split without --valid)")
         tok.save(run / "tokenizer.json")
         write_config(run, config)
@@ -102,22 +103,28 @@ def pretrain(spec: PretrainSpec) -> dict:
         if base is not None:
             obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"), tok.vocab_size))
         windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
-        phases = [(config.seq_len, windows)]
+        phases = [(window_length(config), windows)]
         if config.final_seq_len:
-            phases.append((config.final_seq_len, shards.windows(obj.window_length(config.final_seq_len))))
+            final = window_length(config, config.final_seq_len)
+            phases.append((final, shards.windows(final)))
         factor = config.discriminative
         rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                     factor) if factor != 1 else None
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         trainer = Trainer(obj, settings, window_batches(obj, shards, phases, cfg, config.static_masks),
-                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, config.seq_len, cfg.seed,
-                                                        config.valid_size), param_groups=rates)
+                          evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config),
+                                                        cfg.seed, config.valid_size), param_groups=rates)
         return trainer.fit(resume=resumed)
 
 
+def window_length(config: RunConfig, seq_len: int | None = None) -> int:
+    """The corpus tokens of one example of the run's objective, with its options, at ``seq_len`` positions (by
+    default the run's)."""
+    return OBJECTIVES[config.objective].window_length(seq_len or config.seq_len, **config.objective_options)
+
+
 def _windows(config: RunConfig, shards: Shards, valid: Shards | None) -> tuple[list[Window], Shards, list[Window]]:
-    length = OBJECTIVES[config.objective].window_length(config.seq_len)
-    return training_windows(shards, valid, length=length, seq_len=config.seq_len)
+    return training_windows(shards, valid, length=window_length(config), seq_len=config.seq_len)
 
 
 def _with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
@@ -130,9 +137,10 @@ def _with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[s
     return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
 
 
-def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: int, seed: int = 0,
+def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], length: int, seed: int = 0,
                text: dict | None = None) -> dict:
-    """Loss and perplexity of ``obj`` over ``windows`` (corruption seeded by window index, so repeatable),
+    """Loss and perplexity of ``obj`` over ``windows`` of ``length`` tokens (the objective's window length;
+    corruption seeded by window index, so repeatable),
     and for a causal LM, given the size of the ``text`` (:meth:`Corpus.size`), bits per byte and per character.
 
     For objectives with several losses (``obj.part_names``), ``loss`` is their weighted sum as
@@ -140,13 +148,13 @@ def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], seq_len: i
     part, the language model's; a part that classifies (NSP, SOP) also reports ``<part>_accuracy``."""
     rank, size = world()
     mine = range(rank, len(windows), size)  # under torchrun each process scores its share
-    partner = partners(shards, windows, obj.window_length(seq_len)) if obj.pairs else None
+    partner = partners(shards, windows, length) if obj.pairs else None
     names = obj.part_names or ("loss",)
     sums, counts, right = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0), dict.fromkeys(obj.classified, 0.0)
     with torch.no_grad():
         for start in range(0, len(mine), EVAL_BATCH):
             idx = mine[start: start + EVAL_BATCH]
-            batch = to_device(examples(obj, shards, windows, idx, idx, seq_len, seed + 1, partner), device_of(obj))
+            batch = to_device(examples(obj, shards, windows, idx, idx, length, seed + 1, partner), device_of(obj))
             n = loss_counts(batch)
             losses, correct = obj.score(batch)
             for name, value in loss_parts(losses).items():

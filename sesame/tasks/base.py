@@ -81,7 +81,12 @@ class Task:
 
     def check_model(self, model: dict) -> None:
         """Fail, naming the flag, when the backbone (its config dict, before any weights exist) cannot
-        serve this task; fine-tuning calls it before writing the run directory."""
+        serve this task; fine-tuning calls it before writing the run directory. These heads read one stack's
+        states, which an encoder-decoder (T5, BART) does not give."""
+        if model.get("arch") == "encoder_decoder":
+            raise SesameError(f"--from: an encoder-decoder (T5, BART) model; --task {self.name} reads one stack's "
+                              "states, and sesame does not fine-tune encoder-decoders yet; fine-tune an encoder or "
+                              "decoder family (bert, gpt2, ...)")
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:

@@ -227,6 +227,7 @@ class Tag(Task):
     def check_model(self, model: dict) -> None:
         """With ``cvt_unlabeled``, fail (naming --from) on a backbone cross-view training cannot use
         (:func:`.cvt.check_backbone`)."""
+        super().check_model(model)
         if self.cvt_unlabeled is not None:
             cvt.check_backbone(model)
 

@@ -1,0 +1,143 @@
+"""Pre-training an encoder-decoder (:class:`~sesame.models.EncoderDecoder`) to restore corrupted text: T5's span
+corruption and BART's denoising, the objectives of the ``t5`` and ``bart`` families.
+
+Both corrupt a clean window into the encoder's input x̃ and name the decoder's targets y (the transforms of
+:mod:`.span_corruption` and :mod:`.denoising`), then minimise −Σ_t log p(y_t | x̃, y_<t), summed over every target
+token, by teacher forcing: the decoder reads the targets shifted right behind its start token
+(:meth:`EncoderDecoder.decoder_inputs`: ``<pad>`` for T5, ``</s>`` for BART). The scores are the tied token
+embeddings' (after T5's hidden^-0.5, :meth:`EncoderDecoder.readout`), fused with the cross-entropy
+(:func:`.projection.linear_cross_entropy`), so the (positions × vocabulary) logits never exist whole.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Sequence
+
+import torch
+
+from ..errors import SesameError
+from ..models import EncoderDecoder
+from ..tokenizer import SpecialIds, TextTokenizer
+from .base import Objective
+from .denoising import DenoisingOptions, denoise
+from .masking import replacement_pool
+from .projection import Workspace, linear_cross_entropy
+from .span_corruption import SpanCorruptionOptions, corrupt_spans, raw_length
+
+
+class TeacherForced(Objective):
+    """The loss both objectives share: batches hold the encoder's ``ids`` (with ``padding``, True at real tokens,
+    when rows differ in length) and the decoder's ``targets``; the loss is summed over all the targets."""
+
+    seq2seq = True
+
+    def __init__(self, backbone: EncoderDecoder, specials: SpecialIds):
+        super().__init__(backbone, specials)
+        if not isinstance(backbone, EncoderDecoder):
+            raise ValueError(f"the {self.name} objective needs an encoder-decoder (arch 'encoder_decoder'), not "
+                             f"{type(backbone).__name__}")
+        self.workspace = Workspace()
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        model, targets = self.backbone, batch["targets"]
+        memory = model.encode(batch["ids"], batch.get("padding"))
+        states = model.decode(model.decoder_inputs(targets), memory)
+        return linear_cross_entropy(model.readout(states).flatten(0, 1), model.embed.tokens.weight, targets.flatten(),
+                                    workspace=self.workspace)
+
+
+class SpanCorruption(TeacherForced):
+    """T5's objective (Raffel et al. 2020, §3.1.4; :func:`.span_corruption.corrupt_spans`): 15% of a window's tokens,
+    in spans of 3 on average, each span replaced by one sentinel in the inputs; the targets are the spans, each
+    after its sentinel, then ``</s>``. Windows are :func:`.span_corruption.raw_length` tokens long, so that every
+    input is exactly ``seq_len`` tokens and no row needs padding (T5's ``random_spans_helper``). The sentinels are
+    the tokenizer's ``<extra_id_k>`` (:meth:`TextTokenizer.sentinels`), counting down from the top of the vocabulary;
+    a window with more spans than sentinels is refused (100 sentinels cover windows of about 2000 tokens)."""
+
+    name = "span_corruption"
+    options = tuple(f.name for f in fields(SpanCorruptionOptions))
+
+    def __init__(self, backbone: EncoderDecoder, specials: SpecialIds, *, sentinels: torch.Tensor, **options):
+        super().__init__(backbone, specials)
+        if not len(sentinels):
+            raise SesameError("span corruption needs T5's sentinel tokens <extra_id_0>, ... in the tokenizer: train "
+                              "one with `sesame tokenizer train --kind unigram --sentinels 100`")
+        self.noise = SpanCorruptionOptions(**options)
+        self.sentinels = sentinels  # a plain attribute: batches are made on the CPU wherever the model is
+
+    @classmethod
+    def build(cls, backbone: EncoderDecoder, tokenizer: TextTokenizer, **options) -> "SpanCorruption":
+        return cls(backbone, tokenizer.specials, sentinels=tokenizer.sentinels(), **options)
+
+    @staticmethod
+    def window_length(seq_len: int, **options) -> int:
+        return raw_length(seq_len, SpanCorruptionOptions(**options))[0]
+
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        inputs, targets = corrupt_spans(windows, generators, sentinels=self.sentinels, eos=self.specials.sep,
+                                        options=self.noise)
+        return {"ids": inputs, "targets": targets}
+
+
+def sentence_ends(ids: torch.Tensor, final: torch.Tensor) -> list[int]:
+    """The end offsets of the sentences of one window: after each run of sentence-final tokens (``final``, a bool
+    per vocabulary entry, :meth:`TextTokenizer.sentence_ends`), as fairseq's BART ends a sentence at a full stop
+    that the next token does not continue."""
+    here = final[ids]
+    last = here & ~torch.cat([here[1:], here.new_zeros(1)])
+    return (last.nonzero().squeeze(1) + 1).tolist()
+
+
+class Denoising(TeacherForced):
+    """BART's objective (Lewis et al. 2020, §2.2; :func:`.denoising.denoise`), by default the paper's best: text
+    infilling (30% of the words masked in Poisson(3)-long spans, each span one ``<mask>``) and sentence permutation.
+    The encoder reads ``<s> noised </s>`` (rows padded to the longest), the decoder restores ``<s> window </s>``,
+    so windows are ``seq_len − 2`` tokens.
+
+    Sentences: the shards hold only token ids, so a window's sentences end where the tokens say
+    (:func:`sentence_ends`): after a full stop, question or exclamation mark (with any closing quotes) and after the
+    separator that closes each document; this is fairseq's rule (a sentence ends at GPT-2's full-stop token), which
+    the paper's code applies. Headings and other lines without a full stop join the sentence after them.
+
+    Deviation: an input longer than the model's learned positions (zero-length spans insert more masks than the
+    others remove, which only windows of a few words can suffer) loses its last noised tokens before ``</s>``.
+    """
+
+    name = "denoising"
+    options = tuple(f.name for f in fields(DenoisingOptions))
+
+    def __init__(self, backbone: EncoderDecoder, specials: SpecialIds, *, word_starts: torch.Tensor,
+                 sentence_final: torch.Tensor, **options):
+        super().__init__(backbone, specials)
+        self.noise = DenoisingOptions(**options)
+        # plain attributes, not buffers: batches are made on the CPU wherever the model is
+        self.word_starts, self.sentence_final = word_starts, sentence_final
+        self.pool = replacement_pool(backbone.config.vocab_size, torch.tensor(specials.all))
+
+    @classmethod
+    def build(cls, backbone: EncoderDecoder, tokenizer: TextTokenizer, **options) -> "Denoising":
+        return cls(backbone, tokenizer.specials, word_starts=tokenizer.word_starts(),
+                   sentence_final=tokenizer.sentence_ends(), **options)
+
+    @staticmethod
+    def window_length(seq_len: int, **options) -> int:
+        DenoisingOptions(**options)  # refused here, before a run is written
+        return seq_len - 2  # room for <s> and </s>
+
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        ends: Sequence[list[int]] = [sentence_ends(row, self.sentence_final) for row in windows]
+        inputs, targets = denoise(windows, generators, sentence_ends=ends, specials=self.specials,
+                                  word_starts=self.word_starts, pool=self.pool, options=self.noise)
+        inputs = self.within_positions(inputs)
+        return {"ids": inputs, "padding": inputs != self.specials.pad, "targets": targets}
+
+    def within_positions(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs`` cut to the model's learned positions, a cut row ending with ``</s>`` (see the deviation)."""
+        limit = self.backbone.config.max_positions
+        if inputs.shape[1] <= limit:
+            return inputs
+        cut = inputs[:, :limit].clone()
+        cut[:, -1] = torch.where(cut[:, -1] == self.specials.pad, self.specials.pad, self.specials.sep)
+        return cut
