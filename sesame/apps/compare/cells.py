@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from ... import api
 from ...errors import SesameError
-from ...families import backbone_config
+from ...families import backbone_config, get_family
 from ...interop.sources import MINILM, minilm_dir
 from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
-from ...rundir import read_config
+from ...rundir import load_tokenizer, read_config
 from ...train.checkpoint import checkpoint_dir
 from .approaches import FINETUNE, Approach, run_config
 from .baselines import scores
@@ -131,7 +131,9 @@ def scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]
         if not a.has_twin:
             continue
         tokenizer = hashlib.sha256((a.run_dir(runs) / "tokenizer.json").read_bytes()).hexdigest()
-        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0))), tokenizer,
+        # an encoder-decoder's decoder start token is one of its tokenizer's specials
+        specials = load_tokenizer(a.run_dir(runs)).specials if get_family(a.family).decoder_start else None
+        key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0, specials=specials))), tokenizer,
                json.dumps(a.finetune, sort_keys=True))
         if key not in twins:
             name = ":".join([f"scratch:{a.family}:{a.size}", *(item for item in a.spec.split(":")[2:]
