@@ -9,8 +9,9 @@ import torch
 
 from sesame import cli
 from sesame.errors import SesameError
-from sesame.apps.generate import (Continuation, GenerationConfig, beam_search, decode, generate, next_tokens,
-                                  penalise_repetition, tldr, top_k_filter, top_p_filter, uniform_draws)
+from sesame.apps.generate import Continuation, beam_search, decode, generate, tldr
+from sesame.decoding import (GenerationConfig, next_tokens, penalise_repetition, top_k_filter, top_p_filter,
+                             uniform_draws)
 from sesame.language_model import LanguageModel, load_language_model
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import KVCache

@@ -16,113 +16,29 @@ from the text), or after ``max_new_tokens``. With the KV cache (the default) eac
 the new token through the network; without it, each step recomputes the whole sequence. Prompts
 are decoded in batches, left-padded, each counting positions from its own first token.
 
-Sampling is inverse-CDF sampling: at each step a prompt's next token is the first whose cumulative probability
-exceeds one uniform number, drawn on a CPU generator seeded by (seed, the prompt's index, the step) and moved to
-the model's device (:func:`uniform_draws`). The draws are therefore the same on every device and whatever the
-batch size; the tokens are too, unless two devices' probabilities differ across a draw (rounding, bf16).
+Sampling is inverse-CDF sampling (:func:`sesame.decoding.next_tokens`, which encoder-decoders share): at each step
+a prompt's next token is the first whose cumulative probability exceeds one uniform number, drawn on a CPU generator
+seeded by (seed, the prompt's index, the step) and moved to the model's device (:func:`uniform_draws`). The draws
+are therefore the same on every device and whatever the batch size; the tokens are too, unless two devices'
+probabilities differ across a draw (rounding, bf16).
 The model, its KV cache and every tensor of a step live on the language model's device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from .. import decoding
+from ..decoding import GenerationConfig, next_tokens, penalise_repetition, stop_strings, uniform_draws
 from ..errors import SesameError
-from ..data.windows import example_seed
 from ..language_model import LanguageModel, load_language_model
 from ..models.transformer import KVCache
 from ..runtime import Runtime
 from ..tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
-
-
-@dataclass
-class GenerationConfig:
-    """How to decode; the defaults are greedy decoding of up to 50 new tokens with the KV cache."""
-
-    max_new_tokens: int = 50
-    sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1: off
-    repetition_penalty: float = 1.0  # 1: off
-    beams: int = 1
-    length_penalty: float = 1.0  # α in Σ log p / length^α (beam search)
-    stop: tuple[str, ...] = field(default_factory=tuple)
-    seed: int = 0
-    cache: bool = True
-
-    def validate(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SesameError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
-        if self.temperature <= 0:
-            raise SesameError(f"--temperature {self.temperature}: must be positive (greedy decoding is the default "
-                              "without --sample)")
-        if self.top_k < 0:
-            raise SesameError(f"--top-k {self.top_k}: must be 0 (off) or positive")
-        if not 0 < self.top_p <= 1:
-            raise SesameError(f"--top-p {self.top_p}: must be in (0, 1]")
-        if self.repetition_penalty < 1:
-            raise SesameError(f"--repetition-penalty {self.repetition_penalty}: must be at least 1 (1 = off)")
-        if self.beams < 1:
-            raise SesameError(f"--beams {self.beams}: must be at least 1")
-        if self.beams > 1 and self.sample:
-            raise SesameError("--beams with --sample: beam search is deterministic; choose one")
-        if any(not s for s in self.stop):
-            raise SesameError("--stop: a stop string must not be empty")
-
-
-# -- logits processors --------------------------------------------------------------------------------
-
-def penalise_repetition(logits: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL's repetition penalty on the tokens of ``context`` (batch, time) ids."""
-    if penalty == 1.0:
-        return logits
-    seen = logits.gather(1, context)
-    return logits.scatter(1, context, torch.where(seen > 0, seen / penalty, seen * penalty))
-
-
-def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the k largest logits of each row (ties at the k-th all kept), the rest −inf; k = 0 keeps all."""
-    if k <= 0 or k >= logits.shape[-1]:
-        return logits
-    kth = logits.topk(k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
-
-
-def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Nucleus filtering: keep the smallest set of most likely tokens whose probability sums to at least
-    ``p`` (always the most likely one), the rest −inf."""
-    if p >= 1.0:
-        return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    before = sorted_logits.softmax(-1).cumsum(-1) - sorted_logits.softmax(-1)  # mass of the more likely tokens
-    drop = (before >= p).scatter(-1, order, before >= p)
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def uniform_draws(seed: int, prompts: Sequence[int], step: int) -> torch.Tensor:
-    """One uniform number in [0, 1) for each of ``prompts`` (their indices among all prompts) at decoding step
-    ``step``, each from a CPU generator seeded by (seed, prompt, step) alone."""
-    return torch.tensor([float(torch.rand((), generator=torch.Generator().manual_seed(
-        example_seed(example_seed(seed, prompt), step)))) for prompt in prompts])
-
-
-def next_tokens(logits: torch.Tensor, cfg: GenerationConfig, uniforms: torch.Tensor) -> torch.Tensor:
-    """One token per row: the argmax, or a sample after temperature, top-k and top-p: the first token whose
-    cumulative probability exceeds the row's number of ``uniforms`` (:func:`uniform_draws`, moved to the logits'
-    device), never one of probability 0."""
-    if not cfg.sample:
-        return logits.argmax(-1)
-    probs = top_p_filter(top_k_filter(logits / cfg.temperature, cfg.top_k), cfg.top_p).softmax(-1)
-    cdf = probs.cumsum(-1)
-    drawn = uniforms.to(cdf.device, cdf.dtype)[:, None] * cdf[:, -1:]
-    last = (probs > 0).long().cumsum(-1).argmax(-1, keepdim=True)  # rounding can never reach past it
-    return torch.searchsorted(cdf, drawn, right=True).minimum(last)[:, 0]
 
 
 # -- the text side: stop strings and streaming --------------------------------------------------------
@@ -229,15 +145,11 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
         logits = lm.logits(ids[:, cache.length:], cache=cache) if cache is not None else lm.logits(ids)
         return penalise_repetition(logits, ids, cfg.repetition_penalty).log_softmax(-1), _Context(ids, cache)
 
-    def stopped(ids: list[int]) -> bool:
-        text = lm.tokenizer.decode(ids)
-        return any(s in text for s in cfg.stop)
-
     # the last prompt token is the first step's input
     start = _Context(lm.to_device(torch.tensor([prompt[:-1]], dtype=torch.long)), cache)
     best = decoding.beam_search(step, start, lm.to_device(torch.tensor(prompt[-1:])), beam=cfg.beams, eos=lm.end,
                                 max_len=cfg.max_new_tokens, length_penalty=cfg.length_penalty, early_stopping=False,
-                                stopped=stopped if cfg.stop else None)[0]
+                                stopped=stop_strings(cfg.stop, lm.tokenizer.decode))[0]
     out = Continuation(lm.tokenizer, cfg.stop, lm.end)
     out.ids = best.tokens[:-1]
     if best.tokens:

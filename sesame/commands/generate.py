@@ -44,7 +44,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..apps.generate import TLDR, GenerationConfig, generate, tldr
+    from ..apps.generate import TLDR, generate, tldr
+    from ..decoding import GenerationConfig
     from ..language_model import load_language_model
 
     if args.prompts:
