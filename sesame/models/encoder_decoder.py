@@ -24,8 +24,8 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
 * weights start as the other Transformers' do, N(0, 0.02) (T5 draws them with std 1/√fan-in): with unscaled
   scores the query projection's start is divided by √(head size), which is what T5's initialisation does. T5's
   token embeddings start as T5's, N(0, 1) (``embedding_std``; Mesh TensorFlow's default, which the hidden^-0.5
-  of the tied output layer assumes: from N(0, 0.02) its scores start near zero and a tiny T5 learned markedly
-  slower in its first hundred steps);
+  of the tied output layer assumes: from N(0, 0.02) its scores would start near zero; a one-off comparison on a
+  tiny T5, not kept in the repo, learned slower from 0.02);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
   puts them back, as for RoBERTa), no ``final_logits_bias`` (zero in BART's checkpoints) and no embedding scale
   (off in BART's configurations).
