@@ -7,7 +7,7 @@ and a training set of that size (sesame.families.FINETUNE_RATES, sesame.specs.de
 training tweets and the 1,000 that pick the kept epoch are disjoint random draws from airline train; accuracy
 is reported on airline dev, which neither saw. Resumable: finished stages are read back from --out.
 
-    python scripts/small_data_defaults.py --out runs/small-data
+    python scripts/small_data_defaults.py --out runs/small-data    # about 35 minutes
 """
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--minutes", type=float, default=10.0, help="pre-training budget")
+    parser.add_argument("--minutes", type=float, default=20.0, help="pre-training budget")
     parser.add_argument("--labels", type=int, default=1000)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--markdown", default="docs/results.md")
     args = parser.parse_args()
     data, out = Path(args.data), Path(args.out)
