@@ -203,7 +203,7 @@ def test_the_loss_sums_over_real_target_tokens_only(tok, one_thread):
     assert batch["counts"] == {"loss": sum(len(f["target"]) for f in features)}
     assert batch["targets"][0, len(features[0]["target"]):].eq(tok.specials.pad).all()
     assert batch["eos"] == tok.specials.sep
-    model = Text2TextModel(tiny_model(tok).eval(), max_new_tokens=8, generate=greedy)
+    model = Text2TextModel(tiny_model(tok).eval(), decoding=GenerationConfig(max_new_tokens=8), generate=greedy)
     alone = sum(model(task.collate([f], tok.specials.pad)) for f in features)
     torch.testing.assert_close(model(batch), alone)  # padding adds nothing to the sum
 
@@ -215,7 +215,7 @@ def test_the_teacher_forced_loss_falls_on_a_toy_copy_task(tok, tmp_path, one_thr
     task = make_task("text2text")
     examples = task.read(write(tmp_path / "copy.csv", "source,target\n" + rows))
     batch = task.collate(task.features(examples, tok, 24, [], False), tok.specials.pad)
-    model = Text2TextModel(tiny_model(tok), max_new_tokens=8, generate=greedy)
+    model = Text2TextModel(tiny_model(tok), decoding=GenerationConfig(max_new_tokens=8), generate=greedy)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
     losses = []
     for _ in range(15):
@@ -255,7 +255,7 @@ def test_the_hook_decodes_each_row_as_generate_seq2seq_does_alone(tok, tmp_path,
     examples = task.read(write(tmp_path / "d.csv", "source,target\nthe cat,x\na bird sings over the old river,y\n"
                                                    "dog,z\n"))
     features = task.features(examples, tok, 32, [], False)
-    model = task.build(tiny_model(tok, dropout=0.0).eval(), 0, "mean", 0.0)
+    model = task.build(tiny_model(tok).eval(), 0, "mean", 0.0)
     assert (model.decoding.beams, model.decoding.length_penalty) == (options.get("beams", 1),
                                                                      options.get("length_penalty", 1.0))
     batch = task.collate(features, tok.specials.pad)

@@ -18,16 +18,20 @@ from .test_interrupted import Killed, kill_at_step, logged, same_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 Q = ["--no-progress"]
+ANIMALS = ("cat", "dog", "bird", "fish")
 TOKENIZERS = {"t5": ["--kind", "unigram", "--sentinels", "100"], "bart": ["--kind", "bpe"]}
 
 
 def write_copy_task(folder: Path) -> tuple[Path, Path]:
-    """train.csv (24 rows) and dev.csv (6): the target is the source's first three words in reverse."""
+    """train.csv (24 rows) and dev.csv (6): the target is the first animal the source names, or "tree" (one word
+    of the pre-training text: a few steps teach a tiny model to write it, so the outputs compared are not all
+    empty)."""
     paths = []
     for split, n, seed in (("train", 24, 1), ("dev", 6, 2)):
         rows = ["source,target"]
         for s in sentences(n, seed):
-            rows.append(f'"{s}","{" ".join(reversed(s.rstrip(".").split()[:3]))}"')
+            animal = next((w for w in s.lower().rstrip(".").split() if w in ANIMALS), None)
+            rows.append(f'"{s}","{animal or "tree"}"')
         paths.append(folder / f"{split}.csv")
         paths[-1].write_text("\n".join(rows) + "\n", encoding="utf-8")
     return paths[0], paths[1]
@@ -50,9 +54,10 @@ def pretrained(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
-def finetune_argv(base: str, train: Path, dev: Path, out: Path, *options: str) -> list[str]:
+def finetune_argv(base: str, train: Path, dev: Path, out: Path, *, epochs: int = 2, options: tuple = ()
+                  ) -> list[str]:
     return Q + ["finetune", "--from", base, "--task", "text2text", "--train", str(train), "--dev", str(dev),
-                "--out", str(out), "--epochs", "2", "--batch-size", "8", "--max-length", "24",
+                "--out", str(out), "--epochs", str(epochs), "--batch-size", "8", "--max-length", "24",
                 "--task-option", "max_target_length=6", *[x for o in options for x in ("--task-option", o)]]
 
 
@@ -64,15 +69,16 @@ def dev_records(run: Path) -> list[dict]:
 def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys):
     train, dev = write_copy_task(tmp_path)
     run = tmp_path / "ft"
-    assert main(finetune_argv(str(pretrained[family]), train, dev, run, *options) + ["--json"]) == 0
+    argv = finetune_argv(str(pretrained[family]), train, dev, run, epochs=8, options=options)
+    assert main(argv + ["--lr", "0.003", "--select", "exact", "--json"]) == 0
     kept = json.loads(capsys.readouterr().out)
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "text2text" and config["family"] == family
     assert config["task_options"]["beams"] == (2 if "beams=2" in options else 1)  # evaluate and predict reuse it
     records = dev_records(run)
-    assert [r["step"] for r in records] == [3, 6]  # 24 examples, batches of 8: dev after each epoch
+    assert [r["step"] for r in records] == list(range(3, 25, 3))  # 24 examples, batches of 8: dev after each epoch
     assert all({"bleu", "exact"} <= r.keys() for r in records)
-    assert kept["bleu"] == max(r["bleu"] for r in records)  # the best epoch's weights are kept
+    assert kept["exact"] == max(r["exact"] for r in records) > 0  # the best epoch's weights are kept
     assert main(["evaluate", "--model", str(run), "--data", str(dev), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["bleu"], report["exact"]) == (kept["bleu"], kept["exact"])  # the kept weights, decoded alike
@@ -82,9 +88,10 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
     assert [p["output"] for p in printed] == [w["output"] for w in written] and len(written) == 6
     golds = [line.split('","')[1].rstrip('"') for line in dev.read_text().splitlines()[1:]]
     assert sum(w["output"] == g for w, g in zip(written, golds)) / 6 == report["exact"]
-    assert main(Q + ["generate", "--model", str(run), "--prompt", printed[0]["source"], "--json", "--max-new-tokens",
-                     "6", *(["--beams", "2"] if "beams=2" in options else [])]) == 0
-    assert json.loads(capsys.readouterr().out)["text"] == printed[0]["output"]  # generate reads it as the task
+    source = next(p for p in printed if p["output"])["source"]  # an input with a non-empty output
+    assert main(Q + ["generate", "--model", str(run), "--prompt", source, "--json", "--max-new-tokens", "6",
+                     *(["--beams", "2"] if "beams=2" in options else [])]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == next(p["output"] for p in printed if p["source"] == source)
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):

@@ -41,6 +41,7 @@ import torch
 from .. import decoding
 from ..decoding import GenerationConfig, next_tokens, penalise_repetition, stop_strings, uniform_draws
 from ..errors import SesameError
+from ..families import FAMILIES
 from ..interop import resolve
 from ..language_model import LanguageModel
 from ..models.encoder_decoder import EncoderDecoder
@@ -182,8 +183,9 @@ class Transducer:
     @classmethod
     def load(cls, run: Path, flag: str = "--model", *, placement: Placement) -> Transducer:
         config = read_config(run, flag, ("pretrained", "finetuned"))
-        bos = bool(config.task_options.get("bos")) if config.kind == "finetuned" else \
-            config.objective in BOS_OBJECTIVES
+        # a pre-trained run reads as its objective's inputs (an import from transformers: as its family's objective)
+        objective = config.objective or (FAMILIES[config.family].objective if config.family in FAMILIES else None)
+        bos = bool(config.task_options.get("bos")) if config.kind == "finetuned" else objective in BOS_OBJECTIVES
         return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bos, placement=placement)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:

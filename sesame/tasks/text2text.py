@@ -271,12 +271,10 @@ class Text2Text(Task):
         if self.cast not in CASTS:
             raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
         cast = CASTS[self.cast]
-        if not isinstance(self.max_target_length, int) or isinstance(self.max_target_length, bool) \
-                or self.max_target_length < 2:
-            raise SesameError(f"--task-option max_target_length={self.max_target_length}: a whole number of at least "
-                              "2 (the answer's tokens and </s>)")
-        if not isinstance(self.beams, int) or isinstance(self.beams, bool) or self.beams < 1:
-            raise SesameError(f"--task-option beams={self.beams}: a whole number of at least 1 (1: greedy decoding)")
+        for key, least, why in (("max_target_length", 2, "the answer's tokens and </s>"), ("beams", 1, "1: greedy")):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise SesameError(f"--task-option {key}={value}: a whole number of at least {least} ({why})")
         if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) \
                 or not math.isfinite(self.length_penalty):
             raise SesameError(f"--task-option length_penalty={self.length_penalty}: a number, α of beam search's "
