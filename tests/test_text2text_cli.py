@@ -138,3 +138,24 @@ def test_generate_reads_bart_sources_with_bos_and_refuses_tldr(pretrained, capsy
     assert not load_generator(str(pretrained["t5"])).bos
     assert main(["generate", "--model", str(pretrained["bart"]), "--prompt", "a cat", "--tldr"]) == 2
     assert "--tldr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_generate_from_a_transformers_directory(model_type, tmp_path, capsys):
+    """A T5 or BART directory is imported and reads its sources as its own tokenizer makes them (BART: <s> first);
+    the output is generate_seq2seq's on those ids (whose parity with transformers is tests/test_seq2seq.py's)."""
+    import transformers
+
+    from .test_encoder_decoder_interop import checkpoint
+
+    checkpoint(model_type, tmp_path / "hf")
+    source = "the cat sleeps near the river"
+    ids = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(source)["input_ids"]
+    model = load_generator(str(tmp_path / "hf"))
+    assert model.encode([source]) == [ids]
+    assert main(Q + ["generate", "--model", str(tmp_path / "hf"), "--prompt", source, "--max-new-tokens", "6",
+                     "--beams", "2", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    hyp = generate_seq2seq(model.backbone, [ids], GenerationConfig(max_new_tokens=6, beams=2),
+                           eos=model.tokenizer.specials.sep)[0]
+    assert (record["text"], record["finish"]) == (model.tokenizer.decode(hyp.tokens), hyp.finish)
