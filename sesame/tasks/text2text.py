@@ -249,9 +249,9 @@ class Text2Text(Task):
     """Any task as text to text (see the module's docstring): options ``cast`` (a row of :data:`CASTS`),
     ``prefix``, the columns (defaults: the cast's), ``label_words`` ({label: word}), ``languages`` (parallel
     files), ``max_target_length`` (target tokens with ``</s>``, and the most an output may have), ``bos``, and the
-    decoding of outputs: greedy by default, beam search with ``beams`` > 1 ranked by Σ log p / length^``length_penalty``
-    (:mod:`sesame.decoding`). Being options, they are recorded in config.json, so evaluate and predict decode as
-    fine-tuning's dev evaluation did."""
+    decoding of outputs: greedy (T5's default), or beam search with ``beams`` > 1 ranked by Σ log p / length^α,
+    α = ``length_penalty`` (T5's long outputs: 4 beams, α = 0.6; :mod:`sesame.decoding`). Being options, they are
+    recorded in config.json, so evaluate and predict decode as fine-tuning's dev evaluation did."""
 
     name: ClassVar[str] = "text2text"
     head_drops: ClassVar[bool] = False  # no head: the decoder's tied output layer
