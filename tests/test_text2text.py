@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from sesame.decoding import GenerationConfig
 from sesame.errors import SesameError
 from sesame.metrics import bleu, regression_report
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
 from sesame.tasks import infer, make_task
 from sesame.tasks.mixing import mixing_rates, mixture_task
-from sesame.tasks.text2text import Text2TextModel, stsb_target
+from sesame.seq2seq import generate_seq2seq
+from sesame.tasks.text2text import Text2TextModel, generate, stsb_target
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import sentences, shared_data
@@ -35,11 +37,11 @@ def write(path: Path, text: str) -> str:
 
 
 def greedy(model: EncoderDecoder, ids: torch.Tensor, padding: torch.Tensor, *, eos: int,
-           max_new_tokens: int) -> list[list[int]]:
+           config: GenerationConfig) -> list[list[int]]:
     """A reference greedy decoder for these tests (uncached: the decoder reruns over all its inputs each step)."""
     memory = model.encode(ids, padding)
     out = torch.full((ids.shape[0], 1), model.config.decoder_start_id, device=ids.device)
-    for _ in range(max_new_tokens):
+    for _ in range(config.max_new_tokens):
         out = torch.cat([out, model.logits(model.decode(out, memory))[:, -1].argmax(-1, keepdim=True)], 1)
     return [row[: row.index(eos)] if eos in row else row for row in out[:, 1:].tolist()]
 
@@ -160,6 +162,8 @@ def test_bad_parallel_files_are_named_by_file_and_line(tmp_path):
     ({"label_words": {"0": "no"}}, "with cast=classify or pair"),
     ({"pair_column": "b"}, "cast=text reads one input"),
     ({"max_target_length": 1}, "max_target_length=1: a whole number of at least 2"),
+    ({"beams": 0}, "beams=0: a whole number of at least 1"),
+    ({"length_penalty": "long"}, "length_penalty=long: a number"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(SesameError, match=message):
@@ -199,7 +203,7 @@ def test_the_loss_sums_over_real_target_tokens_only(tok, one_thread):
     assert batch["counts"] == {"loss": sum(len(f["target"]) for f in features)}
     assert batch["targets"][0, len(features[0]["target"]):].eq(tok.specials.pad).all()
     assert batch["eos"] == tok.specials.sep
-    model = Text2TextModel(tiny_model(tok).eval(), max_new_tokens=8, generate=greedy)
+    model = Text2TextModel(tiny_model(tok).eval(), decoding=GenerationConfig(max_new_tokens=8), generate=greedy)
     alone = sum(model(task.collate([f], tok.specials.pad)) for f in features)
     torch.testing.assert_close(model(batch), alone)  # padding adds nothing to the sum
 
@@ -211,7 +215,7 @@ def test_the_teacher_forced_loss_falls_on_a_toy_copy_task(tok, tmp_path, one_thr
     task = make_task("text2text")
     examples = task.read(write(tmp_path / "copy.csv", "source,target\n" + rows))
     batch = task.collate(task.features(examples, tok, 24, [], False), tok.specials.pad)
-    model = Text2TextModel(tiny_model(tok), max_new_tokens=8, generate=greedy)
+    model = Text2TextModel(tiny_model(tok), decoding=GenerationConfig(max_new_tokens=8), generate=greedy)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
     losses = []
     for _ in range(15):
@@ -229,21 +233,40 @@ def test_outputs_come_from_the_generation_hook_and_are_scored(tok, tmp_path, one
     task = make_task("text2text", {"max_target_length": 6})
     examples = task.read(write(tmp_path / "d.csv", "source,target\nthe cat,the dog\na bird sings,a fish\n"))
     features = task.features(examples, tok, 16, [], False)
-    model = Text2TextModel(tiny_model(tok).eval(), max_new_tokens=6, generate=greedy)
+    model = Text2TextModel(tiny_model(tok).eval(), decoding=task.decoding(), generate=greedy)
     outputs = infer(model, task, features, tok.specials.pad)
     assert outputs.shape == (2, 6)
     batch = task.collate(features, tok.specials.pad)
     for row, generated in zip(outputs, greedy(model.backbone, batch["ids"], batch["padding"],
-                                              eos=tok.specials.sep, max_new_tokens=6)):
+                                              eos=tok.specials.sep, config=task.decoding())):
         assert row[: len(generated)].long().tolist() == generated
         assert row[len(generated):].eq(tok.specials.pad).all()
     texts = task.texts(outputs)
     assert [p["output"] for p in task.predictions(examples, features, outputs, [])] == texts
     assert task.score(examples, features, outputs, [])["exact"] == sum(t == e["target"] for t, e in zip(
         texts, examples)) / 2
-    unwired = task.build(tiny_model(tok).eval(), 0, "mean", 0.0)
-    with pytest.raises(SesameError, match="generation for encoder-decoders is not wired"):
-        infer(unwired, task, features, tok.specials.pad)
+
+
+@pytest.mark.parametrize("options", [{}, {"beams": 3, "length_penalty": 0.6}])
+def test_the_hook_decodes_each_row_as_generate_seq2seq_does_alone(tok, tmp_path, options, one_thread):
+    """The wired hook: a padded batch's rows give generate_seq2seq's tokens for each source alone (padding changes
+    nothing), decoded greedily or by the task's beam options, and the task model's outputs are those tokens."""
+    task = make_task("text2text", {"max_target_length": 7, **options})
+    examples = task.read(write(tmp_path / "d.csv", "source,target\nthe cat,x\na bird sings over the old river,y\n"
+                                                   "dog,z\n"))
+    features = task.features(examples, tok, 32, [], False)
+    model = task.build(tiny_model(tok).eval(), 0, "mean", 0.0)
+    assert (model.decoding.beams, model.decoding.length_penalty) == (options.get("beams", 1),
+                                                                     options.get("length_penalty", 1.0))
+    batch = task.collate(features, tok.specials.pad)
+    assert not batch["padding"].all()  # the short rows are padded
+    config = GenerationConfig(max_new_tokens=7, **options)
+    alone = [generate_seq2seq(model.backbone, [f["ids"]], config, eos=tok.specials.sep)[0].tokens for f in features]
+    assert generate(model.backbone, batch["ids"], batch["padding"], eos=tok.specials.sep, config=config) == alone
+    assert any(alone)  # not all empty: the comparison has tokens to compare
+    outputs = infer(model, task, features, tok.specials.pad).long()
+    for row, tokens in zip(outputs.tolist(), alone):
+        assert row == tokens + [tok.specials.pad] * (7 - len(tokens))
 
 
 def test_translation_scores_bleu_as_t5_and_exact_match(tok):

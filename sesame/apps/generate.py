@@ -1,4 +1,6 @@
-"""Text generation from a causal language model (GPT, GPT-2) and GPT-2's "TL;DR:" summarisation prompt.
+"""Text generation from a causal language model (GPT, GPT-2) and GPT-2's "TL;DR:" summarisation prompt, and from an
+encoder-decoder (T5, BART): the decoder's output for a source text (:class:`Transducer`). Which of the two a run
+is comes from its model's arch (:data:`LOADERS`).
 
 Decoding strategies, each a transformation of the next-token logits:
 
@@ -22,10 +24,16 @@ seeded by (seed, the prompt's index, the step) and moved to the model's device (
 are therefore the same on every device and whatever the batch size; the tokens are too, unless two devices'
 probabilities differ across a draw (rounding, bf16).
 The model, its KV cache and every tensor of a step live on the language model's device.
+
+An encoder-decoder reads each source as its run's inputs were read, the tokenizer's pieces then ``</s>``, with
+``<s>`` first where the run's inputs had it (BART's denoising, Lewis et al. 2020 §2.2, and text2text runs
+fine-tuned with ``bos``), and decodes by :func:`sesame.seq2seq.generate_seq2seq` with the same settings (greedy,
+sampling, beam search, stop strings); the output is the decoder's text alone, not a continuation of the source.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -33,12 +41,18 @@ import torch
 from .. import decoding
 from ..decoding import GenerationConfig, next_tokens, penalise_repetition, stop_strings, uniform_draws
 from ..errors import SesameError
-from ..language_model import LanguageModel, load_language_model
+from ..families import FAMILIES
+from ..interop import resolve
+from ..language_model import LanguageModel
+from ..models.encoder_decoder import EncoderDecoder
 from ..models.transformer import KVCache
-from ..runtime import Runtime
+from ..rundir import load_backbone, load_tokenizer, read_config
+from ..runtime import Placement, Runtime
+from ..seq2seq import generate_seq2seq
 from ..tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
+BOS_OBJECTIVES = frozenset({"denoising"})  # pre-training whose encoder read <s> first (BART: <s> noised </s>)
 
 
 # -- the text side: stop strings and streaming --------------------------------------------------------
@@ -158,17 +172,78 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
     return out
 
 
-def generate(model: str | LanguageModel, prompts: Sequence[str], config: GenerationConfig | None = None, *,
-             batch_size: int = 8, on_text: Callable[[int, str], None] | None = None, first: int = 0,
+class Transducer:
+    """An encoder-decoder run (pre-trained or fine-tuned; a transformers T5 or BART directory is imported first) with
+    its tokenizer, on ``placement``'s device, generating the decoder's text for source texts."""
+
+    def __init__(self, backbone: EncoderDecoder, tokenizer: TextTokenizer, *, bos: bool, placement: Placement):
+        self.placement, self.tokenizer, self.bos = placement, tokenizer, bos
+        self.backbone = placement.model(backbone).eval()
+
+    @classmethod
+    def load(cls, run: Path, flag: str = "--model", *, placement: Placement) -> Transducer:
+        config = read_config(run, flag, ("pretrained", "finetuned"))
+        # a pre-trained run reads as its objective's inputs (an import from transformers: as its family's objective)
+        objective = config.objective or (FAMILIES[config.family].objective if config.family in FAMILIES else None)
+        bos = bool(config.task_options.get("bos")) if config.kind == "finetuned" else objective in BOS_OBJECTIVES
+        return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bos, placement=placement)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each source's ids: ``[<s>] pieces </s>``."""
+        specials = self.tokenizer.specials
+        start = [specials.cls] if self.bos else []
+        return [start + ids + [specials.sep] for ids in self.tokenizer.encode(list(texts), special=False)]
+
+    def generate(self, sources: Sequence[str], cfg: GenerationConfig, *, batch_size: int,
+                 on_text: Callable[[int, str], None] | None, first: int) -> list[dict]:
+        """:func:`generate`'s records for ``sources`` (``on_text`` hears each text once it is whole)."""
+        eos = self.tokenizer.specials.sep
+        with self.placement.autocast():
+            hyps = generate_seq2seq(self.backbone, self.encode(sources), cfg, eos=eos, text=self.tokenizer.decode,
+                                    first=first, batch_size=batch_size)
+        results = []
+        for i, (source, hyp) in enumerate(zip(sources, hyps, strict=True)):
+            out = Continuation(self.tokenizer, cfg.stop, eos)
+            for token in hyp.tokens:
+                out.add(token)
+            if on_text is not None:
+                on_text(i, out.text)
+            results.append({"prompt": source, "text": out.text, "new_tokens": len(hyp.tokens) + (hyp.finish == "end"),
+                            "finish": hyp.finish})
+        return results
+
+
+# a run's model arch → how it is loaded for generation (a causal Transformer, an encoder-decoder)
+LOADERS: dict[str, Callable[..., LanguageModel | Transducer]] = {"transformer": LanguageModel.load,
+                                                                 "encoder_decoder": Transducer.load}
+
+
+def load_generator(model: str, *, runtime: Runtime | None = None) -> LanguageModel | Transducer:
+    """A run or transformers directory loaded for generation by its model's arch (:data:`LOADERS`), onto
+    ``runtime``'s device (default :class:`Runtime`'s: ``auto``)."""
+    placement = (runtime or Runtime()).place()
+    with resolve(model, "--model") as run:
+        arch = read_config(run, "--model").model.get("arch", "transformer")
+        if arch not in LOADERS:
+            raise SesameError(f"--model {model}: a {arch} model; generate needs a causal language model (gpt, gpt2) "
+                              "or an encoder-decoder (t5, bart)")
+        return LOADERS[arch](run, placement=placement)
+
+
+def generate(model: str | LanguageModel | Transducer, prompts: Sequence[str], config: GenerationConfig | None = None,
+             *, batch_size: int = 8, on_text: Callable[[int, str], None] | None = None, first: int = 0,
              runtime: Runtime | None = None) -> list[dict]:
-    """Continue each prompt; ``model`` is a run or transformers directory (loaded onto ``runtime``'s device), or a
-    loaded :class:`LanguageModel`. Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}``
-    (``finish``: end, stop or length). ``on_text(index, text)`` receives each prompt's text as it becomes final
-    (streaming). ``first``: the index of ``prompts[0]`` among all the prompts of a run given in parts, whose
-    sampling draws (:func:`uniform_draws`) are then those of one call with every prompt."""
+    """Continue each prompt, or for an encoder-decoder write the decoder's output for each source; ``model`` is a run
+    or transformers directory (loaded onto ``runtime``'s device, :func:`load_generator`), or a loaded model.
+    Returns, per prompt, ``{"prompt", "text", "new_tokens", "finish"}`` (``finish``: end, stop or length).
+    ``on_text(index, text)`` receives each prompt's text as it becomes final (streaming). ``first``: the index of
+    ``prompts[0]`` among all the prompts of a run given in parts, whose sampling draws (:func:`uniform_draws`) are
+    then those of one call with every prompt."""
     cfg = config or GenerationConfig()
     cfg.validate()
-    lm = load_language_model(model, runtime=runtime) if isinstance(model, str) else model
+    lm = load_generator(model, runtime=runtime) if isinstance(model, str) else model
+    if isinstance(lm, Transducer):
+        return lm.generate(prompts, cfg, batch_size=batch_size, on_text=on_text, first=first)
     encoded = lm.encode(prompts)
     room = lm.backbone.config.max_positions
     for i, ids in enumerate(encoded):

@@ -1,4 +1,5 @@
-"""``sesame generate``: continue prompts with a causal language model."""
+"""``sesame generate``: continue prompts with a causal language model, or write an encoder-decoder's output for
+source texts."""
 from __future__ import annotations
 
 import argparse
@@ -12,13 +13,16 @@ from . import add_runtime_flags, runtime_options
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="continue prompts with a causal language model: greedy, sampling, beam "
-                                        "search (docs/decoders.md)")
-    p.add_argument("--model", required=True, help="a pretrained gpt/gpt2 run, or a transformers directory with a "
-                                                  "causal LM head (GPT2LMHeadModel)")
+    p = sub.add_parser("generate", help="continue prompts with a causal language model, or write an encoder-decoder's "
+                                        "output for sources: greedy, sampling, beam search (docs/decoders.md, "
+                                        "docs/text2text.md)")
+    p.add_argument("--model", required=True, help="a pretrained gpt/gpt2 run, a t5/bart run (pre-trained or "
+                                                  "fine-tuned), or a transformers directory with a causal LM head "
+                                                  "(GPT2LMHeadModel) or of T5/BART for conditional generation")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--prompt", action="append", help="a prompt (repeat the flag for several)")
-    g.add_argument("--prompts", metavar="FILE", help="a text file with one prompt per line ('-': stdin)")
+    g.add_argument("--prompt", action="append", help="a prompt, or an encoder-decoder's source (repeat the flag for "
+                                                     "several)")
+    g.add_argument("--prompts", metavar="FILE", help="a text file with one prompt or source per line ('-': stdin)")
     p.add_argument("--max-new-tokens", type=int, help="tokens to generate at most (default 50; 100 with --tldr)")
     p.add_argument("--sample", action="store_true", help="sample instead of taking the most likely token")
     p.add_argument("--temperature", type=float, default=1.0, help="--sample: divide the logits by T")
@@ -44,9 +48,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..apps.generate import TLDR, generate, tldr
+    from ..apps.generate import TLDR, Transducer, generate, load_generator, tldr
     from ..decoding import GenerationConfig
-    from ..language_model import load_language_model
 
     if args.prompts:
         if args.prompts != "-" and not Path(args.prompts).is_file():
@@ -71,10 +74,15 @@ def run(args: argparse.Namespace) -> None:
         length_penalty=args.length_penalty, stop=tuple(s.replace("\\n", "\n") for s in args.stop), seed=args.seed,
         cache=not args.no_cache)
     cfg.validate()
-    lm = load_language_model(args.model, runtime=runtime_options(args))
+    lm = load_generator(args.model, runtime=runtime_options(args))
+    continues = not isinstance(lm, Transducer)  # an encoder-decoder's output is its own text, not a continuation
+    if args.tldr and not continues:
+        raise SesameError("--tldr: GPT-2's summarisation prompt is for causal language models; an encoder-decoder "
+                          "reads its source as it was trained (fine-tune it on summaries, then generate)")
     inputs = [p + TLDR for p in prompts] if args.tldr else prompts
     if len(prompts) == 1 and not args.json and not args.tldr:  # stream the continuation as it is generated
-        print(prompts[0], end="", flush=True)
+        if continues:
+            print(prompts[0], end="", flush=True)
         generate(lm, inputs, cfg, on_text=lambda i, text: print(text, end="", flush=True))
         print()
         return

@@ -28,8 +28,9 @@ An output that names no label or is not a number is wrong, as in T5's postproces
 Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
 the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
 with ``<s>``, BART's format (Lewis et al. 2020). Batches are padded to their longest source and target, and the
-loss sums the cross-entropy over the real target tokens only. Decoding is not this module's: the model's outputs
-come from :func:`generate`, the one hook the generation of encoder-decoders plugs into.
+loss sums the cross-entropy over the real target tokens only. The outputs scored and predicted are decoded by
+:func:`sesame.seq2seq.generate_seq2seq` (the hook :func:`generate`): greedy, or beam search with the options
+``beams`` and ``length_penalty``, up to ``max_target_length`` tokens.
 
 Deviations from T5: STS-B is scored against the original scores (T5 correlates with its rounded targets); an
 unparsable class in a two-class F1 is a miss, not the other class (T5's ``f1_score_with_invalid``).
@@ -40,7 +41,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -55,21 +56,26 @@ from .classify import collate
 from .span_qa import SpanQA
 from .words import IGNORE
 
+if TYPE_CHECKING:  # sesame.decoding reads the data modules, which read the tasks: imported where used
+    from ..decoding import GenerationConfig
+
 INVALID = -1  # the class of an output that names none (classification_report counts it wrong)
 NOT_A_NUMBER = -1.0  # the score of an output that is not a number (T5's string_to_float default)
 
-# the generation hook: (model, source ids, padding, eos=, max_new_tokens=) → each row's new tokens
+# the generation hook: (model, source ids, padding, eos=, config=) → each row's new tokens
 Generate = Callable[..., list[list[int]]]
 
 
 def generate(model: EncoderDecoder, ids: torch.Tensor, padding: torch.Tensor, *, eos: int,
-             max_new_tokens: int) -> list[list[int]]:
+             config: GenerationConfig) -> list[list[int]]:
     """The target tokens :meth:`Text2TextModel.outputs` asks for: for each row of the padded sources ``ids``
-    (``padding`` True at real tokens), at most ``max_new_tokens`` tokens from the model's decoder start, ending at
-    ``eos`` (which may be left out). The generation of encoder-decoders is wired here; until then the loss trains
-    but nothing that scores or predicts runs (fine-tuning's evaluation on dev after each epoch included)."""
-    raise SesameError("--task text2text: generation for encoder-decoders is not wired into the task yet, so it "
-                      "cannot score or predict")
+    (``padding`` True at real tokens), the hypothesis :func:`~sesame.seq2seq.generate_seq2seq` decodes by ``config``
+    from the row's real tokens alone (so a row's output does not depend on the padding its batch gives it), without
+    the end token ``eos``."""
+    from ..seq2seq import generate_seq2seq
+
+    rows = [ids[i][padding[i]].tolist() for i in range(ids.shape[0])]
+    return [h.tokens for h in generate_seq2seq(model, rows, config, eos=eos, batch_size=len(rows))]
 
 
 # -- targets and their parsing ---------------------------------------------------------------------
@@ -216,12 +222,12 @@ def squad_rows(path: str, labeled: bool) -> list[dict]:
 class Text2TextModel(TaskModel):
     """An encoder-decoder as a task model: ``forward`` is the teacher-forced cross-entropy summed over the real
     target tokens (the decoder reads the targets shifted right behind its start token,
-    :meth:`EncoderDecoder.decoder_inputs`); ``outputs`` the generated ids from ``generate`` (:data:`Generate`,
-    by default the module's :func:`generate` hook), ``max_new_tokens`` columns padded with the pad id."""
+    :meth:`EncoderDecoder.decoder_inputs`); ``outputs`` the ids ``generate`` (:data:`Generate`, by default the
+    module's :func:`generate`) decodes by ``decoding``, ``decoding.max_new_tokens`` columns padded with the pad id."""
 
-    def __init__(self, backbone: EncoderDecoder, *, max_new_tokens: int, generate: Generate):
+    def __init__(self, backbone: EncoderDecoder, *, decoding: GenerationConfig, generate: Generate):
         super().__init__()
-        self.backbone, self.max_new_tokens, self.generate = backbone, max_new_tokens, generate
+        self.backbone, self.decoding, self.generate = backbone, decoding, generate
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         targets = batch["targets"]
@@ -231,13 +237,10 @@ class Text2TextModel(TaskModel):
         return F.cross_entropy(logits.flatten(0, 1).float(), gold.flatten(), ignore_index=IGNORE, reduction="sum")
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        rows = self.generate(self.backbone, batch["ids"], batch["padding"], eos=batch["eos"],
-                             max_new_tokens=self.max_new_tokens)
-        out = torch.full((len(rows), self.max_new_tokens), self.backbone.config.pad_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            row = list(row)[: self.max_new_tokens]
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out.to(batch["ids"].device)
+        rows = self.generate(self.backbone, batch["ids"], batch["padding"], eos=batch["eos"], config=self.decoding)
+        width, pad_id = self.decoding.max_new_tokens, self.backbone.config.pad_id
+        return torch.tensor([row[:width] + [pad_id] * (width - len(row[:width])) for row in map(list, rows)],
+                            dtype=torch.long, device=batch["ids"].device)
 
 
 @register
@@ -245,7 +248,10 @@ class Text2TextModel(TaskModel):
 class Text2Text(Task):
     """Any task as text to text (see the module's docstring): options ``cast`` (a row of :data:`CASTS`),
     ``prefix``, the columns (defaults: the cast's), ``label_words`` ({label: word}), ``languages`` (parallel
-    files), ``max_target_length`` (target tokens with ``</s>``, and the most an output may have) and ``bos``."""
+    files), ``max_target_length`` (target tokens with ``</s>``, and the most an output may have), ``bos``, and the
+    decoding of outputs: greedy (T5's default), or beam search with ``beams`` > 1 ranked by Σ log p / length^α,
+    α = ``length_penalty`` (T5's long outputs: 4 beams, α = 0.6; :mod:`sesame.decoding`). Being options, they are
+    recorded in config.json, so evaluate and predict decode as fine-tuning's dev evaluation did."""
 
     name: ClassVar[str] = "text2text"
     head_drops: ClassVar[bool] = False  # no head: the decoder's tied output layer
@@ -258,15 +264,21 @@ class Text2Text(Task):
     languages: str | None = None
     max_target_length: int = 128
     bos: bool = False
+    beams: int = 1
+    length_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.cast not in CASTS:
             raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
         cast = CASTS[self.cast]
-        if not isinstance(self.max_target_length, int) or isinstance(self.max_target_length, bool) \
-                or self.max_target_length < 2:
-            raise SesameError(f"--task-option max_target_length={self.max_target_length}: a whole number of at least "
-                              "2 (the answer's tokens and </s>)")
+        for key, least, why in (("max_target_length", 2, "the answer's tokens and </s>"), ("beams", 1, "1: greedy")):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise SesameError(f"--task-option {key}={value}: a whole number of at least {least} ({why})")
+        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) \
+                or not math.isfinite(self.length_penalty):
+            raise SesameError(f"--task-option length_penalty={self.length_penalty}: a number, α of beam search's "
+                              "Σ log p / length^α (1: the mean; 0: the sum)")
         if self.languages is not None and (self.cast != "text" or not LANGUAGES.fullmatch(str(self.languages))):
             raise SesameError(f"--task-option languages={self.languages}: the suffixes of parallel files, "
                               "SOURCE-TARGET (e.g. en-de), with cast=text")
@@ -377,7 +389,15 @@ class Text2Text(Task):
         return batch
 
     def build(self, backbone: EncoderDecoder, n_labels: int, pooling: str, dropout: float) -> TaskModel:
-        return Text2TextModel(backbone, max_new_tokens=self.max_target_length, generate=generate)
+        return Text2TextModel(backbone, decoding=self.decoding(), generate=generate)
+
+    def decoding(self) -> GenerationConfig:
+        """How outputs are decoded: up to ``max_target_length`` tokens (the end token counts), greedy or by beam
+        search, with the caches."""
+        from ..decoding import GenerationConfig
+
+        return GenerationConfig(max_new_tokens=self.max_target_length, beams=self.beams,
+                                length_penalty=float(self.length_penalty))
 
     def texts(self, outputs: torch.Tensor) -> list[str]:
         """The text of each row of generated ids, up to its first end or pad token."""

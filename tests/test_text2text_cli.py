@@ -1,0 +1,161 @@
+"""Text-to-text end to end on tiny models and files made here: `finetune --task text2text` from a pre-trained t5 or
+bart run (dev metrics of generated text after each epoch, the best kept), `evaluate` and `predict` of the fine-tuned
+run, `--resume` after a kill giving the uninterrupted model, `--from scratch:t5:tiny`, and `sesame generate` from a
+t5 run (pre-trained and fine-tuned) giving generate_seq2seq's output."""
+import json
+from pathlib import Path
+
+import pytest
+
+from sesame.apps.generate import load_generator
+from sesame.cli import main
+from sesame.decoding import GenerationConfig
+from sesame.rundir import load_backbone, load_tokenizer
+from sesame.seq2seq import generate_seq2seq
+
+from .conftest import documents, sentences
+from .test_interrupted import Killed, kill_at_step, logged, same_weights
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+Q = ["--no-progress"]
+ANIMALS = ("cat", "dog", "bird", "fish")
+TOKENIZERS = {"t5": ["--kind", "unigram", "--sentinels", "100"], "bart": ["--kind", "bpe"]}
+
+
+def write_copy_task(folder: Path) -> tuple[Path, Path]:
+    """train.csv (24 rows) and dev.csv (6): the target is the first animal the source names, or "tree" (one word
+    of the pre-training text: a few steps teach a tiny model to write it, so the outputs compared are not all
+    empty)."""
+    paths = []
+    for split, n, seed in (("train", 24, 1), ("dev", 6, 2)):
+        rows = ["source,target"]
+        for s in sentences(n, seed):
+            animal = next((w for w in s.lower().rstrip(".").split() if w in ANIMALS), None)
+            rows.append(f'"{s}","{animal or "tree"}"')
+        paths.append(folder / f"{split}.csv")
+        paths[-1].write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return paths[0], paths[1]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> dict[str, Path]:
+    """A t5 and a bart run pre-trained for two steps on a tiny corpus, with their tokenizers."""
+    root = tmp_path_factory.mktemp("pretrained")
+    corpus = root / "corpus.txt"
+    corpus.write_text(documents(sentences(200)))
+    runs = {}
+    for family, kind in TOKENIZERS.items():
+        assert main(Q + ["tokenizer", "train", "--corpus", str(corpus), "--vocab-size", "300", *kind,
+                         "--out", str(root / f"{family}.json")]) == 0
+        runs[family] = root / family
+        assert main(Q + ["pretrain", "--family", family, "--size", "tiny", "--corpus", str(corpus), "--tokenizer",
+                         str(root / f"{family}.json"), "--seq-len", "32", "--batch-size", "8", "--max-steps", "2",
+                         "--out", str(runs[family])]) == 0
+    return runs
+
+
+def finetune_argv(base: str, train: Path, dev: Path, out: Path, *, epochs: int = 2, options: tuple = ()
+                  ) -> list[str]:
+    return Q + ["finetune", "--from", base, "--task", "text2text", "--train", str(train), "--dev", str(dev),
+                "--out", str(out), "--epochs", str(epochs), "--batch-size", "8", "--max-length", "24",
+                "--task-option", "max_target_length=6", *[x for o in options for x in ("--task-option", o)]]
+
+
+def dev_records(run: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["split"] == "dev"]
+
+
+@pytest.mark.parametrize("family, options", [("t5", ()), ("bart", ("bos=true", "beams=2"))])
+def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys):
+    train, dev = write_copy_task(tmp_path)
+    run = tmp_path / "ft"
+    argv = finetune_argv(str(pretrained[family]), train, dev, run, epochs=8, options=options)
+    assert main(argv + ["--lr", "0.003", "--select", "exact", "--json"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    config = json.loads((run / "config.json").read_text())
+    assert config["task"] == "text2text" and config["family"] == family
+    assert config["task_options"]["beams"] == (2 if "beams=2" in options else 1)  # evaluate and predict reuse it
+    records = dev_records(run)
+    assert [r["step"] for r in records] == list(range(3, 25, 3))  # 24 examples, batches of 8: dev after each epoch
+    assert all({"bleu", "exact"} <= r.keys() for r in records)
+    assert kept["exact"] == max(r["exact"] for r in records) > 0  # the best epoch's weights are kept
+    assert main(["evaluate", "--model", str(run), "--data", str(dev), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["bleu"], report["exact"]) == (kept["bleu"], kept["exact"])  # the kept weights, decoded alike
+    assert main(["predict", "--model", str(run), "--input", str(dev), "--output", str(tmp_path / "p.jsonl")]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    written = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [p["output"] for p in printed] == [w["output"] for w in written] and len(written) == 6
+    golds = [line.split('","')[1].rstrip('"') for line in dev.read_text().splitlines()[1:]]
+    assert sum(w["output"] == g for w, g in zip(written, golds)) / 6 == report["exact"]
+    source = next(p for p in printed if p["output"])["source"]  # an input with a non-empty output
+    assert main(Q + ["generate", "--model", str(run), "--prompt", source, "--json", "--max-new-tokens", "6",
+                     *(["--beams", "2"] if "beams=2" in options else [])]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == next(p["output"] for p in printed if p["source"] == source)
+
+
+def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):
+    """From scratch (a tokenizer trained on the training texts): killed in the second epoch, after the first
+    epoch's checkpoint and dev scores, and resumed, it ends with the same weights and the same log."""
+    train, dev = write_copy_task(tmp_path)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(finetune_argv("scratch:t5:tiny", train, dev, straight)) == 0
+    kill_at_step(monkeypatch, 4)
+    with pytest.raises(Killed):
+        main(finetune_argv("scratch:t5:tiny", train, dev, killed))
+    monkeypatch.undo()
+    assert [r["step"] for r in dev_records(killed)] == [3]
+    assert main(finetune_argv("scratch:t5:tiny", train, dev, killed) + ["--resume"]) == 0
+    assert same_weights(killed, straight) and logged(killed) == logged(straight)
+    assert [r["bleu"] for r in dev_records(killed)] == [r["bleu"] for r in dev_records(straight)]
+
+
+@pytest.mark.parametrize("flags, config", [([], GenerationConfig(max_new_tokens=8)),
+                                           (["--beams", "3", "--length-penalty", "0.5"],
+                                            GenerationConfig(max_new_tokens=8, beams=3, length_penalty=0.5)),
+                                           (["--sample", "--seed", "3", "--top-k", "5"],
+                                            GenerationConfig(max_new_tokens=8, sample=True, seed=3, top_k=5))])
+def test_generate_from_a_pretrained_t5_run(flags, config, pretrained, capsys):
+    run = pretrained["t5"]
+    sources = ["the cat sleeps", "a bird sings over the old river"]
+    argv = ["generate", "--model", str(run), "--max-new-tokens", "8", "--json", *flags]
+    assert main(argv + [x for s in sources for x in ("--prompt", s)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    tok = load_tokenizer(run)
+    ids = [e + [tok.specials.sep] for e in tok.encode(sources, special=False)]  # T5 reads "pieces </s>"
+    hyps = generate_seq2seq(load_backbone(run), ids, config, eos=tok.specials.sep)
+    assert [r["text"] for r in records] == [tok.decode(h.tokens) for h in hyps]
+    assert [r["prompt"] for r in records] == sources
+    assert [r["finish"] for r in records] == [h.finish for h in hyps]
+    assert main(["generate", "--model", str(run), "--prompt", sources[0], "--max-new-tokens", "8"]) == 0
+    assert capsys.readouterr().out == records[0]["text"] + "\n"  # the output alone, not after the source
+
+
+def test_generate_reads_bart_sources_with_bos_and_refuses_tldr(pretrained, capsys):
+    model = load_generator(str(pretrained["bart"]))
+    tok = model.tokenizer
+    assert model.encode(["a cat"]) == [[tok.specials.cls, *tok.encode(["a cat"], special=False)[0], tok.specials.sep]]
+    assert not load_generator(str(pretrained["t5"])).bos
+    assert main(["generate", "--model", str(pretrained["bart"]), "--prompt", "a cat", "--tldr"]) == 2
+    assert "--tldr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_generate_from_a_transformers_directory(model_type, tmp_path, capsys):
+    """A T5 or BART directory is imported and reads its sources as its own tokenizer makes them (BART: <s> first);
+    the output is generate_seq2seq's on those ids (whose parity with transformers is tests/test_seq2seq.py's)."""
+    import transformers
+
+    from .test_encoder_decoder_interop import checkpoint
+
+    checkpoint(model_type, tmp_path / "hf")
+    source = "the cat sleeps near the river"
+    ids = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(source)["input_ids"]
+    model = load_generator(str(tmp_path / "hf"))
+    assert model.encode([source]) == [ids]
+    assert main(Q + ["generate", "--model", str(tmp_path / "hf"), "--prompt", source, "--max-new-tokens", "6",
+                     "--beams", "2", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    hyp = generate_seq2seq(model.backbone, [ids], GenerationConfig(max_new_tokens=6, beams=2),
+                           eos=model.tokenizer.specials.sep)[0]
+    assert (record["text"], record["finish"]) == (model.tokenizer.decode(hyp.tokens), hyp.finish)
