@@ -19,6 +19,7 @@ from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
+from ..objectives.seq2seq import require_sentinels
 from ..resume import record_training, resumed_pretraining, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
@@ -58,6 +59,10 @@ def pretrain(spec: PretrainSpec) -> dict:
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
         tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
                                sentinels=fam.sentinels)
+        read = corpus.shard_dir or tokenizer  # (a tokenizer trained here was checked with the spec)
+        require_sentinels(OBJECTIVES[spec.objective_name], *spec.longest_examples(), spec.objective_settings(),
+                          have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
+                          fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)")
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
