@@ -232,8 +232,8 @@ def test_configs_sesame_does_not_compute_are_refused_in_one_line(model_type, giv
     assert str(err.value).startswith("config.json: ") and message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("model_type, copy", [("t5", "decoder.embed_tokens.weight"),
-                                              ("bart", "model.decoder.embed_tokens.weight"), ("bart", "lm_head.weight")])
+@pytest.mark.parametrize("model_type, copy", [("t5", "decoder.embed_tokens.weight"), ("bart", "lm_head.weight"),
+                                              ("bart", "model.decoder.embed_tokens.weight")])
 def test_untied_copies_and_stray_tensors_are_refused(model_type, copy, tmp_path):
     checkpoint(model_type, tmp_path / "hf")
     path = tmp_path / "hf" / "model.safetensors"

@@ -2,15 +2,17 @@
 "gated-gelu", an untied ``lm_head``) and ``BartForConditionalGeneration`` (Lewis et al. 2020) as sesame's
 :class:`~sesame.models.encoder_decoder.EncoderDecoder`, both ways:
 
-* tensors: one module table per ``model_type`` (as in ``architectures.py``: sesame module → transformers module,
-  ``{i}`` the layer, a tuple concatenated along dim 0) gives the plan of :class:`~sesame.interop.mapping.Entry`
-  rows of a model (:func:`name_plan`), read by :func:`import_weights` and written back by :func:`export_weights`.
-  The tied copies (``lm_head``, each stack's ``embed_tokens``) are the shared table: import checks that a stored
-  copy equals it, export writes the table once, as transformers' ``save_pretrained`` does (``shared.weight``;
-  BART's ``model.shared.weight`` and an all-zero ``final_logits_bias``). T5's ``lm_head`` may instead be an output
-  layer of its own (v1.1: ``tie_word_embeddings`` false; transformers 5 writes true for every T5 and unties an
-  ``lm_head`` stored with other values than the shared table, and so does import). BART's position tables have two leading
-  rows no position reads (transformers' offset of 2): import drops them, export puts them back;
+* tensors: one module table per ``model_type`` (and feed-forward: T5 v1.1's gated one has ``wi_0`` and ``wi_1``
+  for ``wi``; as in ``architectures.py``: sesame module → transformers module, ``{i}`` the layer, a tuple
+  concatenated along dim 0) gives the plan of :class:`~sesame.interop.mapping.Entry` rows of a model
+  (:func:`name_plan`), read by :func:`import_weights` and written back by :func:`export_weights`. The tied copies
+  (``lm_head``, each stack's ``embed_tokens``) are the shared table: import checks that a stored copy equals it,
+  export writes the table once, as transformers' ``save_pretrained`` does (``shared.weight``; BART's
+  ``model.shared.weight`` and an all-zero ``final_logits_bias``). T5's ``lm_head`` may instead be an output layer of
+  its own (v1.1: ``tie_word_embeddings`` false; transformers 5 writes true for every T5 and unties an ``lm_head``
+  stored with other values than the shared table, and so does import: :func:`stores_own_head`). BART's position
+  tables have two leading rows no position reads (transformers' offset of 2): import drops them, export puts them
+  back;
 * configurations: a T5Config or BartConfig dict (config.json) ⇄ :class:`EncoderDecoderConfig` fields
   (:func:`model_config`, :func:`hf_config`), refusing with one line what sesame does not compute (:data:`TYPES`).
 """

@@ -68,7 +68,9 @@ def pretrain(spec: PretrainSpec) -> dict:
         shards = corpus.shards(tok, run / "shards", spec.progress)
         valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
         if base is not None:
-            model = {**base.model, "vocab_size": tok.vocab_size,
+            # the words continued pre-training added, if any (a converted T5's table may also have unused rows
+            # beyond its tokenizer's ids, which it keeps)
+            model = {**base.model, "vocab_size": max(tok.vocab_size, base.model["vocab_size"]),
                      **({"dropout": spec.dropout} if spec.dropout is not None else {})}
         else:
             dropout = spec.dropout if spec.dropout is not None else fam.pretrain_dropout
@@ -82,7 +84,8 @@ def pretrain(spec: PretrainSpec) -> dict:
             kind="pretrained", family=spec.family, size=base.size if base else spec.size,
             objective=spec.objective_name, objective_options=spec.objective_settings(),
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model,
-            seq_len=spec.seq_len, base=spec.base, added_words=tok.vocab_size - base.model["vocab_size"] if base else 0,
+            seq_len=spec.seq_len, base=spec.base,
+            added_words=model["vocab_size"] - base.model["vocab_size"] if base else 0,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, train=asdict(cfg), setup=setup_record(spec))
@@ -106,7 +109,8 @@ def pretrain(spec: PretrainSpec) -> dict:
         torch.manual_seed(cfg.seed)
         obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
         if base is not None:
-            obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"), tok.vocab_size))
+            obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"),
+                                                config.model["vocab_size"]))
         windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
         phases = [(window_length(config), windows)]
         if config.final_seq_len:
