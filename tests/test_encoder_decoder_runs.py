@@ -4,6 +4,7 @@ need more sentinels than the tokenizer has are refused before anything is writte
 only models with learned positions (BART), not T5's relative ones."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -19,9 +20,9 @@ from .conftest import documents, refused, sentences
 
 transformers = pytest.importorskip("transformers")
 
-from sesame.interop import from_hf  # noqa: E402
+from sesame.interop import from_hf, to_hf  # noqa: E402
 
-from .test_encoder_decoder_interop import SENTINELS, checkpoint  # noqa: E402
+from .test_encoder_decoder_interop import SENTINELS, checkpoint, sesame_run  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -56,6 +57,16 @@ def test_a_converted_t5_run_continues_pre_training_and_is_not_resumed(corpus, tm
     assert (config.objective, config.base, config.model["hidden"]) == ("span_corruption", str(tmp_path / "run"), 32)
     refused(["pretrain", "--resume", "--out", str(tmp_path / "run"), "--corpus", str(corpus), "--family", "t5"],
             capsys, tmp_path, "--resume: ", "converted from transformers", "base=")
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart"])
+def test_a_run_written_before_gated_and_tied_existed_still_exports(model_type, tmp_path):
+    sesame_run(model_type, tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    config["model"] = {k: v for k, v in config["model"].items() if k not in ("gated", "tied")}
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    assert to_hf(tmp_path / "run", tmp_path / "hf")["architecture"].endswith("ForConditionalGeneration")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["tie_word_embeddings"] is True
 
 
 @pytest.mark.parametrize("family", ["t5", "t5v1_1"])

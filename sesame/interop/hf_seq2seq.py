@@ -160,7 +160,7 @@ def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
     if others:
         raise SesameError(f"{where}: weights outside the encoder-decoder ({', '.join(others[:3])}, ...), which "
                           f"{TYPES[model_type].base_class} cannot hold")
-    model = {k: v for k, v in config.model.items() if k != "arch"}
+    model = EncoderDecoderConfig(**config.model).to_dict()  # with the fields a run written before them lacks
     try:
         check_style(model, model_type)
     except SesameError as err:
