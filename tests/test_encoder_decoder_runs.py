@@ -55,6 +55,10 @@ def test_a_converted_t5_run_continues_pre_training_and_is_not_resumed(corpus, tm
     assert math.isfinite(metrics["loss"])
     config = read_config(tmp_path / "more", "--model")
     assert (config.objective, config.base, config.model["hidden"]) == ("span_corruption", str(tmp_path / "run"), 32)
+    # T5's table is wider than its tokenizer (unused rows): continuing keeps it, as it adds no words
+    assert config.model["vocab_size"] == read_config(tmp_path / "run", "--model").model["vocab_size"] > len(
+        json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"])
+    assert config.added_words == 0
     refused(["pretrain", "--resume", "--out", str(tmp_path / "run"), "--corpus", str(corpus), "--family", "t5"],
             capsys, tmp_path, "--resume: ", "converted from transformers", "base=")
 
