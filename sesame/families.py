@@ -14,8 +14,10 @@ from word vectors, ``sesame finetune --vectors``); ``ulmfit`` is AWD-LSTM with i
 reads, frozen, beside its own embeddings; ``cove`` is the MT-LSTM encoder (trained by ``sesame cove``).
 
 The encoder-decoder families (arch ``encoder_decoder``, :mod:`sesame.models.encoder_decoder`): ``t5`` (Raffel et
-al. 2020) and ``bart`` (Lewis et al. 2020), whose rows take their model's fields from ``STYLES`` and have as many
-layers in the decoder as in the encoder (T5's and BART's own sizes do); docs/encoder_decoder.md.
+al. 2020), ``t5v1_1`` (T5 v1.1: gated-GELU feed-forward 8/3·hidden wide, untied output layer) and ``bart`` (Lewis et
+al. 2020), whose rows take their model's fields from ``STYLES`` and have as many layers in the decoder as in the
+encoder (T5's and BART's own sizes do); ``hf_model_type`` names the transformers ``model_type`` whose checkpoints
+``sesame convert`` imports as the family's runs; docs/encoder_decoder.md.
 """
 from __future__ import annotations
 
@@ -67,6 +69,10 @@ class Family:
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
     decoder_start: str | None = None
     sentinels: int = 0  # the tokenizer ends with T5's sentinel tokens, this many (sesame.tokenizer.train_tokenizer)
+    intermediate: float = 4.0  # a Transformer's feed-forward width per unit of hidden (T5 v1.1's gated one: 8/3)
+    # transformers' model_type whose checkpoints import as this family's runs (sesame.interop.hf_seq2seq; several
+    # rows of one type: the one whose model_options the checkpoint's configuration matches best)
+    hf_model_type: str | None = None
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -109,9 +115,15 @@ FAMILIES: dict[str, Family] = {
                finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
         Family("t5", "unigram", "span_corruption", False, "pre", False, "mean", "Raffel et al. 2020",
-               arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100),
+               arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,
+               hf_model_type="t5"),
+        # T5 v1.1 (transformers' google/t5-v1_1-*): GLU feed-forward narrowed to keep its parameters (Shazeer 2020)
+        Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "mean", "Raffel et al. 2020, v1.1",
+               arch="encoder_decoder", model_options=STYLES["t5v1_1"], decoder_start="pad", sentinels=100,
+               intermediate=8 / 3, hf_model_type="t5"),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
-               arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024),  # last token
+               arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
+               hf_model_type="bart"),
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
@@ -164,6 +176,14 @@ def get_family(name: str) -> Family:
     return FAMILIES[name]
 
 
+def hf_family(model_type: str, model: dict) -> Family | None:
+    """The family a transformers ``model_type`` checkpoint imports as (None: no row names that type): of the rows
+    whose ``hf_model_type`` it is, the one whose ``model_options`` differ from the checkpoint's model fields ``model``
+    in the fewest fields, the first on a tie (a T5 with a gated feed-forward and an untied output layer: t5v1_1)."""
+    rows = [f for f in FAMILIES.values() if f.hf_model_type == model_type]
+    return min(rows, key=lambda f: sum(model.get(k) != v for k, v in f.model_options.items()), default=None)
+
+
 def get_size(name: str) -> tuple[int, int]:
     if name not in SIZES:
         raise SesameError(f"--size {name!r} is unknown; choose one of: {', '.join(SIZES)}")
@@ -192,7 +212,8 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         start = {"decoder_start_id": getattr(specials, fam.decoder_start)}
     embedding_size = fam.embedding_size if fam.embedding_size and fam.embedding_size < hidden else None
     return ARCHITECTURES[fam.arch][0](**start, **{
-        "vocab_size": vocab_size, "hidden": hidden, "layers": layers, "heads": hidden // 64, "intermediate": 4 * hidden,
+        "vocab_size": vocab_size, "hidden": hidden, "layers": layers, "heads": hidden // 64,
+        "intermediate": round(fam.intermediate * hidden),
         "max_positions": max_positions or fam.context, "causal": fam.causal, "norm": fam.norm,
         "embedding_norm": fam.embedding_norm, "pad_id": pad_id, "layer_norm_eps": 1e-12 if fam.norm == "post" else 1e-5,
         "embedding_size": embedding_size, "sharing": fam.sharing, **fam.model_options, "dropout": dropout})

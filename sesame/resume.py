@@ -124,6 +124,10 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     if setup_killed(spec.out):
         return replace(spec, resume=False)
     config = read_config(spec.out, "--out", ("pretrained",))
+    if config.hf and config.shards is None:  # converted (sesame convert --from-hf): pre-trained elsewhere
+        raise SesameError(f"--resume: {spec.out} was converted from transformers, not pre-trained by sesame, so it "
+                          "has no training to resume; continue its pre-training in a new run: in Python, "
+                          f"sesame.pretrain(CORPUS, OUT, family={config.family!r}, base={str(spec.out)!r})")
     recorded = {"family": config.family, "size": config.size, "objective": config.objective,
                 "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
                 "discriminative": config.discriminative, "base": config.base,

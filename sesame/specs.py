@@ -143,15 +143,23 @@ class PretrainSpec(RecurrentDropouts):
         """Pre-training's TrainConfig: the short-budget rates < the family's recipe < given."""
         return training({**PRETRAIN_TRAINING, **self.fam.recipe}, self.training)
 
+    def longest_examples(self) -> tuple[int, str]:
+        """The length of the longest examples, and its flag: ``--final-seq-len`` when given, else ``--seq-len``."""
+        return (self.final_seq_len, "--final-seq-len") if self.final_seq_len else (self.seq_len, "--seq-len")
+
     def objective_settings(self) -> dict:
         """The objective's options: the family's (for its own objective), then the spec's."""
         fam = self.fam
         return {**(fam.objective_options if self.objective_name == fam.objective else {}), **self.objective_options}
 
     def validate(self) -> None:
-        """Every check that reads no file: the family, size, objective, budget and lengths fit together."""
+        """Every check that reads no file: the family, size, objective, budget and lengths fit together, and a
+        tokenizer trained on the way has the sentinels the objective's longest examples need."""
+        from .data.shards import is_shard_dir
         from .models import ARCHITECTURES
         from .objectives import OBJECTIVES
+        from .objectives.seq2seq import require_sentinels
+        from .tokenizer import SENTINEL_SHARE, sentinel_count
 
         fam = self.fam
         get_size(self.size)
@@ -182,6 +190,13 @@ class PretrainSpec(RecurrentDropouts):
         if self.final_seq_len is not None and not self.seq_len < self.final_seq_len <= positions:
             raise SesameError(f"--final-seq-len {self.final_seq_len}: must exceed --seq-len {self.seq_len} and be at "
                               f"most {positions} (the model's positions)")
+        trained = not (self.tokenizer or self.base or (len(self.corpus) == 1 and is_shard_dir(Path(self.corpus[0]))))
+        if trained:  # (a tokenizer read from a file is checked once read, before the run is written)
+            require_sentinels(OBJECTIVES[self.objective_name], *self.longest_examples(), self.objective_settings(),
+                              have=sentinel_count(self.vocab_size, fam.sentinels),
+                              source=f"the tokenizer trained with --vocab-size {self.vocab_size}",
+                              fix=f", or a larger --vocab-size (one id in {SENTINEL_SHARE} becomes a sentinel, up to "
+                                  f"{fam.sentinels})")
         if self.attention_window is not None:
             banded = any(f.name == "attention_window" for f in fields(ARCHITECTURES[fam.arch][0]))
             if not banded:

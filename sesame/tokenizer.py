@@ -163,6 +163,12 @@ class TextTokenizer:
         return cls(backend, kind)
 
 
+def sentinel_count(vocab_size: int, asked: int) -> int:
+    """The sentinels a tokenizer trained with ``vocab_size`` ids ends with when ``asked`` for some (one id in
+    :data:`SENTINEL_SHARE` at most)."""
+    return min(asked, vocab_size // SENTINEL_SHARE)
+
+
 def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: str, vocab_size: int = 8000,
                     lowercase: bool | None = None, min_frequency: int = 2, show_progress: bool = False, *,
                     sentinels: int = 0) -> TextTokenizer:
@@ -185,7 +191,7 @@ def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: st
         raise SesameError(f"--vocab-size {vocab_size} is too small; use at least 100")
     if sentinels < 0:
         raise SesameError(f"--sentinels {sentinels}: use 0 (none) or more (T5: 100)")
-    sentinels = min(sentinels, vocab_size // SENTINEL_SHARE)
+    sentinels = sentinel_count(vocab_size, sentinels)
     specials = [SPECIAL_TOKENS[kind][r] for r in ROLES]
     vocab_size -= sentinels  # the learned tokens; the sentinels come on top
     if kind == "wordpiece":

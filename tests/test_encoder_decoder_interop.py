@@ -211,9 +211,8 @@ BART_KEYS = {"d_model": 32, "encoder_attention_heads": 4}
 
 
 @pytest.mark.parametrize("model_type, given, message", [
-    ("t5", {"feed_forward_proj": "gated-gelu"}, "feed_forward_proj 'gated-gelu' (sesame supports gelu, gelu_new, "
-                                                "gelu_pytorch_tanh, relu (T5 v1.1's gated feed-forward"),
-    ("t5", {"tie_word_embeddings": False}, "tie_word_embeddings False (sesame supports True"),
+    ("t5", {"feed_forward_proj": "gated-swish"}, "feed_forward_proj 'gated-swish' (sesame supports gelu, gelu_new, "
+                                                 "gelu_pytorch_tanh, relu, gated-ACT of those)"),
     ("t5", {"d_kv": 16}, "d_kv 16 (sesame supports d_model / num_heads, 8"),
     ("bart", {"scale_embedding": True}, "scale_embedding True (sesame supports False"),
     ("bart", {"tie_word_embeddings": False}, "tie_word_embeddings False (sesame supports True"),
@@ -222,6 +221,8 @@ BART_KEYS = {"d_model": 32, "encoder_attention_heads": 4}
     ("bart", {"decoder_attention_heads": 2}, "decoder_attention_heads 2 (sesame supports 4, its "
                                              "encoder_attention_heads"),
     ("bart", {"activation_function": "swish"}, "activation_function 'swish' (sesame supports gelu"),
+    ("bart", {"activation_function": "gated-gelu"}, "activation_function 'gated-gelu' (sesame supports gelu, gelu_new, "
+                                                    "gelu_pytorch_tanh, relu)"),  # BART's feed-forward is not gated
 ])
 def test_configs_sesame_does_not_compute_are_refused_in_one_line(model_type, given, message):
     base = T5_KEYS if model_type == "t5" else BART_KEYS
@@ -231,7 +232,8 @@ def test_configs_sesame_does_not_compute_are_refused_in_one_line(model_type, giv
     assert str(err.value).startswith("config.json: ") and message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("model_type, copy", [("t5", "lm_head.weight"), ("bart", "model.decoder.embed_tokens.weight")])
+@pytest.mark.parametrize("model_type, copy", [("t5", "decoder.embed_tokens.weight"), ("bart", "lm_head.weight"),
+                                              ("bart", "model.decoder.embed_tokens.weight")])
 def test_untied_copies_and_stray_tensors_are_refused(model_type, copy, tmp_path):
     checkpoint(model_type, tmp_path / "hf")
     path = tmp_path / "hf" / "model.safetensors"

@@ -49,12 +49,12 @@ from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import read_json, save_weights, write_json
 from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architecture
-from .hf_seq2seq import FAMILIES_OF, seq2seq_run
+from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
+from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
                      head_shapes, import_tensors, lm_entries, meta_backbone, name_plan, pair_entries, read_weights)
 
-EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
 
@@ -380,7 +380,7 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
     and the run is one ``electra`` run holding both (:func:`_add_generator`). Returns a summary."""
     src, out = Path(src), Path(out)
     check_new(out)
-    if transformers_type(src) in FAMILIES_OF:
+    if transformers_type(src) in SEQ2SEQ_TYPES:
         if generator is not None:
             raise SesameError(f"--generator: {src} is an encoder-decoder; --generator pairs an ELECTRA discriminator "
                               "with its generator. Drop --generator")

@@ -5,8 +5,9 @@ tokenizer: tokenizer.json; for BART also vocab.json + merges.txt) into a :class:
 :class:`~sesame.models.encoder_decoder.EncoderDecoderConfig` fields, the model's state dict, sesame's tokenizer and
 the record that gives the checkpoint back. :func:`export_encoder_decoder` writes one as a directory that
 ``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load. Neither reads or writes pickles. :func:`seq2seq_run` and
-:func:`seq2seq_export` are the ``convert --from-hf`` / ``--to-hf`` routes: a pretrained run of family
-:data:`FAMILIES_OF` ``[model_type]`` holding the model under ``backbone.``, and back.
+:func:`seq2seq_export` are the ``convert --from-hf`` / ``--to-hf`` routes: a pretrained run of the family whose row
+names the ``model_type`` (:func:`sesame.families.hf_family`: t5, t5v1_1 or bart), with that row's objective,
+options and pooling, holding the model under ``backbone.``, and back.
 
 The tokenizers go through :mod:`.hf_tokenizer`: T5's tokenizer.json (Unigram, ``</s>`` appended to each text, the
 ``<extra_id_N>`` sentinels as added tokens) keeps its ids; it has no cls or mask token, so sesame's ``<s>`` and
@@ -23,6 +24,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..errors import SesameError
+from ..families import FAMILIES, hf_family
 from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from ..rundir import load_tokenizer, new_run, write_config
 from ..specs import RunConfig
@@ -30,13 +32,11 @@ from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES
 from .encoder_decoder import (TYPES, check_style, export_weights, hf_config, import_weights, leading_rows,
-                              model_config)
+                              model_config, stores_own_head)
 from .hf_tokenizer import export_tokenizer, import_tokenizer
 from .mapping import check_new, read_weights
 
-# model_type → the sesame family its runs belong to (the family rows are added beside this module, not by it)
-FAMILIES_OF = {"t5": "t5", "bart": "bart"}
-MODEL_TYPES_OF = {family: model_type for model_type, family in FAMILIES_OF.items()}
+EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
 ROLE_NAMES = {"pad": "pad token", "cls": "bos token", "sep": "eos token"}
 # model_type → (how vocabulary files build its tokenizer, the tokenizer class's special tokens)
 TOKENIZERS = {"t5": ("json", {"pad_token": "<pad>", "unk_token": "<unk>", "eos_token": "</s>"}),
@@ -92,6 +92,8 @@ def import_encoder_decoder(src: str | Path, flag: str = "--from-hf") -> Seq2SeqC
     prefix = TYPES[model_type].prefix
     if prefix and not any(n.startswith(prefix) for n in weights):  # a base model (BartModel): no task prefix
         weights = {prefix + n: t for n, t in weights.items()}
+    if stores_own_head(model_type, weights):  # T5 v1.1 saved by transformers 5, whose config.json says tied
+        model["tied"] = False
     try:
         state = import_weights(model_type, weights, _meta_model(model))
     except SesameError as err:
@@ -123,18 +125,21 @@ def export_encoder_decoder(checkpoint: Seq2SeqCheckpoint, out: str | Path) -> di
 
 
 def seq2seq_run(src: Path, out: Path) -> dict:
-    """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its family (no objective yet: the
-    run is the model, for generation and fine-tuning), whose weights are the model's under ``backbone.``."""
+    """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its family (:func:`hf_family`), with the
+    row's objective (span corruption, denoising), its options and pooling, so the run evaluates, continues
+    pre-training and fine-tunes as one sesame made; its weights are the model's under ``backbone.``."""
     c = import_encoder_decoder(src)
-    config = RunConfig(kind="pretrained", family=FAMILIES_OF[c.model_type], model={"arch": "encoder_decoder",
-                                                                                   **c.model}, hf=c.hf)
+    fam = hf_family(c.model_type, c.model)
+    config = RunConfig(kind="pretrained", family=fam.name, model={"arch": "encoder_decoder", **c.model}, hf=c.hf,
+                       objective=fam.objective, objective_options=dict(fam.objective_options), pooling=fam.pooling,
+                       seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
     with new_run(out, "pretrained", resume=False) as run:
         c.tokenizer.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in c.weights.items()})
         write_config(run, config)
     added = c.hf["tokenizer"]["spare"]
     return {"model_type": c.model_type, "family": config.family, "kind": "pretrained", "task": None,
-            "objective": None, "labels": [], "layers": c.model["layers"], "hidden": c.model["hidden"],
+            "objective": config.objective, "labels": [], "layers": c.model["layers"], "hidden": c.model["hidden"],
             "vocab_size": c.model["vocab_size"], "pooler": False, "dropped_heads": [],
             "renamed_tokens": c.hf["tokenizer"]["renamed"], "appended_tokens": added,
             "notes": [f"sesame's {' and '.join(added)} read unused rows of the vocabulary"] if added else []}
@@ -144,16 +149,18 @@ def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
     """``convert --to-hf`` of an encoder-decoder run: its model as ``T5ForConditionalGeneration`` or
     ``BartForConditionalGeneration`` (the imported checkpoint's type, else its family's)."""
     where = f"--to-hf {run}"
-    model_type = config.hf["model_type"] if config.hf else MODEL_TYPES_OF.get(config.family)
-    if model_type is None:
+    fam = FAMILIES.get(config.family)
+    model_type = config.hf["model_type"] if config.hf else fam.hf_model_type if fam else None
+    if model_type not in TYPES:
+        exportable = [f.name for f in FAMILIES.values() if f.hf_model_type in TYPES]
         raise SesameError(f"{where}: family {config.family!r} has no transformers encoder-decoder here; exportable: "
-                          f"{', '.join(MODEL_TYPES_OF)}")
+                          f"{', '.join(exportable)}")
     weights = load_weights(run / "model.safetensors")
     others = sorted(k for k in weights if not k.startswith("backbone."))
     if others:
         raise SesameError(f"{where}: weights outside the encoder-decoder ({', '.join(others[:3])}, ...), which "
                           f"{TYPES[model_type].base_class} cannot hold")
-    model = {k: v for k, v in config.model.items() if k != "arch"}
+    model = EncoderDecoderConfig(**config.model).to_dict()  # with the fields a run written before them lacks
     try:
         check_style(model, model_type)
     except SesameError as err:

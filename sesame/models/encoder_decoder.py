@@ -1,6 +1,7 @@
 """An encoder-decoder Transformer (Vaswani et al. 2017) that is T5 or BART by configuration: two stacks of the
 one :class:`~sesame.models.transformer.Transformer`, an encoder and a causal decoder whose layers also attend to
-the encoder's states, reading one shared token embedding, which is also the (tied) output layer.
+the encoder's states, reading one shared token embedding, which is also the (tied) output layer unless the
+configuration gives the output layer its own weights (T5 v1.1).
 
 * **t5** (Raffel et al. 2020, §2.1; ``STYLES["t5"]``): pre-norm with RMSNorm (no mean subtraction, no bias) and
   a final norm in each stack, no biases, ReLU feed-forward (T5 v1.0), unscaled attention scores, no position
@@ -9,6 +10,12 @@ the encoder's states, reading one shared token embedding, which is also the (tie
   the last for all beyond) and causal in the decoder (32 buckets of past offsets; later keys share bucket 0);
   computed once per stack and added to every layer's self-attention, none in cross-attention. The tied output
   layer reads the decoder's states times hidden^-0.5. The decoder starts from ``<pad>``.
+* **t5v1_1** (T5 v1.1, the checkpoints released after the paper; ``STYLES["t5v1_1"]``): T5 with a gated-GELU
+  feed-forward, GEGLU(x) = GELU(x·W) ⊙ (x·V), then ·W_o (Shazeer 2020, "GLU Variants Improve Transformer", §2;
+  transformers' ``feed_forward_proj="gated-gelu"``, whose GELU is the tanh form, ``gelu_new``), and an output
+  layer of its own, untied from the token table (``tied=False``), which reads the states unscaled. Its row
+  (:mod:`sesame.families`) narrows the feed-forward to 8/3·hidden, as Shazeer's GLU variants keep the parameter
+  count (T5 v1.1-base: d_ff 2048 for d_model 768), and pre-trains without dropout, as v1.1 was.
 * **bart** (Lewis et al. 2020, §2.1; ``STYLES["bart"]``): post-LayerNorm, GELU, scaled attention, learned
   positions for each stack and a LayerNorm on each stack's embeddings. The decoder starts from ``</s>``.
 
@@ -26,6 +33,8 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
   token embeddings start as T5's, N(0, 1) (``embedding_std``; Mesh TensorFlow's default, which the hidden^-0.5
   of the tied output layer assumes: from N(0, 0.02) its scores would start near zero; a one-off comparison on a
   tiny T5, not kept in the repo, learned slower from 0.02);
+* T5 v1.1's untied output layer starts N(0, hidden^-0.5), so its first scores have the scale of v1.0's tied
+  layer (N(0, 1) embeddings read times hidden^-0.5); transformers draws it N(0, 1);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
   puts them back, as for RoBERTa), no ``final_logits_bias`` (zero in BART's checkpoints) and no embedding scale
   (off in BART's configurations).
@@ -40,15 +49,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from .caches import KVCache, Memory
-from .transformer import Dropout, SelfAttention, Transformer, TransformerConfig, make_norm
+from .transformer import Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
 
 SIDES = ("encoder", "decoder")
 
-# the fields that make an EncoderDecoderConfig T5 or BART (sizes, dropout and token ids are the run's)
+# the fields that make an EncoderDecoderConfig T5, T5 v1.1 or BART (sizes, dropout and token ids are the run's)
+T5 = {"norm": "pre", "norm_kind": "rms", "bias": False, "scale_attention": False, "activation": "relu",
+      "embedding_norm": False, "layer_norm_eps": 1e-6, "relative_buckets": 32, "relative_max_distance": 128,
+      "scale_logits": True, "embedding_std": 1.0, "gated": False, "tied": True}
 STYLES: dict[str, dict] = {
-    "t5": {"norm": "pre", "norm_kind": "rms", "bias": False, "scale_attention": False, "activation": "relu",
-           "embedding_norm": False, "layer_norm_eps": 1e-6, "relative_buckets": 32, "relative_max_distance": 128,
-           "scale_logits": True, "embedding_std": 1.0},
+    "t5": T5,
+    "t5v1_1": {**T5, "activation": "gelu_tanh", "gated": True, "tied": False, "scale_logits": False},
     "bart": {"norm": "post", "norm_kind": "layer", "activation": "gelu", "embedding_norm": True,
              "layer_norm_eps": 1e-5},
 }
@@ -66,6 +77,8 @@ class EncoderDecoderConfig(TransformerConfig):
     relative_max_distance: int = 128  # offsets this far or farther share the last bucket
     scale_logits: bool = False  # the tied output layer reads the states times hidden^-0.5 (T5)
     embedding_std: float = 0.02  # the token embeddings' initial standard deviation (T5: 1)
+    gated: bool = False  # T5 v1.1's gated feed-forward, activation(x·W) ⊙ x·V (GatedFeedForward)
+    tied: bool = True  # the output layer is the token table (False: a layer of its own, T5 v1.1's lm_head)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,6 +91,11 @@ class EncoderDecoderConfig(TransformerConfig):
         if self.relative_buckets and self.relative_max_distance <= self.relative_buckets // 2:
             raise ValueError(f"relative_max_distance {self.relative_max_distance}: must exceed half the "
                              f"{self.relative_buckets} buckets (T5: 128)")
+
+    @property
+    def learned_positions(self) -> bool:
+        """Learned position tables (BART) cap sequences at ``max_positions``; T5's relative bias has no cap."""
+        return not self.relative_buckets
 
     def stack(self, side: str) -> EncoderDecoderConfig:
         """The configuration of the ``encoder`` or the (causal) ``decoder`` stack."""
@@ -139,6 +157,18 @@ class CrossAttention(SelfAttention):
         return F.linear(x, self.qkv.weight[rows], None if bias is None else bias[rows])
 
 
+class GatedFeedForward(FeedForward):
+    """T5 v1.1's feed-forward sublayer: (activation(x·W) ⊙ x·V)·W_o (Shazeer 2020, §2: GEGLU with the tanh GELU):
+    ``inp`` is W (transformers' ``wi_0``), ``linear`` V (``wi_1``), ``out`` W_o (``wo``)."""
+
+    def __init__(self, cfg: EncoderDecoderConfig):
+        super().__init__(cfg)
+        self.linear = nn.Linear(cfg.hidden, cfg.intermediate, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.adapter(self.out(self.activation(self.inp(x)) * self.linear(x))))
+
+
 class SharedEmbeddings(nn.Module):
     """The token table both stacks read and the output layer reuses, with each stack's learned positions (none
     with a relative position bias) and embedding norm, then dropout."""
@@ -169,14 +199,20 @@ class EncoderDecoder(nn.Module):
         self.config = cfg
         self.embed = SharedEmbeddings(cfg)
         self.encoder, self.decoder = (self._stack(cfg.stack(side)) for side in SIDES)
+        # T5 v1.1's output layer of its own (transformers' lm_head), drawn so its first scores are scaled as a
+        # tied layer's (module docstring)
+        self.head = None if cfg.tied else nn.Linear(cfg.hidden, cfg.vocab_size, bias=False)
         self.embed.apply(Transformer._init)
         nn.init.normal_(self.embed.tokens.weight, std=cfg.embedding_std)
+        if self.head is not None:
+            nn.init.normal_(self.head.weight, std=cfg.hidden ** -0.5)
 
     @staticmethod
     def _stack(cfg: EncoderDecoderConfig) -> Transformer:
         bias = RelativePositionBias(cfg, bidirectional=not cfg.causal) if cfg.relative_buckets else None
         cross = nn.ModuleList(CrossAttention(cfg) for _ in range(cfg.layers)) if cfg.causal else None
-        return Transformer(cfg, embeddings=False, position_bias=bias, cross_attention=cross)
+        return Transformer(cfg, embeddings=False, position_bias=bias, cross_attention=cross,
+                           feed_forward=GatedFeedForward if cfg.gated else FeedForward)
 
     def encode(self, ids: torch.Tensor, padding: torch.Tensor | None = None) -> Memory:
         """The encoder's states of source ``ids`` (batch, source; ``padding`` True at real tokens)."""
@@ -192,12 +228,17 @@ class EncoderDecoder(nn.Module):
                             memory=memory)
 
     def readout(self, states: torch.Tensor) -> torch.Tensor:
-        """Decoder states as the tied output layer reads them: times hidden^-0.5 for T5 (``scale_logits``)."""
+        """Decoder states as the output layer reads them: times hidden^-0.5 for T5 v1.0 (``scale_logits``)."""
         return states * self.config.hidden ** -0.5 if self.config.scale_logits else states
 
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The output layer's (vocabulary, hidden) matrix: the tied token table, or T5 v1.1's own ``head``."""
+        return self.embed.tokens.weight if self.head is None else self.head.weight
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Scores over the vocabulary from decoder states: the tied token embeddings' (after :meth:`readout`)."""
-        return self.readout(hidden) @ self.embed.tokens.weight.t()
+        """Scores over the vocabulary from decoder states: the output layer's (after :meth:`readout`)."""
+        return self.readout(hidden) @ self.output_weight.t()
 
     def forward(self, ids: torch.Tensor, *, decoder_ids: torch.Tensor, padding: torch.Tensor | None = None,
                 decoder_padding: torch.Tensor | None = None) -> torch.Tensor:
@@ -212,6 +253,7 @@ class EncoderDecoder(nn.Module):
 
     def layer_modules(self) -> list[list[nn.Module | None]]:
         """Layer groups bottom to top: the shared embeddings with the encoder's, the encoder's layers, then the
-        decoder's groups (:meth:`Transformer.layer_modules`)."""
-        encoder = self.encoder.layer_modules()
-        return [[self.embed, *encoder[0]], *encoder[1:], *self.decoder.layer_modules()]
+        decoder's groups (:meth:`Transformer.layer_modules`); an untied output layer is in the top one."""
+        encoder, decoder = self.encoder.layer_modules(), self.decoder.layer_modules()
+        decoder[-1].append(self.head)
+        return [[self.embed, *encoder[0]], *encoder[1:], *decoder]

@@ -94,6 +94,11 @@ class TransformerConfig:
     def embedding_width(self) -> int:
         return self.embedding_size or self.hidden
 
+    @property
+    def learned_positions(self) -> bool:
+        """Whether positions index a learned table, so no sequence may be longer than ``max_positions``."""
+        return True
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -269,11 +274,12 @@ class Transformer(nn.Module):
 
     An encoder-decoder's stacks have no ``embeddings`` (``forward`` gets its shared ones as ``embedded``), a
     ``position_bias`` ((length, past) → (heads, length, past + length) added to the scores) and, in the decoder,
-    ``cross_attention`` (a sublayer per layer, ``f(x, memory, i)``).
+    ``cross_attention`` (a sublayer per layer, ``f(x, memory, i)``), and may give its ``feed_forward`` sublayer
+    class (T5 v1.1's gated one).
     """
 
     def __init__(self, cfg: TransformerConfig, *, embeddings: bool = True, position_bias: nn.Module | None = None,
-                 cross_attention: nn.ModuleList | None = None):
+                 cross_attention: nn.ModuleList | None = None, feed_forward: type[FeedForward] | None = None):
         super().__init__()
         self.config = cfg
         self.embed = Embeddings(cfg) if embeddings else None
@@ -283,7 +289,7 @@ class Transformer(nn.Module):
         n_ffn = 1 if cfg.sharing in ("all", "ffn") else cfg.layers
         self.attention = nn.ModuleList(SelfAttention(cfg) for _ in range(n_attention))
         self.cross_attention = cross_attention
-        self.feed_forward = nn.ModuleList(FeedForward(cfg) for _ in range(n_ffn))
+        self.feed_forward = nn.ModuleList((feed_forward or FeedForward)(cfg) for _ in range(n_ffn))
         self.pre_norm = cfg.norm == "pre"
         self.final_norm = make_norm(cfg) if self.pre_norm else nn.Identity()
         self.mix = ScalarMix(cfg.layers + 1) if cfg.scalar_mix else None
@@ -365,7 +371,7 @@ class Transformer(nn.Module):
         states from ``memory`` (:class:`~sesame.models.caches.Memory`)."""
         past = cache.length if cache is not None else 0
         end = past + ids.shape[1] if positions is None else int(positions.max()) + 1
-        if end > self.config.max_positions:
+        if self.config.learned_positions and end > self.config.max_positions:
             raise ValueError(f"sequence length {end} exceeds max_positions {self.config.max_positions}")
         if positions is None and past:
             positions = torch.arange(past, past + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)

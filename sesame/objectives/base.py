@@ -50,6 +50,12 @@ class Objective(nn.Module):
         ``options`` (as ``build`` takes them; only span corruption's window depends on them)."""
         raise NotImplementedError
 
+    @staticmethod
+    def sentinels_needed(seq_len: int, **options) -> int:
+        """How many of the tokenizer's sentinel tokens one example of ``seq_len`` positions uses (T5's span
+        corruption: one per noise span; the others none)."""
+        return 0
+
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         raise NotImplementedError

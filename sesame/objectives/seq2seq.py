@@ -1,12 +1,13 @@
 """Pre-training an encoder-decoder (:class:`~sesame.models.EncoderDecoder`) to restore corrupted text: T5's span
-corruption and BART's denoising, the objectives of the ``t5`` and ``bart`` families.
+corruption and BART's denoising, the objectives of the ``t5`` (and ``t5v1_1``) and ``bart`` families.
 
 Both corrupt a clean window into the encoder's input x̃ and name the decoder's targets y (the transforms of
 :mod:`.span_corruption` and :mod:`.denoising`), then minimise −Σ_t log p(y_t | x̃, y_<t), summed over every target
 token, by teacher forcing: the decoder reads the targets shifted right behind its start token
-(:meth:`EncoderDecoder.decoder_inputs`: ``<pad>`` for T5, ``</s>`` for BART). The scores are the tied token
-embeddings' (after T5's hidden^-0.5, :meth:`EncoderDecoder.readout`), fused with the cross-entropy
-(:func:`.projection.linear_cross_entropy`), so the (positions × vocabulary) logits never exist whole.
+(:meth:`EncoderDecoder.decoder_inputs`: ``<pad>`` for T5, ``</s>`` for BART). The scores are the output layer's
+(:attr:`EncoderDecoder.output_weight`: the tied token embeddings, after T5's hidden^-0.5, or T5 v1.1's own layer),
+fused with the cross-entropy (:func:`.projection.linear_cross_entropy`), so the (positions × vocabulary) logits never
+exist whole.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class TeacherForced(Objective):
         model, targets = self.backbone, batch["targets"]
         memory = model.encode(batch["ids"], batch.get("padding"))
         states = model.decode(model.decoder_inputs(targets), memory)
-        return linear_cross_entropy(model.readout(states).flatten(0, 1), model.embed.tokens.weight, targets.flatten(),
+        return linear_cross_entropy(model.readout(states).flatten(0, 1), model.output_weight, targets.flatten(),
                                     workspace=self.workspace)
 
 
@@ -52,7 +53,8 @@ class SpanCorruption(TeacherForced):
     after its sentinel, then ``</s>``. Windows are :func:`.span_corruption.raw_length` tokens long, so that every
     input is exactly ``seq_len`` tokens and no row needs padding (T5's ``random_spans_helper``). The sentinels are
     the tokenizer's ``<extra_id_k>`` (:meth:`TextTokenizer.sentinels`), counting down from the top of the vocabulary;
-    a window with more spans than sentinels is refused (100 sentinels cover windows of about 2000 tokens)."""
+    a window with more spans than sentinels is refused before anything is written (:func:`require_sentinels`;
+    100 sentinels cover windows of about 2000 tokens)."""
 
     name = "span_corruption"
     options = tuple(f.name for f in fields(SpanCorruptionOptions))
@@ -73,11 +75,33 @@ class SpanCorruption(TeacherForced):
     def window_length(seq_len: int, **options) -> int:
         return raw_length(seq_len, SpanCorruptionOptions(**options))[0]
 
+    @staticmethod
+    def sentinels_needed(seq_len: int, **options) -> int:
+        noise = SpanCorruptionOptions(**options)
+        return noise.counts(raw_length(seq_len, noise)[0])[1]  # one per noise span
+
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         inputs, targets = corrupt_spans(windows, generators, sentinels=self.sentinels, eos=self.specials.sep,
                                         options=self.noise)
         return {"ids": inputs, "targets": targets}
+
+
+def require_sentinels(objective: type[Objective], seq_len: int, flag: str, options: dict, *, have: int, source: str,
+                      fix: str = "") -> None:
+    """Refuse an ``objective`` whose examples of ``seq_len`` positions (given as ``flag``) need more sentinel tokens
+    than the ``have`` of the tokenizer ``source`` names, with the longest ``flag`` that fits and any other ``fix``.
+    A tokenizer without sentinels is the objective's own refusal (:class:`SpanCorruption`)."""
+    needed = objective.sentinels_needed(seq_len, **options)
+    if needed <= have or not have:
+        return
+    fits, over = 8, seq_len  # 8 positions: one noise span, which any sentinel covers
+    while over - fits > 1:  # the spans grow with the length: the longest that fits, by bisection
+        middle = (fits + over) // 2
+        fits, over = (middle, over) if objective.sentinels_needed(middle, **options) <= have else (fits, middle)
+    raise SesameError(f"{flag} {seq_len}: each {objective.name} example of that length has {needed} noise spans, "
+                      f"one sentinel token (<extra_id_k>) each, and {source} has {have}; use {flag} {fits} or "
+                      f"less{fix}")
 
 
 def sentence_ends(ids: torch.Tensor, final: torch.Tensor) -> list[int]:

@@ -14,6 +14,7 @@ import torch
 from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
 from ..objectives import OBJECTIVES, build_objective
+from ..objectives.seq2seq import require_sentinels
 from ..rundir import build_backbone, load_tokenizer, read_config
 from ..runtime import Runtime
 from ..sources import opened
@@ -117,9 +118,12 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
         seq_len = config.seq_len
     else:
         check_length("--seq-len", seq_len)
-        positions = config.model.get("max_positions", seq_len)
+        positions = obj.backbone.config.max_positions if getattr(obj.backbone.config, "learned_positions", False) \
+            else seq_len  # relative positions (T5) and recurrent models read any length
         if seq_len > positions:
             raise SesameError(f"--seq-len {seq_len}: --model {model} has {positions} positions; use at most that")
+        require_sentinels(OBJECTIVES[config.objective], seq_len, "--seq-len", config.objective_options,
+                          have=len(tok.sentinels()), source=f"--model {model}'s tokenizer")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.of(paths, "--data", text_field)
         shards = corpus.shards(tok, Path(tmp) / "shards", progress=False)

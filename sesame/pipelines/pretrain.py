@@ -19,6 +19,7 @@ from ..errors import SesameError
 from ..families import backbone_config
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
+from ..objectives.seq2seq import require_sentinels
 from ..resume import record_training, resumed_pretraining, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
@@ -58,12 +59,18 @@ def pretrain(spec: PretrainSpec) -> dict:
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
         tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
                                sentinels=fam.sentinels)
+        read = corpus.shard_dir or tokenizer  # (a tokenizer trained here was checked with the spec)
+        require_sentinels(OBJECTIVES[spec.objective_name], *spec.longest_examples(), spec.objective_settings(),
+                          have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
+                          fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)")
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
         valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
         if base is not None:
-            model = {**base.model, "vocab_size": tok.vocab_size,
+            # the words continued pre-training added, if any (a converted T5's table may also have unused rows
+            # beyond its tokenizer's ids, which it keeps)
+            model = {**base.model, "vocab_size": max(tok.vocab_size, base.model["vocab_size"]),
                      **({"dropout": spec.dropout} if spec.dropout is not None else {})}
         else:
             dropout = spec.dropout if spec.dropout is not None else fam.pretrain_dropout
@@ -77,7 +84,8 @@ def pretrain(spec: PretrainSpec) -> dict:
             kind="pretrained", family=spec.family, size=base.size if base else spec.size,
             objective=spec.objective_name, objective_options=spec.objective_settings(),
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model,
-            seq_len=spec.seq_len, base=spec.base, added_words=tok.vocab_size - base.model["vocab_size"] if base else 0,
+            seq_len=spec.seq_len, base=spec.base,
+            added_words=model["vocab_size"] - base.model["vocab_size"] if base else 0,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, train=asdict(cfg), setup=setup_record(spec))
@@ -101,7 +109,8 @@ def pretrain(spec: PretrainSpec) -> dict:
         torch.manual_seed(cfg.seed)
         obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
         if base is not None:
-            obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"), tok.vocab_size))
+            obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"),
+                                                config.model["vocab_size"]))
         windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
         phases = [(window_length(config), windows)]
         if config.final_seq_len:
