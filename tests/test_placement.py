@@ -84,7 +84,7 @@ def test_encoder_decoder_objectives_make_no_tensor_off_the_models_device(objecti
 
 def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):
     from sesame.apps.cove import collate
-    from sesame.decoding import beam_search
+    from sesame.decoding import GenerationConfig, beam_search
     from sesame.models.cove import MTLSTM, CoveConfig
 
     model = MTLSTM(CoveConfig(vocab_size=tokenizer.vocab_size, target_vocab_size=30, embedding_size=8,
@@ -96,7 +96,7 @@ def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):
     batch = collate(source, [[1, 2], [1, 2]], 0, 0)
     with torch.device("meta"), SameDevice(), torch.no_grad():
         state = model.start(batch["ids"], batch["padding"])
-        beam_search(model.step, state, batch["target"][:, 0].clone(), beam=2, eos=2, max_len=4)
+        beam_search(model.step, state, batch["target"][:, 0].clone(), GenerationConfig(max_new_tokens=4, beams=2), eos=2)
 
 
 def squad_examples(tmp_path):
