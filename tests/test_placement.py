@@ -1,6 +1,7 @@
 """The placement rule (docs/devices.md) without a GPU: forward and backward of the objectives, the task models and
-the decoding steps under a fake default device that catches tensors made without the model's device, and the
-language model's cache in its compute type on its device."""
+the decoding steps under a fake default device that catches tensors made without the model's device, the
+objectives' batches made on the CPU wherever the model is, and the language model's cache in its compute type on
+its device."""
 import json
 
 import pytest
