@@ -13,9 +13,9 @@ on one batch:
   transformers: ``GPT2LMHeadModel`` (``activation_function="gelu"``), fed the same 128 inputs and the
   same 128 next-token targets per row (``shift_labels``).
 * ``t5``: T5 v1.0's span corruption (Raffel et al. 2020, §3.1.4: 15% noise in spans of mean length 3) with an
-  encoder-decoder of the same size in each stack (4 + 4 layers, hidden 256, 4 heads, feed-forward 1024: the t5
-  family's mini, ``sesame.families.backbone_config``) and T5's vocabulary of 32128 tokens, batch 32 x 128 encoder
-  tokens (about 30 targets per row). sesame: ``EncoderDecoder`` + ``SpanCorruption``; transformers:
+  encoder-decoder of the same size in each stack (4 + 4 layers, hidden 256, 4 heads, feed-forward 1024: the sizes
+  of the t5 family's mini, ``sesame.families.SIZES``; 512 positions) and T5's vocabulary of 32128 tokens, batch
+  32 x 128 encoder tokens (about 30 targets per row). sesame: ``EncoderDecoder`` + ``SpanCorruption``; transformers:
   ``T5ForConditionalGeneration``, fed the same corrupted ids and targets as ``labels`` (it shifts them right behind
   its start token, as sesame does).
 * ``bart``: BART's denoising (Lewis et al. 2020: text infilling and sentence permutation) with the bart family's
