@@ -2,11 +2,12 @@
 with their caches, on the same random T5 and BART weights.
 
 For each ``--styles`` and ``--sizes`` (layers x hidden from ``sesame.families.SIZES``, hidden/64 heads of 64,
-feed-forward 4 x hidden, the same number of decoder as encoder layers, ``--vocab-size`` tokens, no dropout) a
-randomly initialised transformers ``T5ForConditionalGeneration`` (T5 v1.0: ReLU, relative position buckets 32 up to
-128) or ``BartForConditionalGeneration`` (1024 positions) is made, and its weights are copied into sesame's
-``EncoderDecoder`` of the same style by ``sesame.interop.encoder_decoder.import_weights``. Sources are random token
-ids (seeded), ``--source-tokens`` long; every row of a batch has that length, so nothing is padded.
+feed-forward 4 x hidden, the same number of decoder as encoder layers, ``--vocab-size`` tokens, 1024 positions, no
+dropout) sesame's ``EncoderDecoder`` of the style (T5 v1.0: ReLU, relative position buckets 32 up to 128; BART) and
+transformers' ``T5ForConditionalGeneration`` or ``BartForConditionalGeneration`` of the configuration the interop
+derives from sesame's are made, transformers' random weights copied into sesame's model
+(``encoder_decoder_pair.build_pair``, as ``train_step.py``'s). Sources are random token ids (seeded),
+``--source-tokens`` long; every row of a batch has that length, so nothing is padded.
 
 * sesame: ``sesame.seq2seq.generate_seq2seq(model, sources, GenerationConfig(max_new_tokens), eos=None)``: the
   encoder once, the cross-attention keys and values projected once, the decoder's self-attention KV cache.
@@ -37,46 +38,27 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from encoder_decoder_pair import SPECIALS, build_pair  # noqa: E402
 from generate import busy_share  # noqa: E402
 from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from sesame.decoding import GenerationConfig  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import SIZES  # noqa: E402
-from sesame.interop.encoder_decoder import import_weights  # noqa: E402
-from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig  # noqa: E402
+from sesame.models.encoder_decoder import STYLES, EncoderDecoder  # noqa: E402
 from sesame.seq2seq import generate_seq2seq  # noqa: E402
 
 POSITIONS = 1024  # BART's learned positions
-IDS = {"t5": {"pad": 0, "eos": 1, "start": 0}, "bart": {"pad": 1, "eos": 2, "start": 2}}  # their tokenizers' ids
 
 
-def build_pair(style: str, size: str, vocab: int, seed: int) -> tuple[EncoderDecoder, torch.nn.Module]:
-    """A random transformers model of ``style`` at ``size`` and sesame's copy of its weights, both in eval mode."""
-    import transformers
-
+def generation_pair(style: str, size: str, vocab: int, seed: int) -> tuple[EncoderDecoder, torch.nn.Module]:
+    """sesame's ``style`` model at ``size`` and transformers' with the same weights, both in eval mode;
+    transformers' generation config without an end token, so it always makes ``--new-tokens``."""
     layers, hidden = SIZES[size]
-    ids = IDS[style]
-    torch.manual_seed(seed)
-    if style == "t5":
-        hf = transformers.T5ForConditionalGeneration(transformers.T5Config(
-            vocab_size=vocab, d_model=hidden, d_ff=4 * hidden, num_layers=layers, num_heads=hidden // 64, d_kv=64,
-            dropout_rate=0.0, feed_forward_proj="relu", pad_token_id=ids["pad"], eos_token_id=ids["eos"],
-            decoder_start_token_id=ids["start"]))
-    else:
-        hf = transformers.BartForConditionalGeneration(transformers.BartConfig(
-            vocab_size=vocab, d_model=hidden, encoder_layers=layers, decoder_layers=layers,
-            encoder_attention_heads=hidden // 64, decoder_attention_heads=hidden // 64, encoder_ffn_dim=4 * hidden,
-            decoder_ffn_dim=4 * hidden, max_position_embeddings=POSITIONS, dropout=0.0, attention_dropout=0.0,
-            activation_dropout=0.0, pad_token_id=ids["pad"], bos_token_id=0, eos_token_id=ids["eos"],
-            decoder_start_token_id=ids["start"]))
-    hf.eval()
-    hf.generation_config.eos_token_id = hf.generation_config.forced_eos_token_id = None  # always --new-tokens
-    ours = EncoderDecoder(EncoderDecoderConfig(
-        vocab_size=vocab, hidden=hidden, layers=layers, heads=hidden // 64, intermediate=4 * hidden,
-        max_positions=POSITIONS, dropout=0.0, pad_id=ids["pad"], decoder_start_id=ids["start"], **STYLES[style]))
-    ours.load_state_dict(import_weights(style, hf.state_dict(), ours))
-    return ours.eval(), hf
+    ours, hf = build_pair(style, vocab_size=vocab, hidden=hidden, layers=layers, heads=hidden // 64,
+                          intermediate=4 * hidden, max_positions=POSITIONS, dropout=0.0, seed=seed)
+    hf.generation_config.eos_token_id = hf.generation_config.forced_eos_token_id = None
+    return ours.eval(), hf.eval()
 
 
 def sesame_run(model: EncoderDecoder, sources: torch.Tensor, new_tokens: int) -> list[list[int]]:
@@ -86,8 +68,8 @@ def sesame_run(model: EncoderDecoder, sources: torch.Tensor, new_tokens: int) ->
 
 def transformers_run(model: torch.nn.Module, sources: torch.Tensor, new_tokens: int, style: str) -> list[list[int]]:
     out = model.generate(input_ids=sources, attention_mask=torch.ones_like(sources), max_new_tokens=new_tokens,
-                         min_length=0, do_sample=False, num_beams=1, use_cache=True, pad_token_id=IDS[style]["pad"],
-                         decoder_start_token_id=IDS[style]["start"])
+                         min_length=0, do_sample=False, num_beams=1, use_cache=True, pad_token_id=SPECIALS[style].pad,
+                         decoder_start_token_id=model.config.decoder_start_token_id)
     return out[:, 1:].tolist()  # after the start token
 
 
@@ -165,7 +147,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     results = []
     for style in args.styles:
         for size in args.sizes:
-            pair = build_pair(style, size, args.vocab_size, args.seed)
+            pair = generation_pair(style, size, args.vocab_size, args.seed)
             params = sum(p.numel() for p in pair[1].parameters()) / 1e6
             print(f"{style} {size}: {SIZES[size][0]} + {SIZES[size][0]} layers x {SIZES[size][1]} hidden, "
                   f"{params:.1f}M parameters; {args.threads} torch thread(s)", flush=True)

@@ -1,6 +1,7 @@
 """Training-step throughput of sesame against Hugging Face transformers on the same config, batch and precision.
 
-Two comparisons, each one full training step (forward, backward, AdamW step) on one batch:
+Four comparisons (``--which``: mlm and clm by default), each one full training step (forward, backward, AdamW step)
+on one batch:
 
 * ``mlm``: a BERT-mini masked LM (4 layers, hidden 256, 4 heads, feed-forward 1024, vocabulary 30522,
   512 positions, dropout 0.1 on hidden states and attention probabilities), batch 32 x 128.
@@ -11,6 +12,22 @@ Two comparisons, each one full training step (forward, backward, AdamW step) on 
   GPT-2's real vocabulary of 50257 tokens, batch 32 x 128. sesame: ``Transformer`` + ``CausalLM``;
   transformers: ``GPT2LMHeadModel`` (``activation_function="gelu"``), fed the same 128 inputs and the
   same 128 next-token targets per row (``shift_labels``).
+* ``t5``: T5 v1.0's span corruption (Raffel et al. 2020, §3.1.4: 15% noise in spans of mean length 3) with an
+  encoder-decoder of the same size in each stack (4 + 4 layers, hidden 256, 4 heads, feed-forward 1024: the sizes
+  of the t5 family's mini, ``sesame.families.SIZES``; 512 positions) and T5's vocabulary of 32128 tokens, batch
+  32 x 128 encoder tokens (about 30 targets per row). sesame: ``EncoderDecoder`` + ``SpanCorruption``; transformers:
+  ``T5ForConditionalGeneration``, fed the same corrupted ids and targets as ``labels`` (it shifts them right behind
+  its start token, as sesame does).
+* ``bart``: BART's denoising (Lewis et al. 2020: text infilling and sentence permutation) with the bart family's
+  mini (the same sizes) and BART's vocabulary of 50265 tokens, batch 32 x 128 (encoder inputs padded to the
+  longest row, an attention mask; 128 targets per row). sesame: ``EncoderDecoder`` + ``Denoising``;
+  transformers: ``BartForConditionalGeneration``.
+  Both encoder-decoder comparisons build transformers' configuration from sesame's with the interop's
+  ``hf_config`` and copy transformers' random initial weights into sesame's model (``encoder_decoder_pair.py``),
+  so both sides start from the same function; windows are random ids. Words and sentences of random ids for
+  BART: a seeded draw makes 3 ids in 4 begin a word and 1 in 20 end a sentence. Dropout 0.1 on both sides,
+  transformers' where its models put it: T5's also inside the feed-forward and after the final norm, where sesame
+  has none (``sesame.models.encoder_decoder``'s deviations), so T5's transformers step does a little more.
 
 Both sides use the same dropout rates, the same AdamW (``sesame.train.optim.adamw``: lr 1e-4,
 weight decay 0.01 on matrices, fused) and the mean loss over the targets. sesame draws its dropout
@@ -44,6 +61,11 @@ forward):
   + 6 * (h^2 + hV) * P                  MLM head: transform dense + vocabulary projection, or
   + 6 * hV * tokens                     CLM head: vocabulary projection
 
+and for an encoder-decoder the blocks' terms of the encoder (its S source tokens a row) and of the decoder (its T
+target tokens), the decoder's cross-attention 12 * L * h^2 * (S + T) * batch (query and output projections of the
+targets, key and value projections of the sources) + 12 * L * h * S * T * batch, and its vocabulary projection
+6 * hV * targets.
+
 with L layers, h hidden, I feed-forward width, V vocabulary, T sequence length and tokens = batch x T.
 ``P`` is the number of positions the MLM head is evaluated at: every position for transformers (it
 projects all of them and ignores the unselected ones in the loss), only the selected ~15% for sesame
@@ -52,7 +74,8 @@ dropout in training both implementations compute the whole T x T score matrix. E
 LayerNorm, GELU, softmax, dropout and the optimizer are not counted.
 
 Output: one JSON line per variant, ``bench`` naming the step and variant (``mlm-fp32``, ``mlm-bf16``,
-``clm-bf16-compile``), ``ratio`` = sesame's tokens/s over transformers'; then, when fp32 is among the
+``clm-bf16-compile``, ``t5-fp32``, ``bart-bf16``), ``ratio`` = sesame's tokens/s over transformers' (the
+encoder-decoders' tokens are the encoder's batch x 128 positions); then, when fp32 is among the
 precisions, one line per other variant with sesame's own speed-up over its fp32 step (``bench``
 ``mlm-bf16-vs-fp32``, ``ratio``, ``peak_ratio`` = that precision's matmul peak over fp32's, measured in
 the same run, ``share_of_peak_ratio`` = ratio / peak_ratio, ``transformers_ratio`` the same speed-up
@@ -70,11 +93,18 @@ yet timed there (bf16 from the fp32 step times, their MFU and a bf16/fp32 matmul
 measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step for sesame and transformers,
 6 s and 8 s per causal step; compile adds a few minutes of compiling, while priming, per model):
 
-    python benchmarks/train_step.py                       # fp32 and bf16, both steps: about 5-8 minutes
+    python benchmarks/train_step.py                       # fp32 and bf16, mlm and clm: about 5-8 minutes
     python benchmarks/train_step.py --compile bf16        # and bf16 + compile: about 10-20 minutes
     python benchmarks/train_step.py --precision fp32      # the fp32 comparison alone: about 2-5 minutes
     python benchmarks/train_step.py --which clm --rounds 4 --steps 2 --json-only
+    python benchmarks/train_step.py --which t5 bart       # the encoder-decoders, fp32 and bf16 (not yet timed)
+    python benchmarks/train_step.py --which all           # all four steps
     python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
+
+The encoder-decoder steps have not been timed here. By the FLOP count above (a pencil estimate, not a
+measurement) a t5 step is about 0.4x the causal step's work (its decoder reads some 30 targets a row: ~170 GFLOP
+against ~400) and a bart step about 1.25x (~500 GFLOP, two thirds of it the 50265-token projection of 128 targets a
+row), so with the causal step's times ``--which t5 bart`` should take minutes, like the default's mlm and clm.
 """
 from __future__ import annotations
 
@@ -83,10 +113,13 @@ import json
 import os
 import resource
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
 
 import torch
 import transformers
@@ -94,17 +127,23 @@ from torch import nn
 from torch._dynamo.utils import counters
 from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
+from sesame.interop.encoder_decoder import POSITION_OFFSET
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives import CausalLM, MaskedLM
 from sesame.runtime import DTYPES, Placement, native_bf16_cpu
 from sesame.tokenizer import SpecialIds
 from sesame.train.optim import adamw
 
+sys.path.insert(0, str(Path(__file__).parent))
+from encoder_decoder_pair import OBJECTIVES, SENTINELS, SPECIALS, build_pair  # noqa: E402
+
 LR, WEIGHT_DECAY = 1e-4, 0.01
 BERT_SPECIALS = SpecialIds(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased ids
 PRECISIONS = ("fp32", "bf16")  # the CPU's (fp16 autocast is CUDA-only in sesame)
 PEAK_N = {"mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
 PRIMING_STEPS = 3  # untimed steps of a compiled contender: sesame's model compiles on its first two calls
+MODELS = {"mlm": "bert", "clm": "gpt2", "t5": "t5", "bart": "bart"}
+VOCABULARIES = {"mlm": 30522, "clm": 50257, "t5": 32128, "bart": 50265}  # bert-base-uncased's, GPT-2's, T5's, BART's
 
 
 @dataclass(frozen=True)
@@ -126,18 +165,25 @@ class BenchConfig:
     def tokens(self) -> int:
         return self.batch * self.seq_len
 
-    def block_flops(self) -> float:
-        """Training FLOPs of the block stack (matrices and attention) for one batch."""
-        h = self.hidden
+    def block_flops(self, length: int | None = None) -> float:
+        """Training FLOPs of a block stack (matrices and attention) for one batch of rows of ``length`` tokens (the
+        sequence length by default)."""
+        h, t = self.hidden, length or self.seq_len
         matrices = self.layers * (4 * h * h + 2 * h * self.intermediate)
-        return (6 * matrices + 12 * self.layers * h * self.seq_len) * self.tokens
+        return (6 * matrices + 12 * self.layers * h * t) * self.batch * t
+
+    def cross_attention_flops(self, source: int, target: int) -> float:
+        """Training FLOPs of a decoder's cross-attention for one batch: query and output projections of the
+        ``target`` tokens, key and value projections of the ``source`` tokens, scores and weighted sum."""
+        h = self.hidden
+        return self.layers * self.batch * (12 * h * h * (source + target) + 12 * h * source * target)
 
 
 def bench_config(step: str, size: str) -> BenchConfig:
-    """``step``'s (mlm or clm) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds."""
-    model = {"mlm": "bert", "clm": "gpt2"}[step] + "-" + size
+    """``step``'s (mlm, clm, t5 or bart) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds."""
+    model = MODELS[step] + "-" + size
     if size == "mini":
-        return BenchConfig(model, vocab_size={"mlm": 30522, "clm": 50257}[step])
+        return BenchConfig(model, vocab_size=VOCABULARIES[step])
     return BenchConfig(model, vocab_size=512, hidden=32, layers=2, heads=2, intermediate=64, max_positions=64,
                        batch=4, seq_len=16)
 
@@ -165,6 +211,7 @@ class Contender:
     variant: Variant
     model: nn.Module
     forward: Callable
+    loss: Callable[[], torch.Tensor]  # the step's loss, through ``forward``
     step: Callable[[], None]
     flops: float
     graph_breaks: dict[str, int] | None = None  # compiled: why torch.compile split the model, and how often
@@ -201,7 +248,8 @@ def contender(name: str, variant: Variant, model: nn.Module, loss: Callable[[Cal
     """``model`` run as ``variant`` says: its forward (compiled or not) and a training step on ``loss(forward)``."""
     placement = variant.placement()
     forward = placement.compiled(model, f"{name} model")
-    return Contender(name, variant, model, forward, make_step(model, lambda: loss(forward), placement), flops)
+    return Contender(name, variant, model, forward, lambda: loss(forward),
+                     make_step(model, lambda: loss(forward), placement), flops)
 
 
 def generators(n: int, seed: int) -> list[torch.Generator]:
@@ -224,8 +272,9 @@ def sesame_model(step: str, cfg: BenchConfig) -> MaskedLM | CausalLM:
 
 
 def first_plain_id(step: str) -> int:
-    """The smallest id a window may hold: above BERT's special tokens, any for GPT-2."""
-    return max(BERT_SPECIALS.all) + 1 if step == "mlm" else 0
+    """The smallest id a window may hold: above BERT's, T5's or BART's special tokens, any for GPT-2."""
+    specials = {"mlm": BERT_SPECIALS, **SPECIALS}.get(step)
+    return max(specials.all) + 1 if specials else 0
 
 
 def mlm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Contender]:
@@ -283,14 +332,45 @@ def clm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Conten
     ]
 
 
-CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders}
+def seq2seq_contenders(style: str, cfg: BenchConfig, seed: int, variant: Variant) -> list[Contender]:
+    """sesame's ``SpanCorruption`` (t5) or ``Denoising`` (bart) and ``T5ForConditionalGeneration`` or
+    ``BartForConditionalGeneration`` of the configuration the interop derives from sesame's, both from the same
+    weights (``encoder_decoder_pair.build_pair``), on one batch of sesame's corruption of random windows."""
+    backbone, hf = build_pair(style, vocab_size=cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers,
+                              heads=cfg.heads, intermediate=cfg.intermediate, max_positions=cfg.max_positions,
+                              dropout=cfg.dropout, seed=seed)
+    sesame = OBJECTIVES[style](backbone, cfg.vocab_size, seed).train()
+    check_same_size(sesame, hf, unused=2 * POSITION_OFFSET[style] * cfg.hidden)
+
+    windows = torch.randint(first_plain_id(style), cfg.vocab_size - SENTINELS, (cfg.batch, sesame.window_length(
+        cfg.seq_len)), generator=torch.Generator().manual_seed(seed))  # below T5's sentinels
+    batch = sesame.make_batch(windows, generators(cfg.batch, seed))
+    ids, targets, padding = batch["ids"], batch["targets"], batch.get("padding")
+    mask = None if padding is None else padding.long()
+    n_targets = targets.numel()
+
+    source, target = ids.shape[1], targets.shape[1]
+    flops = (cfg.block_flops(source) + cfg.block_flops(target) + cfg.cross_attention_flops(source, target)
+             + 6 * cfg.hidden * cfg.vocab_size * n_targets)
+    return [
+        contender("sesame", variant, sesame, lambda forward: forward(batch).float() / n_targets, flops),
+        contender("transformers", variant, hf,
+                  lambda forward: forward(input_ids=ids, attention_mask=mask, labels=targets).loss, flops),
+    ]
 
 
-def check_same_size(sesame: nn.Module, hf: nn.Module) -> None:
-    """Both sides must train the same number of parameters (tied matrices counted once)."""
+CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders, "t5": partial(seq2seq_contenders, "t5"),
+              "bart": partial(seq2seq_contenders, "bart")}
+DEFAULT_STEPS = ("mlm", "clm")  # the steps of the commands docs/results.md records, which the default still runs
+
+
+def check_same_size(sesame: nn.Module, hf: nn.Module, unused: int = 0) -> None:
+    """Both sides must train the same number of parameters (tied matrices counted once), but for ``unused``
+    parameters of transformers' that nothing reads (BART's two leading rows of each position table)."""
     counts = [sum(p.numel() for p in m.parameters()) for m in (sesame, hf)]
-    if counts[0] != counts[1]:
-        raise AssertionError(f"parameter counts differ: sesame {counts[0]}, transformers {counts[1]}")
+    if counts[0] + unused != counts[1]:
+        raise AssertionError(f"parameter counts differ: sesame {counts[0]}, transformers {counts[1]} "
+                             f"({unused} of them unused)")
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
@@ -441,7 +521,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=7, help="rounds per comparison, warm-up included")
     parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out of the medians")
     parser.add_argument("--steps", type=int, default=1, help="training steps per implementation per round")
-    parser.add_argument("--which", choices=["mlm", "clm", "all"], default="all")
+    parser.add_argument("--which", nargs="+", choices=[*CONTENDERS, "all"], default=list(DEFAULT_STEPS),
+                        help=f"the steps to compare (default {' '.join(DEFAULT_STEPS)}, as docs/results.md's commands "
+                             "ran; all: every one)")
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
                         help="autocast precisions to run, on both sides (fp32 also gives the X-vs-fp32 lines)")
     parser.add_argument("--compile", nargs="+", choices=PRECISIONS, default=[], metavar="PRECISION",
@@ -467,7 +549,7 @@ def main(argv: list[str] | None = None) -> None:
               + f" with {args.threads} torch thread(s); native bf16: {native_bf16_cpu()}")
     variants = [Variant(p) for p in dict.fromkeys(args.precision)]
     variants += [Variant(p, compile=True) for p in dict.fromkeys(args.compile)]
-    for step in ("mlm", "clm") if args.which == "all" else (args.which,):
+    for step in CONTENDERS if "all" in args.which else dict.fromkeys(args.which):
         cfg = bench_config(step, args.size)
         contenders = [c for v in variants for c in CONTENDERS[step](cfg, args.seed, v)]
         compare(step, cfg, contenders, peaks, args)

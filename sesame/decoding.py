@@ -14,17 +14,17 @@ top-p (Holtzman et al. 2020) filtering: a row's next token is the first whose cu
 uniform number, drawn on a CPU generator seeded by (seed, the row's prompt or input index, the step)
 (:func:`uniform_draws`), so the draws are the same on every device and whatever the batch.
 
-Beam search (Sutskever et al. 2014, §3.2): keep the ``beam`` most likely partial hypotheses of each
-sentence; a finished one is ranked by Σ log p / length^α, the length penalty of Wu et al. 2016 (§7)
-without its smoothing, where length counts every scored token, the end token included (α = 1: the
-mean log-probability per token; α = 0: the sum). Each step looks at the best 2 × ``beam`` candidates;
-only those ranked among the best ``beam`` may finish, and the best ``beam`` of the others stay live.
+Beam search (Sutskever et al. 2014, §3.2): keep the ``beams`` most likely partial hypotheses of each
+sentence; a finished one is ranked by Σ log p / length^α (α: ``length_penalty``), the length penalty of Wu et
+al. 2016 (§7) without its smoothing, where length counts every scored token, the end token included (α = 1: the
+mean log-probability per token; α = 0: the sum). Each step looks at the best 2 × ``beams`` candidates;
+only those ranked among the best ``beams`` may finish, and the best ``beams`` of the others stay live.
 This is transformers' beam search (5.x ``_update_finished_beams``: the score divides by the new tokens,
-end token included). Its callers differ in when a sentence is done, which is a parameter here:
+end token included). Its callers differ in when a sentence is done, a setting of :class:`GenerationConfig`:
 
-* ``early_stopping`` (Hugging Face's name): True stops a sentence as soon as ``beam`` hypotheses have
-  finished; False only once no live hypothesis, ranked at the current length, could still beat the
-  worst of the ``beam`` best finished ones (Hugging Face's default criterion).
+* ``early_stopping`` (Hugging Face's name): True stops a sentence as soon as ``beams`` hypotheses have
+  finished (CoVe's translation); False, the default, only once no live hypothesis, ranked at the current
+  length, could still beat the worst of the ``beams`` best finished ones (Hugging Face's default criterion).
 """
 from __future__ import annotations
 
@@ -97,15 +97,16 @@ def greedy(step: Step[StateT], state: StateT, start: torch.Tensor, *, eos: int |
 
 
 @torch.no_grad()
-def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, *, beam: int, eos: int | None, max_len: int,
-                length_penalty: float = 1.0, early_stopping: bool = True,
-                stopped: Callable[[list[int]], bool] | None = None) -> list[Hypothesis]:
+def beam_search(step: Step[StateT], state: StateT, start: torch.Tensor, config: GenerationConfig, *,
+                eos: int | None, stopped: Callable[[list[int]], bool] | None = None) -> list[Hypothesis]:
     """The best hypothesis of each sentence, from its first token ``start`` (sentences,) and ``state`` (one row
-    per sentence), by :attr:`Hypothesis.score` with α = ``length_penalty``. A candidate finishes with the
-    token ``eos``, or when ``stopped(tokens)`` says so (a stop string: the tokens are kept); at ``max_len``
-    steps the live hypotheses compete too. See the module docstring for ``early_stopping``; ``beam`` = 1 is
-    greedy decoding."""
-    rows, k, device = len(start), beam, start.device  # the model's device, as start's
+    per sentence), with ``config.beams`` beams, by :attr:`Hypothesis.score` with α = ``config.length_penalty``. A
+    candidate finishes with the token ``eos``, or when ``stopped(tokens)`` says so (a stop string: the tokens are
+    kept); at ``config.max_new_tokens`` steps the live hypotheses compete too. See the module docstring for
+    ``config.early_stopping``; one beam is greedy decoding. The config's sampling settings are not read here (the
+    repetition penalty is the step's)."""
+    rows, k, device = len(start), config.beams, start.device  # the model's device, as start's
+    max_len, length_penalty, early_stopping = config.max_new_tokens, config.length_penalty, config.early_stopping
     state = state.select(torch.arange(rows, device=device).repeat_interleave(k))
     previous = start.repeat_interleave(k)
     totals = torch.full((rows, k), -INF, device=device)
@@ -166,6 +167,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0  # 1: off
     beams: int = 1
     length_penalty: float = 1.0  # α in Σ log p / length^α (beam search)
+    early_stopping: bool = False  # beam search: done at ``beams`` finished hypotheses (module docstring)
     stop: tuple[str, ...] = field(default_factory=tuple)
     seed: int = 0
     cache: bool = True

@@ -131,8 +131,7 @@ def generate_seq2seq(model: EncoderDecoder, inputs: Sequence[Sequence[int]], con
         state = start(model, ids, padding, capacity=cfg.max_new_tokens, cache=cfg.cache)
         begin = torch.full((len(batch),), model.config.decoder_start_id, dtype=torch.long, device=device)
         if cfg.beams > 1:
-            results += beam_search(step, state, begin, beam=cfg.beams, eos=eos, max_len=cfg.max_new_tokens,
-                                   length_penalty=cfg.length_penalty, early_stopping=False, stopped=stopped)
+            results += beam_search(step, state, begin, cfg, eos=eos, stopped=stopped)
             continue
         indices = range(first + at, first + at + len(batch))
         choose = (lambda log_probs, t: next_tokens(log_probs, cfg, uniform_draws(cfg.seed, indices, t))) \

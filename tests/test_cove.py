@@ -15,7 +15,7 @@ from sesame.models.cove import CoveConfig, MTLSTM
 from sesame.objectives import build_objective
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights, read_json
-from sesame.decoding import beam_search, greedy
+from sesame.decoding import GenerationConfig, beam_search, greedy
 from sesame.metrics import bleu
 from sesame.apps.cove import CoveSpec, Translator, collate, read_parallel, train_cove
 
@@ -93,7 +93,7 @@ def test_beam_of_one_is_greedy():
     state = model.start(ids, ids != 0)
     start = torch.full((6,), 2)
     greedy_hyps = greedy(model.step, state, start, eos=3, max_len=9)
-    beam_hyps = beam_search(model.step, state, start, beam=1, eos=3, max_len=9)
+    beam_hyps = beam_search(model.step, state, start, GenerationConfig(max_new_tokens=9, beams=1), eos=3)
     assert [h.tokens for h in beam_hyps] == [h.tokens for h in greedy_hyps]
     assert all(math.isclose(b.log_prob, g.log_prob, rel_tol=1e-5) and b.length == g.length
                for b, g in zip(beam_hyps, greedy_hyps))

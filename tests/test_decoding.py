@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from sesame.decoding import Hypothesis, beam_search, greedy
+from sesame.decoding import GenerationConfig, Hypothesis, beam_search, greedy
 
 
 @dataclass
@@ -32,7 +32,8 @@ def toy_step(previous: torch.Tensor, state: Last) -> tuple[torch.Tensor, Last]:
 def test_beam_finds_a_likelier_translation_than_greedy():
     start = Last(torch.zeros(1, dtype=torch.long))
     g = greedy(toy_step, start, torch.zeros(1, dtype=torch.long), eos=1, max_len=5)[0]
-    b = beam_search(toy_step, start, torch.zeros(1, dtype=torch.long), beam=2, eos=1, max_len=5)[0]
+    b = beam_search(toy_step, start, torch.zeros(1, dtype=torch.long), GenerationConfig(max_new_tokens=5, beams=2),
+                    eos=1)[0]
     assert g.tokens == [2] and b.tokens == [3]
     assert math.isclose(b.score, math.log(0.4) / 2, rel_tol=1e-5)
     assert b.score > g.score == pytest.approx((math.log(0.6) + math.log(0.34)) / 2)
@@ -54,5 +55,28 @@ def test_a_finished_candidate_outside_the_beam_is_dropped(early_stopping):
     """B</s> is not admitted, so the search goes on to find AC</s> (with B</s>, two finished would stop it
     at A</s>); transformers' rule."""
     start = torch.zeros(1, dtype=torch.long)
-    best = beam_search(ranks_step, Last(start), start, beam=2, eos=1, max_len=5, early_stopping=early_stopping)[0]
+    cfg = GenerationConfig(max_new_tokens=5, beams=2, early_stopping=early_stopping)
+    best = beam_search(ranks_step, Last(start), start, cfg, eos=1)[0]
     assert best.tokens == [2, 4] and best.finish == "end"
+
+
+# tokens as above. After <s>: </s> .3, A .7; after A: </s> .6, C .4; after C: </s>. Step 1 finishes "" (mean
+# ln .3 = -1.20), step 2 finishes "A" (-0.434), so two beams' worth have finished; the live AC, at -0.637 per
+# token, could still beat "", and ends at step 3 as "AC" with -0.424.
+EARLY = torch.tensor([[0.0, 0.3, 0.7, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.6, 0.0, 0.0, 0.4],
+                      [0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]])
+
+
+def early_step(previous: torch.Tensor, state: Last) -> tuple[torch.Tensor, Last]:
+    return EARLY[previous].clamp_min(1e-9).log(), Last(previous)
+
+
+@pytest.mark.parametrize("early_stopping, tokens", [(True, [2]), (False, [2, 4])])
+def test_early_stopping_ends_a_sentence_at_beams_finished_hypotheses(early_stopping, tokens):
+    """GenerationConfig.early_stopping: True stops once ``beams`` hypotheses have finished; False (transformers'
+    default) goes on while a live hypothesis could still beat the worst finished one."""
+    start = torch.zeros(1, dtype=torch.long)
+    cfg = GenerationConfig(max_new_tokens=5, beams=2, early_stopping=early_stopping)
+    best = beam_search(early_step, Last(start), start, cfg, eos=1)[0]
+    assert best.tokens == tokens and best.finish == "end"
+    assert best.score == pytest.approx((math.log(0.7) + math.log(0.6 if early_stopping else 0.4)) / (len(tokens) + 1))

@@ -1,6 +1,7 @@
 """The placement rule (docs/devices.md) without a GPU: forward and backward of the objectives, the task models and
-the decoding steps under a fake default device that catches tensors made without the model's device, and the
-language model's cache in its compute type on its device."""
+the decoding steps under a fake default device that catches tensors made without the model's device, the
+objectives' batches made on the CPU wherever the model is, and the language model's cache in its compute type on
+its device."""
 import json
 
 import pytest
@@ -82,9 +83,34 @@ def test_encoder_decoder_objectives_make_no_tensor_off_the_models_device(objecti
     forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1])))
 
 
+@pytest.mark.parametrize("objective, family, options", [
+    ("mlm", "bert", {}), ("mlm", "bert", {"masking": "whole_word"}), ("mlm", "bert", {"masking": "phrase"}),
+    ("span", "spanbert", {}), ("electra", "electra", {}), ("mlm_nsp", "bert", {}), ("mlm_sop", "albert", {}),
+    ("clm", "gpt", {}), ("span_corruption", "t5", {}), ("denoising", "bart", {})])
+def test_batches_are_made_on_the_cpu_wherever_the_model_is(objective, family, options):
+    """Issue 18: ``model.to(device)`` moves buffers, but batches are made on the CPU; the tables ``make_batch``
+    reads (special ids, word starts, the replacement pool) must stay there. ``meta`` stands in for the GPU: the
+    model's every tensor leaves the CPU, and the batch must be the same CPU batch as before."""
+    from sesame.data.windows import generators
+
+    tok = train_tokenizer(sentences(300), FAMILIES[family].tokenizer, 200, sentinels=FAMILIES[family].sentinels)
+    obj = build_objective(objective, tiny_backbone(family, tok), tok, options)
+    text = torch.tensor(tok.encode(sentences(20, seed=1), special=False)[0] * 9)  # real words, and sentences
+    windows = text[: 2 * obj.window_length(16)].view(2, -1)
+    partners = windows.flip(0) if obj.pairs else None
+    on_cpu = tree_flatten(obj.make_batch(windows, generators(0, [0, 1]), partners))[0]
+    obj.to("meta")
+    assert all(p.device.type == "meta" for p in obj.parameters())
+    elsewhere = tree_flatten(obj.make_batch(windows, generators(0, [0, 1]), partners))[0]
+    assert len(elsewhere) == len(on_cpu)
+    for a, b in zip(on_cpu, elsewhere):
+        assert not isinstance(b, torch.Tensor) or b.device.type == "cpu" and torch.equal(a, b)
+        assert isinstance(b, torch.Tensor) or a == b
+
+
 def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):
     from sesame.apps.cove import collate
-    from sesame.decoding import beam_search
+    from sesame.decoding import GenerationConfig, beam_search
     from sesame.models.cove import MTLSTM, CoveConfig
 
     model = MTLSTM(CoveConfig(vocab_size=tokenizer.vocab_size, target_vocab_size=30, embedding_size=8,
@@ -96,7 +122,8 @@ def test_the_mt_lstm_makes_no_tensor_off_its_device(tokenizer):
     batch = collate(source, [[1, 2], [1, 2]], 0, 0)
     with torch.device("meta"), SameDevice(), torch.no_grad():
         state = model.start(batch["ids"], batch["padding"])
-        beam_search(model.step, state, batch["target"][:, 0].clone(), beam=2, eos=2, max_len=4)
+        beam_search(model.step, state, batch["target"][:, 0].clone(), GenerationConfig(max_new_tokens=4, beams=2),
+                    eos=2)
 
 
 def squad_examples(tmp_path):

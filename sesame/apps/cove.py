@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.corpus import decoded_lines
-from ..decoding import beam_search, greedy
+from ..decoding import GenerationConfig, beam_search, greedy
 from ..errors import SesameError
 from ..families import get_family
 from ..metrics import bleu, language_model_report
@@ -179,7 +179,8 @@ def decode(model: MTLSTM, source: TextTokenizer, target: TextTokenizer, texts: S
             limit = min(2 * max_length, 2 * batch.shape[1] + 10)
             state, start = model.start(batch, padding), torch.full((len(chunk),), bos, device=device)
             hyps = (greedy(model.step, state, start, eos=eos, max_len=limit) if beam == 1 else
-                    beam_search(model.step, state, start, beam=beam, eos=eos, max_len=limit))
+                    beam_search(model.step, state, start, GenerationConfig(max_new_tokens=limit, beams=beam,
+                                                                           early_stopping=True), eos=eos))
             for i, hyp in zip(chunk, hyps):
                 out[i] = target.decode(hyp.tokens)
     return out

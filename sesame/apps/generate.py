@@ -161,8 +161,7 @@ def beam_search(lm: LanguageModel, prompt: list[int], cfg: GenerationConfig) -> 
 
     # the last prompt token is the first step's input
     start = _Context(lm.to_device(torch.tensor([prompt[:-1]], dtype=torch.long)), cache)
-    best = decoding.beam_search(step, start, lm.to_device(torch.tensor(prompt[-1:])), beam=cfg.beams, eos=lm.end,
-                                max_len=cfg.max_new_tokens, length_penalty=cfg.length_penalty, early_stopping=False,
+    best = decoding.beam_search(step, start, lm.to_device(torch.tensor(prompt[-1:])), cfg, eos=lm.end,
                                 stopped=stop_strings(cfg.stop, lm.tokenizer.decode))[0]
     out = Continuation(lm.tokenizer, cfg.stop, lm.end)
     out.ids = best.tokens[:-1]

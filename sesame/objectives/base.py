@@ -38,7 +38,9 @@ class Objective(nn.Module):
         super().__init__()
         self.backbone = backbone
         self.specials = specials
-        self.register_buffer("special_ids", torch.tensor(specials.all), persistent=False)
+        # plain attributes, not buffers, as every table ``make_batch`` reads: batches are made on the CPU wherever
+        # ``model.to(device)`` puts the model (docs/devices.md, the placement rule)
+        self.special_ids = torch.tensor(specials.all)
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":

@@ -62,8 +62,8 @@ class MaskedLM(Objective):
         cfg = backbone.config
         self.rate, self.masking, self.ngram = rate, masking, ngram
         self.phrases = phrase_table(phrase_ids or [])
-        self.register_buffer("word_starts", word_starts, persistent=False)
-        self.register_buffer("pool", replacement_pool(cfg.vocab_size, self.special_ids), persistent=False)
+        # the batch's tables on the CPU, where batches are made (plain attributes: see Objective.__init__)
+        self.word_starts, self.pool = word_starts, replacement_pool(cfg.vocab_size, self.special_ids)
         width = cfg.embedding_width  # the tied decoder's input width (E < H under ALBERT's factorisation)
         self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(approximate=ACTIVATIONS[cfg.activation]),
                                        nn.LayerNorm(width, eps=cfg.layer_norm_eps))
