@@ -45,7 +45,7 @@ from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 from sesame.decoding import GenerationConfig  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import SIZES  # noqa: E402
-from sesame.models.encoder_decoder import STYLES, EncoderDecoder  # noqa: E402
+from sesame.models.encoder_decoder import EncoderDecoder  # noqa: E402
 from sesame.seq2seq import generate_seq2seq  # noqa: E402
 
 POSITIONS = 1024  # BART's learned positions
@@ -108,7 +108,7 @@ def bench(style: str, size: str, batch: int, sources: torch.Tensor, pair: tuple[
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--styles", nargs="+", default=list(STYLES), help=f"of {', '.join(STYLES)}")
+    parser.add_argument("--styles", nargs="+", default=list(SPECIALS), help=f"of {', '.join(SPECIALS)}")
     parser.add_argument("--sizes", nargs="+", default=["mini"], help=f"of {', '.join(SIZES)}")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--source-tokens", nargs="+", type=int, default=[64, 256], help="source lengths")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Validate the flags, build each style's and size's pair of models and benchmark every batch and length."""
-    for flag, values, known in (("--styles", args.styles, STYLES), ("--sizes", args.sizes, SIZES)):
+    for flag, values, known in (("--styles", args.styles, SPECIALS), ("--sizes", args.sizes, SIZES)):
         bad = [v for v in values if v not in known]
         if bad:
             raise SesameError(f"{flag} {' '.join(bad)}: unknown; choose from {', '.join(known)}")
