@@ -262,8 +262,9 @@ def test_a_transformers_classifier_imports_and_predicts_with_its_logits(family, 
         expected = theirs.eval()(input_ids=ids, attention_mask=padding.long()).logits
         torch.testing.assert_close(predictor.model.outputs({"ids": ids, "padding": padding}), expected, atol=1e-4,
                                    rtol=1e-4)
-    assert [p["label"] for p in predictor.predict(texts)] == [["LABEL_0", "LABEL_1"][i]
-                                                              for i in expected.argmax(1).tolist()]
+    labels = [["LABEL_0", "LABEL_1"][i] for i in expected.argmax(1).tolist()]
+    assert [p["label"] for p in predictor.predict(texts)] == labels
+    assert [p["label"] for p in load(folder).predict(texts)] == labels  # the directory itself, converted on the way
 
 
 def test_a_head_transformers_cannot_hold_is_refused(tmp_path):
