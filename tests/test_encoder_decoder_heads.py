@@ -71,10 +71,11 @@ def test_other_tasks_still_refuse_an_encoder_decoder(files, tmp_path):
 
 
 def small_model(family: str, tok) -> dict:
-    """The config of a random encoder-decoder of ``family``'s row, narrower than ``tiny`` (32 wide, 2 + 3 layers)."""
+    """The config of a random encoder-decoder of ``family``'s row, narrower than ``tiny`` (32 wide; as the row says,
+    ``decoder_layers`` None: as deep as the encoder)."""
     model = backbone_config(family, "tiny", tok.vocab_size, tok.specials.pad, 0.0, specials=tok.specials).to_dict()
-    return EncoderDecoderConfig(**{**model, "hidden": 32, "heads": 4, "intermediate": 64, "decoder_layers": 3,
-                                   "max_positions": 128}).to_dict()
+    return EncoderDecoderConfig(**{**model, "hidden": 32, "heads": 4, "intermediate": 64, "max_positions": 128}
+                                ).to_dict()
 
 
 def head_model(family: str, *, task: str = "classify", n_out: int = 3, pooling: str = "last"):
@@ -131,7 +132,7 @@ def test_padding_changes_nothing(family, one_thread):
         b = batch(tok, texts)
         b["ids"][:, 1] = tok.specials.unk
         changed = model.outputs(b)
-    assert together.abs().max() > 0.1
+    assert together.abs().max() > 0.01
     for other in (alone, wider, masked):
         torch.testing.assert_close(other, together, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(changed, together, atol=1e-4)

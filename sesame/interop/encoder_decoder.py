@@ -202,6 +202,7 @@ def hf_config(model: dict, model_type: str, *, source: dict, tokens: dict[str, i
     check_style(model, model_type)
     hf = {k: v for k, v in source.items() if k not in ("architectures", "transformers_version", "_name_or_path")}
     hf.update({k: model[f] for f, k in types.keys.items()})
+    hf[types.keys["decoder_layers"]] = model["decoder_layers"] or model["layers"]  # None: as deep as the encoder
     hf.update({k: hf[o] for k, o in types.equal.items()})
     hf[types.keys["activation"]] = EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"])
     hf.update({key: tokens[role] for key, role in types.tokens.items()})
