@@ -37,7 +37,9 @@ class Family:
     causal: bool
     norm: str  # "post" (BERT, GPT) or "pre" (GPT-2: LayerNorm before each sublayer, one after the stack)
     embedding_norm: bool  # LayerNorm on the summed embeddings (BERT)
-    pooling: str  # "cls": first token (encoders); "last": last real token (decoders); "max"; "concat" (ULMFiT)
+    # "cls": first token (encoders); "last": last real token (decoders; an encoder-decoder's decoder at the input's
+    # end token, BART's classifier: sesame.tasks.classify.EncoderDecoderSequenceModel); "mean"; "max"; "concat" (ULMFiT)
+    pooling: str
     paper: str
     arch: str = "transformer"  # transformer | recurrent | elmo | cove (sesame.models.ARCHITECTURES)
     # further backbone config fields (recurrent: cell, dropouts; transformer: activation)
@@ -114,11 +116,11 @@ FAMILIES: dict[str, Family] = {
         Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
                finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
-        Family("t5", "unigram", "span_corruption", False, "pre", False, "mean", "Raffel et al. 2020",
-               arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,
+        Family("t5", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020",  # BART's head,
+               arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,  # as HF's T5
                hf_model_type="t5"),
         # T5 v1.1 (transformers' google/t5-v1_1-*): GLU feed-forward narrowed to keep its parameters (Shazeer 2020)
-        Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "mean", "Raffel et al. 2020, v1.1",
+        Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020, v1.1",
                arch="encoder_decoder", model_options=STYLES["t5v1_1"], decoder_start="pad", sentinels=100,
                intermediate=8 / 3, hf_model_type="t5"),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's

@@ -13,6 +13,10 @@
   stored with other values than the shared table, and so does import: :func:`stores_own_head`). BART's position
   tables have two leading rows no position reads (transformers' offset of 2): import drops them, export puts them
   back;
+* sequence classifiers (``T5ForSequenceClassification``, ``BartForSequenceClassification``): the base model under
+  the class's prefix and ``classification_head``'s dense and out_proj as sesame's ``pooler.0`` and ``head``
+  (:class:`~sesame.tasks.classify.EncoderDecoderSequenceModel`), the rest as above (:func:`classifier_weights`,
+  :func:`split_classifier`);
 * configurations: a T5Config or BartConfig dict (config.json) ⇄ :class:`EncoderDecoderConfig` fields
   (:func:`model_config`, :func:`hf_config`), refusing with one line what sesame does not compute (:data:`TYPES`).
 """
@@ -28,8 +32,10 @@ from torch import nn
 from ..errors import SesameError
 from ..models.encoder_decoder import STYLES, EncoderDecoderConfig
 from .architectures import EXPORTED_ACTIVATIONS, HF_ACTIVATIONS
-from .mapping import Entry, joined, split
+from .mapping import Entry, dense_entries, joined, split
 
+# a sequence classifier's head: sesame's module → transformers' (dense → tanh, then out_proj; both classes alike)
+CLASSIFIER_HEAD = {"pooler.0": "classification_head.dense", "head": "classification_head.out_proj"}
 POSITION_OFFSET = {"t5": 0, "bart": 2}  # BartLearnedPositionalEmbedding's leading rows, which sesame has not
 
 
@@ -114,6 +120,8 @@ class ModelType:
     ignored: tuple[str, ...] = ()
     prefix: str = ""  # the task model's prefix of the base model's tensors (BART: "model.")
     gates: bool = False
+    classifier: str = ""  # the *ForSequenceClassification class (BART's head on the decoder's last end token)
+    classifier_prefix: str = ""  # its prefix of the base model's tensors
 
 
 ACTIVATIONS = {**HF_ACTIVATIONS, "relu": "relu"}  # config value → sesame's activation
@@ -142,7 +150,8 @@ TYPES = {
         fixed={k: STYLES["t5"][k] for k in ("norm", "norm_kind", "bias", "scale_attention", "embedding_norm")},
         tokens={"eos_token_id": "sep"}, head_size="d_kv",
         copies=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"),
-        ignored=("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",), gates=True),
+        ignored=("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",), gates=True,
+        classifier="T5ForSequenceClassification", classifier_prefix="transformer."),
     "bart": ModelType(
         "BartForConditionalGeneration",
         keys={"vocab_size": "vocab_size", "hidden": "d_model", "layers": "encoder_layers",
@@ -170,7 +179,8 @@ TYPES = {
                "tied": True},
         tokens={"bos_token_id": "cls", "eos_token_id": "sep", "forced_eos_token_id": "sep"},
         copies=("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"),
-        bias="final_logits_bias", prefix="model."),
+        bias="final_logits_bias", prefix="model.", classifier="BartForSequenceClassification",
+        classifier_prefix="model."),
 }
 
 
@@ -235,6 +245,7 @@ def hf_config(model: dict, model_type: str, *, source: dict, tokens: dict[str, i
     check_style(model, model_type)
     hf = {k: v for k, v in source.items() if k not in ("architectures", "transformers_version", "_name_or_path")}
     hf.update({k: model[f] for f, k in types.keys.items()})
+    hf[types.keys["decoder_layers"]] = model["decoder_layers"] or model["layers"]  # None: as deep as the encoder
     hf.update({k: hf[o] for k, o in types.equal.items()})
     hf[types.keys["activation"]] = activation_value(model)
     hf.update({key: tokens[role] for key, role in types.tokens.items()})
@@ -337,3 +348,33 @@ def export_weights(model_type: str, state: dict[str, torch.Tensor], model: nn.Mo
         shared = out[modules(model_type)["embed.tokens"] + ".weight"]
         out[types.bias] = torch.zeros(1, shared.shape[0], dtype=shared.dtype, device=shared.device)
     return out
+
+
+def _head_plan() -> list[Entry]:
+    return [e for module, hf in CLASSIFIER_HEAD.items() for e in dense_entries(module, hf)]
+
+
+def classifier_weights(model_type: str, tensors: dict[str, torch.Tensor], head: dict[str, torch.Tensor]
+                       ) -> dict[str, torch.Tensor]:
+    """The ``*ForSequenceClassification`` checkpoint of a model's tensors (:func:`export_weights`'s) and sesame's
+    head ``head`` (``pooler.0`` and ``head``): the base model under the class's prefix, without the output bias
+    (the class has no output layer), and ``classification_head``."""
+    types = TYPES[model_type]
+    out = {types.classifier_prefix + n.removeprefix(types.prefix): t for n, t in tensors.items() if n != types.bias}
+    return out | split(head, _head_plan())
+
+
+def split_classifier(model_type: str, weights: dict[str, torch.Tensor], where: str
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The inverse of :func:`classifier_weights`: a ``*ForSequenceClassification``'s tensors as (the base model's,
+    named as in the conditional-generation checkpoint :func:`import_weights` reads; sesame's head tensors).
+    ``where`` names the file in the error when the head is missing."""
+    types, plan = TYPES[model_type], _head_plan()
+    missing = [e.hf[0] for e in plan if e.hf[0] not in weights]
+    if missing:
+        raise SesameError(f"{where}: config.json names {types.classifier}, but {', '.join(missing)} are missing")
+    head = {e.sesame: weights[e.hf[0]] for e in plan}
+    taken = {e.hf[0] for e in plan}
+    base = {(types.prefix + n.removeprefix(types.classifier_prefix) if n.startswith(types.classifier_prefix) else n): t
+            for n, t in weights.items() if n not in taken}
+    return base, head

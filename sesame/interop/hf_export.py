@@ -20,12 +20,12 @@ from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, Architecture
 from .hf_seq2seq import seq2seq_export
 from .hf_tokenizer import export_tokenizer
-from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
-                     identity_projection, lm_entries, meta_backbone, name_plan, pair_entries)
+from .mapping import (CLASSIFY_TASKS, Entry, GENERATOR_NAMES, Rows, check_new, classifier_config, dense_entries,
+                     discriminator_entries, export_tensors, identity_projection, lm_entries, meta_backbone, name_plan,
+                     pair_entries)
 
 POOLER_STD = 0.02  # transformers' initializer_range
 PART_HEADS = {"mlm_nsp": "next-sentence (NSP)", "mlm_sop": "sentence-order (SOP)", "span": "span-boundary (SBO)"}
-CLASSIFY_TASKS = ("classify", "pair", "regress")
 
 
 def _check_exportable(model: dict, arch: Architecture, where: str) -> None:
@@ -68,11 +68,7 @@ def _classifier(config: RunConfig, run: Path, arch: Architecture, where: str) ->
         raise SesameError(f"{where}: {pooled}; transformers' classifier reads the first token of one sequence "
                           "(pooling cls)")
     labels = read_json(run / "labels.json") if task != "regress" else []
-    head = {"num_labels": len(labels) or 1,
-            "problem_type": "regression" if task == "regress" else "single_label_classification"}
-    if labels:
-        head.update(id2label={str(i): name for i, name in enumerate(labels)},
-                    label2id={name: i for i, name in enumerate(labels)})
+    head = classifier_config(task, labels)
     return [e for module, hf in arch.classifier.items() for e in dense_entries(module, hf)], head
 
 

@@ -52,8 +52,10 @@ from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architec
 from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
 from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
-from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, dense_entries, discriminator_entries, export_tensors,
-                     head_shapes, import_tensors, lm_entries, meta_backbone, name_plan, pair_entries, read_weights)
+from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, classifier_labels, classifier_max_length,
+                     classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
+                     import_tensors, is_sequence_classifier, lm_entries, meta_backbone, name_plan, pair_entries,
+                     read_weights)
 
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
@@ -123,28 +125,16 @@ def _check_tensors(weights: dict[str, torch.Tensor], expected: dict[str, torch.T
     return sorted({n.split(".")[0] for n in others})
 
 
-def _is_sequence_classifier(hf: dict) -> bool:
-    return any(name.endswith("ForSequenceClassification") for name in hf.get("architectures") or [])
-
-
-def _num_labels(hf: dict) -> int:
-    """transformers writes ``id2label``; a hand-written config.json may give ``num_labels`` (default 2)."""
-    return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
-
-
 def sequence_task(hf: dict, arch: Architecture) -> tuple[str | None, str]:
     """The task a checkpoint's config.json makes it: ``classify``, or ``regress`` (``problem_type``
     regression, or one label), for a ``*ForSequenceClassification`` whose head maps onto sesame's;
     else ``(None, the reason)``."""
-    if not _is_sequence_classifier(hf):
+    if not is_sequence_classifier(hf):
         names = ", ".join(hf.get("architectures") or [arch.base_class])
         return None, f"a {names} checkpoint, without a sequence-classification head"
     if arch.classifier is None:
         return None, f"{arch.model_type}'s sequence classifier does not match sesame's: {arch.not_classifier}"
-    if hf.get("problem_type") == "multi_label_classification":
-        return None, "a multi-label classifier; sesame's classify task picks one label per text"
-    regression = hf.get("problem_type") == "regression" or _num_labels(hf) == 1
-    return "regress" if regression else "classify", ""
+    return classifier_task(hf)
 
 
 def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Architecture
@@ -208,28 +198,6 @@ def _discriminator_head(weights: dict[str, torch.Tensor], given: dict, arch: Arc
     return entries
 
 
-def _labels(hf: dict, where: str) -> list[str]:
-    """A classifier's label names, ordered by id (``id2label``; transformers' LABEL_i without one)."""
-    id2label = hf.get("id2label") or {str(i): f"LABEL_{i}" for i in range(_num_labels(hf))}
-    try:
-        by_id = {int(i): str(name) for i, name in id2label.items()}
-    except (AttributeError, TypeError, ValueError):  # not a dict of ids
-        by_id = {}
-    labels = [by_id.get(i) for i in range(len(id2label))]
-    if None in labels or len(set(labels)) < len(labels):
-        raise SesameError(f"{where}: id2label {id2label} must name the ids 0 to {len(id2label) - 1}, each with its "
-                          "own label")
-    return labels
-
-
-def _max_length(src: Path, model: dict) -> int:
-    """The tokens an imported classifier reads: tokenizer_config.json's ``model_max_length`` when it is
-    below the model's positions (sesame's export writes the run's ``max_length`` there), else all of them."""
-    path = src / "tokenizer_config.json"
-    given = read_json(path).get("model_max_length") if path.is_file() else None
-    return given if isinstance(given, int) and 8 <= given < model["max_positions"] else model["max_positions"]
-
-
 def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architecture, path: Path) -> None:
     """An E == H checkpoint's projection, removed from ``weights`` if it is the identity (sesame has none then)."""
     name = arch.modules["project"]
@@ -285,7 +253,7 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     plan = name_plan(arch, meta)
     expected = export_tensors(meta.state_dict(), plan, rows)
     task, why_not = sequence_task(hf_config, arch)
-    labels = _labels(hf_config, str(config_path)) if task == "classify" else []
+    labels = classifier_labels(hf_config, str(config_path)) if task == "classify" else []
     objective, checked, notes = None, [], []
     if task:  # the exact inverse of export's head: names relative to the base model, as the weights now are
         extra = [Entry(e.sesame, (e.hf[0].removeprefix(arch.prefix + "."),))
@@ -296,7 +264,7 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
         objective, extra, checked, notes = (("electra", _discriminator_head(weights, given, arch, config_path), [], [])
                                             if discriminator else _pretraining_heads(weights, given, arch))
         shapes = head_shapes(model, rows.vocab)
-        if _is_sequence_classifier(hf_config):
+        if is_sequence_classifier(hf_config):
             notes.insert(0, f"{why_not}; its backbone alone is imported")
     expected.update({e.hf[0]: shapes[e.sesame] for e in extra + checked})
     dropped = _check_tensors(weights, expected, arch, path, config_path)
@@ -313,7 +281,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     if task:
         job = make_task(task)
         config = RunConfig(kind="finetuned", task=task, task_options=job.options(), family=arch.family,
-                           pooling="cls", model=model, max_length=_max_length(src, model), select=job.select, hf=origin)
+                           pooling="cls", model=model, max_length=classifier_max_length(src, model), select=job.select,
+                           hf=origin)
     else:
         config = RunConfig(kind="pretrained", family=arch.family, objective=objective,
                            pooling=FAMILIES[arch.family].pooling, model=model, hf=origin)

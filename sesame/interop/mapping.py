@@ -140,6 +140,60 @@ def head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
     return {name: torch.empty(shape, device="meta") for name, shape in shapes.items()}
 
 
+CLASSIFY_TASKS = ("classify", "pair", "regress")  # the tasks whose runs export as *ForSequenceClassification
+
+
+def is_sequence_classifier(hf: dict) -> bool:
+    """Whether a config.json is a ``*ForSequenceClassification``'s."""
+    return any(name.endswith("ForSequenceClassification") for name in hf.get("architectures") or [])
+
+
+def _num_labels(hf: dict) -> int:
+    """transformers writes ``id2label``; a hand-written config.json may give ``num_labels`` (default 2)."""
+    return len(hf["id2label"]) if hf.get("id2label") else hf.get("num_labels", 2)
+
+
+def classifier_task(hf: dict) -> tuple[str | None, str]:
+    """The task a sequence classifier's config.json makes it: ``classify``, or ``regress`` (``problem_type``
+    regression, or one label); ``(None, the reason)`` for a multi-label classifier."""
+    if hf.get("problem_type") == "multi_label_classification":
+        return None, "a multi-label classifier; sesame's classify task picks one label per text"
+    regression = hf.get("problem_type") == "regression" or _num_labels(hf) == 1
+    return "regress" if regression else "classify", ""
+
+
+def classifier_labels(hf: dict, where: str) -> list[str]:
+    """A classifier's label names, ordered by id (``id2label``; transformers' LABEL_i without one)."""
+    id2label = hf.get("id2label") or {str(i): f"LABEL_{i}" for i in range(_num_labels(hf))}
+    try:
+        by_id = {int(i): str(name) for i, name in id2label.items()}
+    except (AttributeError, TypeError, ValueError):  # not a dict of ids
+        by_id = {}
+    labels = [by_id.get(i) for i in range(len(id2label))]
+    if None in labels or len(set(labels)) < len(labels):
+        raise SesameError(f"{where}: id2label {id2label} must name the ids 0 to {len(id2label) - 1}, each with its "
+                          "own label")
+    return labels
+
+
+def classifier_max_length(src: Path, model: dict) -> int:
+    """The tokens an imported classifier reads: tokenizer_config.json's ``model_max_length`` when it is
+    below the model's positions (sesame's export writes the run's ``max_length`` there), else all of them."""
+    path = src / "tokenizer_config.json"
+    given = read_json(path).get("model_max_length") if path.is_file() else None
+    return given if isinstance(given, int) and 8 <= given < model["max_positions"] else model["max_positions"]
+
+
+def classifier_config(task: str, labels: list[str]) -> dict:
+    """The config.json keys of a ``*ForSequenceClassification`` for a fine-tuned ``task`` with ``labels``."""
+    head = {"num_labels": len(labels) or 1,
+            "problem_type": "regression" if task == "regress" else "single_label_classification"}
+    if labels:
+        head.update(id2label={str(i): name for i, name in enumerate(labels)},
+                    label2id={name: i for i, name in enumerate(labels)})
+    return head
+
+
 def check_new(out: Path) -> None:
     """``--out`` is a new or empty directory (:func:`sesame.outputs.check_dir`)."""
     check_dir(out, "--out", fix="choose a new directory")

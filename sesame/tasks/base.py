@@ -52,6 +52,7 @@ class Task:
     has_labels: ClassVar[bool] = True  # a label vocabulary, saved with the run as labels.json
     per_token: ClassVar[bool] = False  # outputs per token ([B, W, k]) rather than per sequence
     head_drops: ClassVar[bool] = True  # the head applies the dropout before its output layer(s)
+    reads_encoder_decoders: ClassVar[bool] = False  # its head also reads an encoder-decoder (T5, BART)
 
     def options(self) -> dict:
         return asdict(self)
@@ -81,12 +82,12 @@ class Task:
 
     def check_model(self, model: dict) -> None:
         """Fail, naming the flag, when the backbone (its config dict, before any weights exist) cannot
-        serve this task; fine-tuning calls it before writing the run directory. These heads read one stack's
-        states, which an encoder-decoder (T5, BART) does not give."""
-        if model.get("arch") == "encoder_decoder":
-            raise SesameError(f"--from: an encoder-decoder (T5, BART) model; --task {self.name} reads one stack's "
-                              "states, and sesame does not fine-tune encoder-decoders yet; fine-tune an encoder or "
-                              "decoder family (bert, gpt2, ...)")
+        serve this task; fine-tuning calls it before writing the run directory. An encoder-decoder (T5, BART) is
+        refused unless the task's head reads one (``reads_encoder_decoders``: classify, pair, regress)."""
+        if model.get("arch") == "encoder_decoder" and not self.reads_encoder_decoders:
+            raise SesameError(f"--from: an encoder-decoder (T5, BART) model; --task {self.name}'s head reads one "
+                              "stack's states, which it does not give: fine-tune it with --task classify, pair, "
+                              "regress or text2text, or fine-tune an encoder or decoder family (bert, gpt2, ...)")
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:

@@ -8,6 +8,10 @@ causal decoders read the last real token, which has seen the whole text (GPT, Ra
 their maximum per feature (a BiLSTM's, Conneau et al. 2017); ``concat`` is ULMFiT's concat pooling
 into its two-block classifier (Howard & Ruder 2018, §3.3).
 
+An encoder-decoder (T5, BART: :class:`EncoderDecoderSequenceModel`) reads, with ``last`` pooling (both families'
+default), the decoder's state at the input's end token with BART's classification head (Lewis et al. 2020, §3.1);
+other poolings read its encoder's states as an encoder's are read.
+
 A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders (BERT, §4.1),
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
 as the extract token (Radford et al. 2018, §3.3). The gpt family fine-tunes with GPT's own input
@@ -30,7 +34,7 @@ from torch import nn
 from ..data.labeled import read_fields
 from ..errors import SesameError
 from ..metrics import classification_report, regression_report
-from ..models import Transformer
+from ..models import EncoderDecoder, Transformer
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, pad, register
 
@@ -76,15 +80,18 @@ class SequenceModel(TaskModel):
     """Backbone → pooled vector → dropout → linear: class logits, or a score when ``n_out`` is 1 and
     ``regression`` is set. With ``concat`` pooling the head is ULMFiT's two blocks (:func:`concat_head`)."""
 
+    dense_poolings: ClassVar[tuple[str, ...]] = ("cls",)  # read through a dense + tanh layer (BERT's pooler)
+
     def __init__(self, backbone: nn.Module, n_out: int, pooling: str, dropout: float = 0.1,
                  regression: bool = False):
         super().__init__()
         hidden = backbone.config.hidden
         self.backbone, self.pooling, self.regression = backbone, pooling, regression
-        self.pooler = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if pooling == "cls" else nn.Identity()
+        dense = pooling in self.dense_poolings
+        self.pooler = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) if dense else nn.Identity()
         self.dropout = nn.Dropout(dropout) if pooling != "concat" else nn.Identity()
         self.head = concat_head(3 * hidden, n_out, dropout) if pooling == "concat" else nn.Linear(hidden, n_out)
-        for layer in ([self.head] if pooling != "concat" else []) + ([self.pooler[0]] if pooling == "cls" else []):
+        for layer in ([self.head] if pooling != "concat" else []) + ([self.pooler[0]] if dense else []):
             nn.init.normal_(layer.weight, std=0.02)
             nn.init.zeros_(layer.bias)
 
@@ -104,6 +111,41 @@ class SequenceModel(TaskModel):
         return F.cross_entropy(out, batch["targets"], reduction="sum")
 
 
+class EncoderDecoderSequenceModel(SequenceModel):
+    """A sequence head on an encoder-decoder (T5, BART). ``last`` pooling is BART's classifier (Lewis et al. 2020,
+    §3.1: "the same input is fed into the encoder and decoder, and the final hidden state of the final decoder token
+    is fed into new multi-class linear classifier"), as fairseq and transformers' ``BartForSequenceClassification``
+    compute it: the decoder reads the input shifted right behind its start token
+    (:meth:`~sesame.models.encoder_decoder.EncoderDecoder.decoder_inputs`), and its state at the input's last end
+    token ``</s>`` (which has read the whole input before it) goes through ``BartClassificationHead``: dropout →
+    dense → tanh → dropout → linear. The end token is the last real token of each row: every input the tokenizers
+    make ends with it (``<s> a </s>``, ``<s> a </s> b </s>``, an imported T5's ``a </s>``; truncation keeps it), and
+    rows are padded on the right, which the encoder masks and the causal decoder reads only after that token.
+
+    T5 gets the same head (transformers' ``T5ForSequenceClassification``; the T5 paper itself casts classification
+    as text, ``--task text2text``): the decoder, half of what pre-training trained, is used, a run exports to and
+    imports from transformers, and T5 and BART are compared under one head. Any other pooling reads the encoder's
+    states as an encoder's are read (``--pooling mean``: Sentence-T5's encoder mean, Ni et al. 2022), the decoder
+    unused. Deviation: the head's dropout is ``--dropout`` (0.1), where fairseq's ``pooler_dropout`` and
+    transformers' ``classifier_dropout`` default to 0."""
+
+    dense_poolings = ("cls", "last")
+
+    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
+        memory = self.backbone.encode(ids, real)
+        if self.pooling != "last":
+            return self.pooler(pool(memory.states, real, self.pooling))
+        states = self.backbone.decode(self.backbone.decoder_inputs(ids), memory)
+        return self.pooler(self.dropout(pool(states, real, "last")))
+
+
+def sequence_model(backbone: nn.Module, n_out: int, pooling: str, dropout: float, *,
+                   regression: bool = False) -> SequenceModel:
+    """The sequence head for ``backbone``: :class:`EncoderDecoderSequenceModel` on an encoder-decoder."""
+    cls = EncoderDecoderSequenceModel if isinstance(backbone, EncoderDecoder) else SequenceModel
+    return cls(backbone, n_out, pooling, dropout, regression)
+
+
 def collate(sequences: list[list[int]], pad_id: int, targets: list | None = None) -> dict[str, torch.Tensor]:
     """Right-pad to the longest sequence of the batch; ``padding`` is True at real tokens."""
     ids = pad(sequences, pad_id)
@@ -120,6 +162,7 @@ class Classify(Task):
     """Text (or, with ``pair_column``, text-pair) classification from CSV, TSV or JSONL columns."""
 
     name: ClassVar[str] = "classify"
+    reads_encoder_decoders: ClassVar[bool] = True
     text_column: str = "text"
     label_column: str = "label"
     pair_column: str | None = None
@@ -190,7 +233,7 @@ class Classify(Task):
         return batch
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
-        return SequenceModel(backbone, n_labels, pooling, dropout)
+        return sequence_model(backbone, n_labels, pooling, dropout)
 
     def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
         index = {name: i for i, name in enumerate(labels)}
@@ -250,7 +293,7 @@ class Regress(Classify):
         pass
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
-        return SequenceModel(backbone, 1, pooling, dropout, regression=True)
+        return sequence_model(backbone, 1, pooling, dropout, regression=True)
 
     def score(self, examples: list[dict], features: list[dict], outputs: torch.Tensor, labels: list[str]) -> dict:
         return regression_report([row["label"] for row in examples], outputs[:, 0].tolist())
