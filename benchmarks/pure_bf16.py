@@ -111,12 +111,13 @@ def contenders(step: str, cfg: BenchConfig, seed: int) -> dict[str, Contender]:
 
     def autocast(precision: str) -> Contender:
         model, variant = copy.deepcopy(base), Variant(precision)
-        return Contender("autocast", variant, model, model, make_step(model, lambda: loss(model), variant.placement()),
-                         flops)
+        return Contender("autocast", variant, model, model, lambda: loss(model),
+                         make_step(model, lambda: loss(model), variant.placement()), flops)
 
     pure = PureBf16(copy.deepcopy(base), loss)
     return {"fp32": autocast("fp32"), "bf16-autocast": autocast("bf16"),
-            "bf16-pure": Contender("pure", Variant("bf16"), pure.model, pure.model, pure.step, flops)}
+            "bf16-pure": Contender("pure", Variant("bf16"), pure.model, pure.model, lambda: loss(pure.model), pure.step,
+                                   flops)}
 
 
 def run(step: str, cfg: BenchConfig, peaks: dict[str, float], args: argparse.Namespace) -> list[dict]:
