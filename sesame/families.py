@@ -70,6 +70,9 @@ class Family:
     pretrain_dropout: float | None = 0.0
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
     decoder_start: str | None = None
+    # an encoder-decoder's inputs start with <s>: BART's <s> text </s> (Lewis et al. 2020, §2.2, as fairseq frames
+    # them), T5's text </s>; text2text's default ``bos`` and how `sesame generate` frames a pre-trained run's sources
+    source_bos: bool = False
     sentinels: int = 0  # the tokenizer ends with T5's sentinel tokens, this many (sesame.tokenizer.train_tokenizer)
     intermediate: float = 4.0  # a Transformer's feed-forward width per unit of hidden (T5 v1.1's gated one: 8/3)
     # transformers' model_type whose checkpoints import as this family's runs (sesame.interop.hf_seq2seq; several
@@ -125,7 +128,7 @@ FAMILIES: dict[str, Family] = {
                intermediate=8 / 3, hf_model_type="t5"),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
                arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
-               hf_model_type="bart"),
+               source_bos=True, hf_model_type="bart"),
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings

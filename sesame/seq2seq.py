@@ -27,6 +27,7 @@ import torch
 from .decoding import (GenerationConfig, Hypothesis, beam_search, greedy, next_tokens, penalise_repetition,
                        stop_strings, uniform_draws)
 from .errors import SesameError
+from .models import position_limit
 from .models.caches import KVCache, Memory
 from .models.encoder_decoder import EncoderDecoder
 
@@ -110,13 +111,13 @@ def generate_seq2seq(model: EncoderDecoder, inputs: Sequence[Sequence[int]], con
     cfg.validate()
     if cfg.stop and text is None:
         raise ValueError("stop strings need text=, the tokenizer's decoding of token ids")
-    room = model.config.max_positions
-    if cfg.max_new_tokens > room:
+    room = position_limit(model.config)  # None: any length (T5's relative positions)
+    if room is not None and cfg.max_new_tokens > room:
         raise SesameError(f"--max-new-tokens {cfg.max_new_tokens}: the model's decoder has {room} positions; lower it")
     for i, source in enumerate(inputs):
         if not source:
             raise SesameError(f"input {first + i + 1} is empty: give the encoder at least one token")
-        if len(source) > room:
+        if room is not None and len(source) > room:
             raise SesameError(f"input {first + i + 1} has {len(source)} tokens, more than the model's {room} "
                               "positions: shorten it")
     if batch_size < 1:

@@ -156,7 +156,7 @@ class PretrainSpec(RecurrentDropouts):
         """Every check that reads no file: the family, size, objective, budget and lengths fit together, and a
         tokenizer trained on the way has the sentinels the objective's longest examples need."""
         from .data.shards import is_shard_dir
-        from .models import ARCHITECTURES
+        from .models import ARCHITECTURES, model_config, position_limit
         from .objectives import OBJECTIVES
         from .objectives.seq2seq import require_sentinels
         from .tokenizer import SENTINEL_SHARE, sentinel_count
@@ -186,17 +186,25 @@ class PretrainSpec(RecurrentDropouts):
         if self.discriminative < 1:
             raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
         check_length("--seq-len", self.seq_len)
-        positions = max(fam.context, self.seq_len)
-        if self.final_seq_len is not None and not self.seq_len < self.final_seq_len <= positions:
-            raise SesameError(f"--final-seq-len {self.final_seq_len}: must exceed --seq-len {self.seq_len} and be at "
-                              f"most {positions} (the model's positions)")
+        if self.final_seq_len is not None:
+            check_length("--final-seq-len", self.final_seq_len)
+            # the positions pre-training gives a new model, max(context, --seq-len), where they are a learned table
+            # (not T5's relative position bias, nor a recurrent model's)
+            model = model_config({"arch": fam.arch, "vocab_size": self.vocab_size, **fam.model_options})
+            positions = max(fam.context, self.seq_len) if position_limit(model) is not None else None
+            most = f" and be at most {positions} (the model's positions)" if positions else ""
+            if self.final_seq_len <= self.seq_len or positions and self.final_seq_len > positions:
+                raise SesameError(f"--final-seq-len {self.final_seq_len}: must exceed --seq-len {self.seq_len}{most}")
         trained = not (self.tokenizer or self.base or (len(self.corpus) == 1 and is_shard_dir(Path(self.corpus[0]))))
         if trained:  # (a tokenizer read from a file is checked once read, before the run is written)
+            larger = f"a larger --vocab-size (one id in {SENTINEL_SHARE} becomes a sentinel, up to {fam.sentinels})"
+            with_them = ", ".join(f.name for f in FAMILIES.values() if f.sentinels)
             require_sentinels(OBJECTIVES[self.objective_name], *self.longest_examples(), self.objective_settings(),
-                              have=sentinel_count(self.vocab_size, fam.sentinels),
-                              source=f"the tokenizer trained with --vocab-size {self.vocab_size}",
-                              fix=f", or a larger --vocab-size (one id in {SENTINEL_SHARE} becomes a sentinel, up to "
-                                  f"{fam.sentinels})")
+                              have=sentinel_count(self.vocab_size, fam.sentinels), fix=f", or {larger}",
+                              source=f"the tokenizer trained with --vocab-size {self.vocab_size}" if fam.sentinels
+                              else f"the tokenizer --family {fam.name} trains", none=larger if fam.sentinels else
+                              f"give --tokenizer one that has them (`sesame tokenizer train --kind {fam.tokenizer} "
+                              f"--sentinels 100`), or pre-train a family whose tokenizer does ({with_them})")
         if self.attention_window is not None:
             banded = any(f.name == "attention_window" for f in fields(ARCHITECTURES[fam.arch][0]))
             if not banded:

@@ -95,6 +95,39 @@ def test_more_noise_spans_than_sentinels_are_refused_with_the_spec(family, corpu
     assert not (tmp_path / "run").exists()
 
 
+def test_span_corruption_without_sentinels_is_refused_before_anything_is_written(corpus, tmp_path, capsys):
+    """BART's tokenizer, trained on the way or read from a file, has no sentinel tokens for span corruption: refused
+    before the run directory exists (it was refused once config.json had been written)."""
+    refused(["pretrain", "--family", "bart", "--objective", "span_corruption", "--size", "tiny", "--corpus",
+             str(corpus), "--seq-len", "32", "--out", str(tmp_path / "run")], capsys, tmp_path,
+            "--objective span_corruption: ", "--family bart trains has none", "--sentinels 100", "t5")
+    train_tokenizer(sentences(200), "bpe", 300).save(tmp_path / "bpe.json")
+    refused(["pretrain", "--family", "bart", "--objective", "span_corruption", "--size", "tiny", "--corpus",
+             str(corpus), "--tokenizer", str(tmp_path / "bpe.json"), "--seq-len", "32", "--out", str(tmp_path / "run")],
+            capsys, tmp_path, f"the tokenizer {tmp_path / 'bpe.json'} has none", "--kind bpe --sentinels 100")
+    assert not (tmp_path / "run").exists()
+
+
+def test_final_seq_len_past_max_positions_is_t5s_but_not_barts(corpus, tmp_path, monkeypatch, capsys):
+    """--final-seq-len: T5's relative positions train on examples longer than its max_positions (512), BART's learned
+    ones are capped at theirs (1024)."""
+    widths, make_batch = [], SpanCorruption.make_batch
+
+    def recorded(self, *args, **kwargs) -> dict:
+        batch = make_batch(self, *args, **kwargs)
+        widths.append(batch["ids"].shape[1])
+        return batch
+
+    monkeypatch.setattr(SpanCorruption, "make_batch", recorded)
+    metrics = sesame.pretrain([str(corpus)], str(tmp_path / "t5"), family="t5", size="tiny", vocab_size=400,
+                              seq_len=32, final_seq_len=600, batch_size=2, max_steps=10, eval_every=10, progress=False)
+    assert math.isfinite(metrics["loss"])
+    assert read_config(tmp_path / "t5", "--model").model["max_positions"] == 512 and max(widths) == 600
+    refused(["pretrain", "--family", "bart", "--size", "tiny", "--corpus", str(corpus), "--seq-len", "32",
+             "--final-seq-len", "1025", "--out", str(tmp_path / "bart")], capsys, tmp_path,
+            "--final-seq-len 1025: must exceed --seq-len 32 and be at most 1024 (the model's positions)")
+
+
 @pytest.fixture(scope="module")
 def runs(corpus, tmp_path_factory):
     """Tiny t5 and bart runs, pre-trained a step at 32 positions (T5's tokenizer has 40 sentinels)."""

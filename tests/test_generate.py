@@ -197,6 +197,23 @@ def test_generation_errors(tokenizer) -> None:
         LanguageModel(Transformer(bidirectional), tokenizer)
 
 
+def test_generate_refuses_an_encoder_naming_the_families_it_reads(tmp_path, capsys) -> None:
+    """A bert run is neither a causal language model nor an encoder-decoder: the refusal names both kinds' families
+    (it named gpt and gpt2 alone, as if an encoder-decoder could not generate)."""
+    from sesame.families import backbone_config
+    from sesame.rundir import write_config
+    from sesame.specs import RunConfig
+
+    run = tmp_path / "bert"
+    run.mkdir()
+    write_config(run, RunConfig(kind="pretrained", family="bert", size="tiny", objective="mlm", pooling="cls",
+                                model=backbone_config("bert", "tiny", 64, 0).to_dict()))
+    assert cli.main(["generate", "--model", str(run), "--prompt", "The cat"]) == 2
+    err = capsys.readouterr().err
+    assert f"--model {run}: a bidirectional bert model" in err
+    assert "causal language model (family gpt, gpt2)" in err and "encoder-decoder (family t5, t5v1_1, bart)" in err
+
+
 @pytest.fixture(scope="module")
 def gpt2_run(tmp_path_factory):
     import sesame

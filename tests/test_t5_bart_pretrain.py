@@ -127,6 +127,22 @@ def test_denoising_pads_only_the_inputs_and_restores_the_clean_window(tokenizers
     assert (batch["ids"] == tok.specials.mask).any() and batch["ids"].shape[1] < 32  # infilling shortens
 
 
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_denoising_cuts_inputs_only_to_learned_positions(family, tokenizers):
+    """Inputs longer than max_positions lose their last tokens before </s> for BART's learned positions; T5's relative
+    ones (``--family t5 --objective denoising``) read them whole."""
+    tok = tokenizers["t5" if family == "t5" else "bart"]
+    cfg = backbone_config(family, "tiny", tok.vocab_size, tok.specials.pad, 0.0, 16, specials=tok.specials)
+    obj = Denoising.build(build_model(cfg.to_dict()), tok)
+    inputs = torch.arange(5, 25).repeat(2, 1)
+    inputs[1, 12:] = tok.specials.pad  # a row that ends before the cut keeps its padding
+    kept = obj.within_positions(inputs)
+    if family == "t5":
+        assert torch.equal(kept, inputs)
+    else:
+        assert torch.equal(kept[:, :15], inputs[:, :15]) and kept[:, 15].tolist() == [tok.specials.sep, tok.specials.pad]
+
+
 def test_denoising_permutes_whole_sentences(tokenizers, text):
     tok = tokenizers["bart"]
     obj = objective("bart", tok, mask_ratio=0.0)  # sentence permutation alone

@@ -12,6 +12,7 @@ import torch
 
 from sesame.decoding import GenerationConfig
 from sesame.errors import SesameError
+from sesame.families import FAMILIES
 from sesame.metrics import bleu, regression_report
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
 from sesame.tasks import infer, make_task
@@ -191,6 +192,18 @@ def test_features_end_with_the_end_token_within_their_lengths(tok):
     assert len(feature["ids"]) == 5 and len(feature["target"]) == 4
     with pytest.raises(SesameError, match="--max-length 1: leaves no room"):
         task.features(examples, tok, 1, [], False)
+
+
+@pytest.mark.parametrize("family, given, bos", [("bart", None, True), ("t5", None, False), (None, None, False),
+                                               ("bart", False, False), ("t5", True, True)])
+def test_bos_follows_the_family_row_unless_given(family, given, bos, tok):
+    """Not given, ``bos`` is the family's framing of inputs (BART's <s>, Family.source_bos); given, it wins. Either way
+    the options fine-tuning records hold it."""
+    task = make_task("text2text", {"bos": given})
+    task.for_family(FAMILIES[family] if family else None)
+    assert task.options()["bos"] is bos
+    [feature] = task.features([{"source": "the cat runs", "target": "a dog", "line": 2}], tok, 16, [], False)
+    assert (feature["ids"][0] == tok.specials.cls) is bos and (feature["target"][0] == tok.specials.cls) is bos
 
 
 def test_the_loss_sums_over_real_target_tokens_only(tok, one_thread):

@@ -10,10 +10,11 @@ import pytest
 from sesame.apps.generate import load_generator
 from sesame.cli import main
 from sesame.decoding import GenerationConfig
-from sesame.rundir import load_backbone, load_tokenizer
+from sesame.rundir import load_backbone, load_tokenizer, read_config
 from sesame.seq2seq import generate_seq2seq
+from sesame.tasks import make_task
 
-from .conftest import documents, sentences
+from .conftest import documents, refused, sentences
 from .test_interrupted import Killed, kill_at_step, logged, same_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,7 +66,7 @@ def dev_records(run: Path) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["split"] == "dev"]
 
 
-@pytest.mark.parametrize("family, options", [("t5", ()), ("bart", ("bos=true", "beams=2"))])
+@pytest.mark.parametrize("family, options", [("t5", ()), ("bart", ("beams=2",))])
 def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys):
     train, dev = write_copy_task(tmp_path)
     run = tmp_path / "ft"
@@ -75,6 +76,12 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "text2text" and config["family"] == family
     assert config["task_options"]["beams"] == (2 if "beams=2" in options else 1)  # evaluate and predict reuse it
+    # BART's inputs start with <s> without --task-option bos (its family row's source_bos), T5's do not
+    assert config["task_options"]["bos"] is (family == "bart")
+    tok = load_tokenizer(run)
+    [feature] = make_task("text2text", config["task_options"]).features([{"source": "a cat", "target": "cat"}], tok,
+                                                                         24, [], False)
+    assert (feature["ids"][0] == tok.specials.cls) is (family == "bart") and feature["ids"][-1] == tok.specials.sep
     records = dev_records(run)
     assert [r["step"] for r in records] == list(range(3, 25, 3))  # 24 examples, batches of 8: dev after each epoch
     assert all({"bleu", "exact"} <= r.keys() for r in records)
@@ -92,6 +99,23 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
     assert main(Q + ["generate", "--model", str(run), "--prompt", source, "--json", "--max-new-tokens", "6",
                      *(["--beams", "2"] if "beams=2" in options else [])]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == next(p["output"] for p in printed if p["source"] == source)
+
+
+def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path, capsys):
+    """T5's relative positions read a source longer than its max_positions (512): fine-tuning on one works; BART's
+    learned positions cap --max-length at theirs (1024), refused before anything is written."""
+    train, dev = write_copy_task(tmp_path)
+    long = " ".join(sentences(60, 3))
+    train.write_text(train.read_text() + f'"{long}","tree"\n', encoding="utf-8")
+    t5 = pretrained["t5"]
+    positions = read_config(t5, "--model").model["max_positions"]
+    assert len(load_tokenizer(t5).encode([long], special=False)[0]) > positions + 100
+    argv = finetune_argv(str(t5), train, dev, tmp_path / "t5", epochs=1, options=("max_target_length=2",))
+    assert main(argv + ["--max-length", str(positions + 100), "--batch-size", "25", "--json"]) == 0
+    assert read_config(tmp_path / "t5", "--model").max_length == positions + 100
+    bart = read_config(pretrained["bart"], "--model").model["max_positions"]
+    refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart") + ["--max-length", str(bart + 1)],
+            capsys, tmp_path, f"--max-length {bart + 1} exceeds the model's {bart} positions")
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):

@@ -26,9 +26,11 @@ probabilities differ across a draw (rounding, bf16).
 The model, its KV cache and every tensor of a step live on the language model's device.
 
 An encoder-decoder reads each source as its run's inputs were read, the tokenizer's pieces then ``</s>``, with
-``<s>`` first where the run's inputs had it (BART's denoising, Lewis et al. 2020 §2.2, and text2text runs
-fine-tuned with ``bos``), and decodes by :func:`sesame.seq2seq.generate_seq2seq` with the same settings (greedy,
-sampling, beam search, stop strings); the output is the decoder's text alone, not a continuation of the source.
+``<s>`` first as its text2text fine-tuning recorded (``bos``), else as its family frames inputs
+(:attr:`sesame.families.Family.source_bos`: BART's ``<s>``, Lewis et al. 2020 §2.2), and decodes by
+:func:`sesame.seq2seq.generate_seq2seq` with the same settings (greedy, sampling, beam search, stop strings); the
+output is the decoder's text alone, not a continuation of the source. Deviation: a run pre-trained with another
+family's objective (``--family t5 --objective denoising``, whose encoder read ``<s>``) is framed as its family's.
 """
 from __future__ import annotations
 
@@ -52,7 +54,6 @@ from ..seq2seq import generate_seq2seq
 from ..tokenizer import TextTokenizer
 
 TLDR = "\nTL;DR:"  # Radford et al. 2019, §3.6
-BOS_OBJECTIVES = frozenset({"denoising"})  # pre-training whose encoder read <s> first (BART: <s> noised </s>)
 
 
 # -- the text side: stop strings and streaming --------------------------------------------------------
@@ -182,10 +183,10 @@ class Transducer:
     @classmethod
     def load(cls, run: Path, flag: str = "--model", *, placement: Placement) -> Transducer:
         config = read_config(run, flag, ("pretrained", "finetuned"))
-        # a pre-trained run reads as its objective's inputs (an import from transformers: as its family's objective)
-        objective = config.objective or (FAMILIES[config.family].objective if config.family in FAMILIES else None)
-        bos = bool(config.task_options.get("bos")) if config.kind == "finetuned" else objective in BOS_OBJECTIVES
-        return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bos, placement=placement)
+        bos = config.task_options.get("bos")  # text2text's, as fine-tuning recorded it; else the family's framing
+        if bos is None:
+            bos = config.family in FAMILIES and FAMILIES[config.family].source_bos
+        return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bool(bos), placement=placement)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each source's ids: ``[<s>] pieces </s>``."""
@@ -222,10 +223,14 @@ def load_generator(model: str, *, runtime: Runtime | None = None) -> LanguageMod
     ``runtime``'s device (default :class:`Runtime`'s: ``auto``)."""
     placement = (runtime or Runtime()).place()
     with resolve(model, "--model") as run:
-        arch = read_config(run, "--model").model.get("arch", "transformer")
-        if arch not in LOADERS:
-            raise SesameError(f"--model {model}: a {arch} model; generate needs a causal language model (gpt, gpt2) "
-                              "or an encoder-decoder (t5, bart)")
+        config = read_config(run, "--model")
+        arch = config.model.get("arch", "transformer")
+        if arch not in LOADERS or arch == "transformer" and not config.causal:
+            what = f"a bidirectional {config.family} model" if arch == "transformer" else f"a {arch} model"
+            causal = ", ".join(f.name for f in FAMILIES.values() if f.arch == "transformer" and f.causal)
+            seq2seq = ", ".join(f.name for f in FAMILIES.values() if f.arch == "encoder_decoder")
+            raise SesameError(f"--model {model}: {what}; generate needs a causal language model (family {causal}) "
+                              f"or an encoder-decoder (family {seq2seq})")
         return LOADERS[arch](run, placement=placement)
 
 

@@ -24,6 +24,13 @@ def model_config(config: dict):
     return ARCHITECTURES[config.pop("arch", "transformer")][0](**config)
 
 
+def position_limit(config) -> int | None:
+    """The longest sequence a backbone of ``config`` (a config object) reads: ``max_positions`` where positions index a
+    learned table (BERT, GPT, BART: ``learned_positions``), None where any length is read (T5's relative position
+    bias, recurrent models)."""
+    return config.max_positions if getattr(config, "learned_positions", False) else None
+
+
 def build_model(config: dict) -> nn.Module:
     """The backbone a run's model config describes, without weights."""
     cfg = model_config(config)
@@ -31,4 +38,5 @@ def build_model(config: dict) -> nn.Module:
 
 
 __all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "EncoderDecoder", "EncoderDecoderConfig",
-           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "build_model", "model_config"]
+           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "build_model", "model_config",
+           "position_limit"]

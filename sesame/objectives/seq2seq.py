@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from ..errors import SesameError
-from ..models import EncoderDecoder
+from ..models import EncoderDecoder, position_limit
 from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Objective
 from .denoising import DenoisingOptions, denoise
@@ -47,6 +47,9 @@ class TeacherForced(Objective):
                                     workspace=self.workspace)
 
 
+SENTINELS_FIX = "train one with them (`sesame tokenizer train --kind unigram --sentinels 100`)"
+
+
 class SpanCorruption(TeacherForced):
     """T5's objective (Raffel et al. 2020, §3.1.4; :func:`.span_corruption.corrupt_spans`): 15% of a window's tokens,
     in spans of 3 on average, each span replaced by one sentinel in the inputs; the targets are the spans, each
@@ -62,8 +65,8 @@ class SpanCorruption(TeacherForced):
     def __init__(self, backbone: EncoderDecoder, specials: SpecialIds, *, sentinels: torch.Tensor, **options):
         super().__init__(backbone, specials)
         if not len(sentinels):
-            raise SesameError("span corruption needs T5's sentinel tokens <extra_id_0>, ... in the tokenizer: train "
-                              "one with `sesame tokenizer train --kind unigram --sentinels 100`")
+            raise SesameError(f"span corruption needs T5's sentinel tokens <extra_id_0>, ... in the tokenizer: "
+                              f"{SENTINELS_FIX}")
         self.noise = SpanCorruptionOptions(**options)
         self.sentinels = sentinels  # a plain attribute: batches are made on the CPU wherever the model is
 
@@ -88,13 +91,17 @@ class SpanCorruption(TeacherForced):
 
 
 def require_sentinels(objective: type[Objective], seq_len: int, flag: str, options: dict, *, have: int, source: str,
-                      fix: str = "") -> None:
+                      fix: str = "", none: str = SENTINELS_FIX) -> None:
     """Refuse an ``objective`` whose examples of ``seq_len`` positions (given as ``flag``) need more sentinel tokens
-    than the ``have`` of the tokenizer ``source`` names, with the longest ``flag`` that fits and any other ``fix``.
-    A tokenizer without sentinels is the objective's own refusal (:class:`SpanCorruption`)."""
+    than the ``have`` of the tokenizer ``source`` names, with the longest ``flag`` that fits and any other ``fix``;
+    a tokenizer with none (``--family bart --objective span_corruption``), with what to do instead, ``none``. Called
+    before a run is written, so nothing is (:class:`SpanCorruption` refuses such a tokenizer too, later)."""
     needed = objective.sentinels_needed(seq_len, **options)
-    if needed <= have or not have:
+    if needed <= have:
         return
+    if not have:
+        raise SesameError(f"--objective {objective.name}: replaces each noise span with a sentinel token "
+                          f"(<extra_id_k>), and {source} has none: {none}")
     fits, over = 8, seq_len  # 8 positions: one noise span, which any sentinel covers
     while over - fits > 1:  # the spans grow with the length: the longest that fits, by bisection
         middle = (fits + over) // 2
@@ -158,9 +165,10 @@ class Denoising(TeacherForced):
         return {"ids": inputs, "padding": inputs != self.specials.pad, "targets": targets}
 
     def within_positions(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``inputs`` cut to the model's learned positions, a cut row ending with ``</s>`` (see the deviation)."""
-        limit = self.backbone.config.max_positions
-        if inputs.shape[1] <= limit:
+        """``inputs`` cut to the model's learned positions, a cut row ending with ``</s>`` (see the deviation); T5's
+        relative positions (``--family t5 --objective denoising``) read them whole."""
+        limit = position_limit(self.backbone.config)
+        if limit is None or inputs.shape[1] <= limit:
             return inputs
         cut = inputs[:, :limit].clone()
         cut[:, -1] = torch.where(cut[:, -1] == self.specials.pad, self.specials.pad, self.specials.sep)

@@ -13,6 +13,7 @@ import torch
 
 from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
+from ..models import position_limit
 from ..objectives import OBJECTIVES, build_objective
 from ..objectives.seq2seq import require_sentinels
 from ..rundir import build_backbone, load_tokenizer, read_config
@@ -118,9 +119,8 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
         seq_len = config.seq_len
     else:
         check_length("--seq-len", seq_len)
-        positions = obj.backbone.config.max_positions if getattr(obj.backbone.config, "learned_positions", False) \
-            else seq_len  # relative positions (T5) and recurrent models read any length
-        if seq_len > positions:
+        positions = position_limit(obj.backbone.config)  # None: any length (T5's relative positions, recurrent)
+        if positions is not None and seq_len > positions:
             raise SesameError(f"--seq-len {seq_len}: --model {model} has {positions} positions; use at most that")
         require_sentinels(OBJECTIVES[config.objective], seq_len, "--seq-len", config.objective_options,
                           have=len(tok.sentinels()), source=f"--model {model}'s tokenizer")

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading_features
+from ..models import model_config, position_limit
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
@@ -67,12 +68,13 @@ def finetune(spec: FinetuneSpec) -> dict:
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         job.check_model(config.model)
         fam = FAMILIES.get(config.family)
+        job.for_family(fam)  # the task options left to the family, recorded below
         recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
         recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
         _word_vectors(config, recipe, source)
-        if spec.max_length > config.model.get("max_positions", spec.max_length):
-            raise SesameError(f"--max-length {spec.max_length} exceeds the model's {config.model['max_positions']} "
-                              "positions")
+        positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
+        if positions is not None and spec.max_length > positions:
+            raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
         tok.save(run / "tokenizer.json")
         if job.has_labels:
             write_json(run / "labels.json", labels)
@@ -85,6 +87,7 @@ def finetune(spec: FinetuneSpec) -> dict:
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
         config = read_config(run, "--out", ("finetuned",))
+        job.for_family(FAMILIES.get(config.family))  # as rank 0's setup did (under torchrun, the other ranks)
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
         model = job.build(build_backbone(config), len(labels), config.pooling, spec.head_dropout)

@@ -62,7 +62,8 @@ def pretrain(spec: PretrainSpec) -> dict:
         read = corpus.shard_dir or tokenizer  # (a tokenizer trained here was checked with the spec)
         require_sentinels(OBJECTIVES[spec.objective_name], *spec.longest_examples(), spec.objective_settings(),
                           have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
-                          fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)")
+                          fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)",
+                          none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)

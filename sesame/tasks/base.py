@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,6 +25,9 @@ from ..models import Transformer
 from ..runtime import device_of, to_device
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
+
+if TYPE_CHECKING:
+    from ..families import Family
 
 Batches = Callable[[int, float], list[dict[str, torch.Tensor]]]  # the trainer's batches(step, progress)
 BUCKET_BATCHES = 50  # sort by length within windows of this many batches
@@ -56,6 +59,10 @@ class Task:
 
     def options(self) -> dict:
         return asdict(self)
+
+    def for_family(self, family: Family | None) -> None:
+        """Set the options left to the model's family (its registry row; None: a model of no registered family) to
+        the row's values; fine-tuning calls it before recording the options. By default no option is."""
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:
         """The dev metrics that can pick the kept weights (higher is better)."""

@@ -27,8 +27,9 @@ An output that names no label or is not a number is wrong, as in T5's postproces
 
 Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
 the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
-with ``<s>``, BART's format (Lewis et al. 2020). Batches are padded to their longest source and target, and the
-loss sums the cross-entropy over the real target tokens only. The outputs scored and predicted are decoded by
+with ``<s>``, BART's format (Lewis et al. 2020), and by default follows the family (:attr:`Family.source_bos`: on for
+bart, off for t5). Batches are padded to their longest source and target, and the loss sums the cross-entropy over
+the real target tokens only. The outputs scored and predicted are decoded by
 :func:`sesame.seq2seq.generate_seq2seq` (the hook :func:`generate`): greedy, or beam search with the options
 ``beams`` and ``length_penalty``, up to ``max_target_length`` tokens.
 
@@ -58,6 +59,7 @@ from .words import IGNORE
 
 if TYPE_CHECKING:  # sesame.decoding reads the data modules, which read the tasks: imported where used
     from ..decoding import GenerationConfig
+    from ..families import Family
 
 INVALID = -1  # the class of an output that names none (classification_report counts it wrong)
 NOT_A_NUMBER = -1.0  # the score of an output that is not a number (T5's string_to_float default)
@@ -263,7 +265,7 @@ class Text2Text(Task):
     label_words: dict | None = None
     languages: str | None = None
     max_target_length: int = 128
-    bos: bool = False
+    bos: bool | None = None  # None: the family's (Family.source_bos, :meth:`for_family`)
     beams: int = 1
     length_penalty: float = 1.0
 
@@ -293,6 +295,12 @@ class Text2Text(Task):
             self.pair_column = self.pair_column or (cast.inputs[1] if len(cast.inputs) > 1 else None)
             self.target_column = self.target_column or cast.column
         self.tokenizer: TextTokenizer | None = None  # the features' (scoring decodes with it); not an option
+
+    def for_family(self, family: Family | None) -> None:
+        """``bos`` not given: the family's framing of an encoder-decoder's inputs (:attr:`Family.source_bos`, BART's
+        ``<s>``); an explicit ``--task-option bos=...`` is kept."""
+        if self.bos is None:
+            self.bos = bool(family and family.source_bos)
 
     @property
     def select(self) -> str:
