@@ -213,25 +213,25 @@ class Transducer:
         return results
 
 
-# a run's model arch → how it is loaded for generation (a causal Transformer, an encoder-decoder)
-LOADERS: dict[str, Callable[..., LanguageModel | Transducer]] = {"transformer": LanguageModel.load,
-                                                                 "encoder_decoder": Transducer.load}
+# a run's (model arch, causal) → what it is, and how it is loaded for generation
+LOADERS: dict[tuple[str, bool], tuple[str, Callable[..., LanguageModel | Transducer]]] = {
+    ("transformer", True): ("a causal language model", LanguageModel.load),
+    ("encoder_decoder", False): ("an encoder-decoder", Transducer.load)}
 
 
 def load_generator(model: str, *, runtime: Runtime | None = None) -> LanguageModel | Transducer:
-    """A run or transformers directory loaded for generation by its model's arch (:data:`LOADERS`), onto
+    """A run or transformers directory loaded for generation by its model's arch and causality (:data:`LOADERS`), onto
     ``runtime``'s device (default :class:`Runtime`'s: ``auto``)."""
     placement = (runtime or Runtime()).place()
     with resolve(model, "--model") as run:
         config = read_config(run, "--model")
-        arch = config.model.get("arch", "transformer")
-        if arch not in LOADERS or arch == "transformer" and not config.causal:
-            what = f"a bidirectional {config.family} model" if arch == "transformer" else f"a {arch} model"
-            causal = ", ".join(f.name for f in FAMILIES.values() if f.arch == "transformer" and f.causal)
-            seq2seq = ", ".join(f.name for f in FAMILIES.values() if f.arch == "encoder_decoder")
-            raise SesameError(f"--model {model}: {what}; generate needs a causal language model (family {causal}) "
-                              f"or an encoder-decoder (family {seq2seq})")
-        return LOADERS[arch](run, placement=placement)
+        key = (config.model.get("arch", "transformer"), config.causal)
+        if key not in LOADERS:
+            names = {k: ", ".join(f.name for f in FAMILIES.values() if (f.arch, f.causal) == k) for k in LOADERS}
+            readers = " or ".join(f"{what} (family {names[k]})" for k, (what, _) in LOADERS.items())
+            kind = "causal" if config.causal else "bidirectional"
+            raise SesameError(f"--model {model}: a {kind} {config.family} model; generate needs {readers}")
+        return LOADERS[key][1](run, placement=placement)
 
 
 def generate(model: str | LanguageModel | Transducer, prompts: Sequence[str], config: GenerationConfig | None = None,
