@@ -20,6 +20,7 @@ from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.train import Interrupted, Trainer
 from sesame.train.checkpoint import checkpoint_dir
+from sesame.train.metrics_log import read_metrics
 
 from .conftest import sentences
 
@@ -120,6 +121,19 @@ def test_results_are_written_as_csv_markdown_json_and_png(done):
     assert md.count("| gpt:tiny:lr=0.001 | pretrained |") == 3 and "`scratch:gpt:tiny` for gpt:tiny, gpt:tiny:lr=0.001" in md
     assert "sentence1 + sentence2 → label; fine-tuning for this task, epochs 1;" in md
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_what_pre_training_bought_is_read_from_each_run(done):
+    out, _ = done
+    pretraining = json.loads((out / "results.json").read_text())["pretraining"]
+    assert [r["approach"] for r in pretraining] == APPROACHES
+    for r in pretraining:
+        last = [m for m in read_metrics(out / "pretrain" / parse_approach(r["approach"]).slug / "metrics.jsonl")
+                if m["split"] == "dev"][-1]
+        assert r["objective"] == "clm" and r["steps"] == 3 and r["tokens"] == 3 * 8 * 32
+        assert r["valid_loss"] == last["loss"] and r["valid_perplexity"] == last["perplexity"]
+    md = (out / "results.md").read_text()
+    assert "## Pre-training" in md and md.count("| clm | 3 | 768 |") == 2
 
 
 def test_a_second_call_reuses_every_cell(done, data, monkeypatch, capsys):

@@ -34,7 +34,7 @@ from ...runtime import Runtime
 from .approaches import Approach, dir_name, parse_approach
 from .baselines import C_GRID, tfidf_baseline
 from .cells import Start, finetune_cell, origin, pretrain_cell, prior_training, say, scratch_twins
-from .report import COLUMNS, table_row, write_results
+from .report import COLUMNS, pretraining_row, table_row, write_results
 from .tasks import FINETUNE_OPTIONS, SHORTCUTS, CompareTask, default_data, resolve_tasks
 
 ROW_DEFAULT = "fine-tuning {} of every row whose family, task or approach sets none"
@@ -115,11 +115,13 @@ def compare(spec: CompareSpec) -> list[dict]:
     claim_dir(out, "--out", "compare", fix="compare writes into a new or empty folder, or continues its own")
     no_pretraining = {"seconds": 0, "tokens": 0}
     origins, pre = {}, {}  # per approach: what its cells depend on, its pre-training columns
+    pretrained = []  # what each approach pre-trained here bought
     for a in plan:
         if a.pretrains:
             origins[a.spec], reused = pretrain_cell(a, out / "pretrain" / a.slug, spec)
             say("pretrain", a.spec, origins[a.spec], reused)
             pre[a.spec] = origins[a.spec]
+            pretrained.append(pretraining_row(a.spec, out / "pretrain" / a.slug, origins[a.spec]))
         elif a.base:
             origins[a.spec], pre[a.spec] = origin(a.base), prior_training(a.base)
         else:
@@ -150,7 +152,7 @@ def compare(spec: CompareSpec) -> list[dict]:
         add(task, "tf-idf + logistic regression", "tf-idf", "tfidf", cached_stage(
             out / task.name / "tfidf", {"task": {**asdict(task), "options": {}}, "grid": C_GRID, "seed": spec.seed},
             lambda resume: tfidf_baseline(task, spec.seed)), no_pretraining)
-    write_results(out, rows, tasks, spec.command, spec.minutes, options)
+    write_results(out, rows, tasks, spec.command, spec.minutes, options, pretrained=pretrained)
     return rows
 
 

@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 from ...pipelines.stages import duration
+from ...rundir import read_config
 from ...train.checkpoint import write_json
+from ...train.metrics_log import read_metrics
 from .tasks import CompareTask
 
 COLUMNS = {  # CSV/JSON field: Markdown header
@@ -28,6 +30,37 @@ def table_row(task: CompareTask, name: str, kind: str, slug: str, record: dict, 
             "train_accuracy": record["train"]["accuracy"], "dev_accuracy": record["dev"]["accuracy"],
             "dev_macro_f1": record["dev"]["macro_f1"], "run": f"{task.name}/{slug}",
             **({"C": record["C"]} if "C" in record else {}), **extra}
+
+
+def pretraining_row(approach: str, run: Path, record: dict) -> dict:
+    """What pre-training ``approach`` into ``run`` bought: its objective, steps and tokens (``record``) and the
+    losses of its last validation (the last ``dev`` line of its metrics.jsonl; ``None`` when it logged none)."""
+    dev = [r for r in read_metrics(run / "metrics.jsonl") if r["split"] == "dev"] \
+        if (run / "metrics.jsonl").exists() else []
+    last = dev[-1] if dev else {}
+    return {"approach": approach, "objective": read_config(run, "--out").objective, "steps": record["steps"],
+            "tokens": record["tokens"], "valid_loss": last.get("loss"), "valid_perplexity": last.get("perplexity"),
+            "valid_parts": {k: v for k, v in last.items() if k.endswith(("_loss", "_accuracy"))}}
+
+
+def _pretraining_lines(pretrained: list[dict], shared: list[str]) -> list[str]:
+    """The section of results.md on what each approach's pre-training bought, when any pre-trained here."""
+    def number(x: float | None, fmt: str) -> str:
+        return "—" if x is None else format(x, fmt)
+
+    def parts(row: dict) -> str:
+        return ", ".join(f"{name.replace('_', ' ')} {value:.3f}" for name, value in row["valid_parts"].items()) or "—"
+
+    return ["", "## Pre-training", "",
+            "Valid loss: the objective's own loss on the validation text at the end of pre-training (exp of it: "
+            "valid perplexity). Each objective scores its own targets (masked tokens, corrupted spans, the next "
+            "token, the clean text), so losses compare only between rows with the same objective and tokenizer.", "",
+            "| approach | objective | steps | tokens | valid loss | valid perplexity | parts (valid) |",
+            "|---|---|---|---|---|---|---|",
+            *(f"| {_short(r['approach'], shared)} | {r['objective']} | {r['steps']:,} | {_count(r['tokens'])} | "
+              f"{number(r['valid_loss'], '.3f')} | {number(r['valid_perplexity'], ',.1f')} | "
+              f"{parts(r)} |"
+              for r in pretrained)]
 
 
 def _count(n: int) -> str:
@@ -70,10 +103,11 @@ def _own_settings(rows: list[dict], common: dict, shared: list[str]) -> str:
 
 
 def write_results(out: Path, rows: list[dict], tasks: list[CompareTask], command: str, minutes: float,
-                  options: dict) -> None:
-    """results.json (command and rows), results.csv, results.md (a table per task) and results.png."""
+                  options: dict, *, pretrained: list[dict]) -> None:
+    """results.json (command, pre-training and rows), results.csv, results.md (the pre-training, then a table per
+    task) and results.png; ``pretrained`` holds a :func:`pretraining_row` per approach pre-trained here."""
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "results.json", {"command": command, "rows": rows})
+    write_json(out / "results.json", {"command": command, "pretraining": pretrained, "rows": rows})
     with open(out / "results.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, ["task", *COLUMNS, "run"], extrasaction="ignore")
         writer.writeheader()
@@ -103,6 +137,7 @@ def write_results(out: Path, rows: list[dict], tasks: list[CompareTask], command
              "- The TF-IDF row: logistic regression on word 1–2-gram and character 2–5-gram TF-IDF features (for a "
              "pair (u, v): u, v, |u − v| and u ∗ v), its C picked on dev. Like the best epoch above, that makes its "
              "dev score slightly optimistic."]
+    lines += _pretraining_lines(pretrained, shared) if pretrained else []
     for task in tasks:
         mine = [r for r in rows if r["task"] == task.name]
         own = "".join(f", {k.replace('_', ' ')} {v:g}" for k, v in task.options.items())
