@@ -79,8 +79,9 @@ def main() -> None:
     lines = ["### Fine-tuning defaults with 1,000 labels (airline)", "", "```bash",
              f"python scripts/small_data_defaults.py --out {args.out} --minutes {args.minutes:g} --seeds {args.seeds}",
              "```", "",
-             f"bert mini pre-trained {args.minutes:g} minutes on WikiText-2 train by `sesame pretrain` with its defaults "
-             f"(valid perplexity {results['pretrain']['perplexity']:.0f}), then fine-tuned with sesame's defaults only; "
+             f"bert mini pre-trained {args.minutes:g} minutes on WikiText-2 train by `sesame pretrain` with its "
+             f"defaults (valid masked-LM perplexity {results['pretrain']['perplexity']:.0f}), then fine-tuned with "
+             "sesame's defaults only; "
              f"{args.labels} training tweets and {args.labels} others picking the kept epoch, both drawn from airline "
              f"train per seed; accuracy on airline dev (majority class {100 * majority(dev):.1f}%), mean ± sd over "
              f"{args.seeds} seeds.", "",

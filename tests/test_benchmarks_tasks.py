@@ -59,3 +59,17 @@ def test_the_multiple_choice_set_hides_the_true_ending_among_three_others(tmp_pa
         assert len(row["choices"]) == 4 and len(set(row["choices"])) == 4
         assert row["choices"][row["label"]].startswith(f"{sentence}x7 ")  # the context's own second half
         assert sum(c.startswith(f"{sentence}x") for c in row["choices"]) == 1
+
+
+def test_the_table_keeps_every_recorded_task_when_a_call_runs_only_some(tmp_path: Path, capsys) -> None:
+    """--write-docs replaces the whole block, so a call for one task (more seeds of CoLA) must still table the
+    tasks an earlier call recorded in OUT; recorded runs are reused, not trained again."""
+    data = shared_data()
+    run = {"accuracy": 0.5, "mcc": 0.1, "best_epoch": 1, "per_epoch": [], "seconds": 60.0}
+    recorded = {f"{name}/{side}/0": run for name in ("cola", "rte") for side in ("transformers", "sesame")}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/results.json").write_text(json.dumps(recorded))
+    load_benchmark().main(["--out", str(tmp_path / "out"), "--model", "unused: every run is recorded",
+                           "--data", str(data), "--tasks", "cola", "--seeds", "0", "--threads", "1"])
+    table = capsys.readouterr().out.split("| task |", 1)[1]
+    assert "| cola |" in table and "| rte |" in table
