@@ -91,7 +91,7 @@ def minilm() -> Path:
 
 
 def onnxruntime_or_skip() -> None:
-    """The onnx extra (onnx, onnxruntime, onnxscript); absence fails under CI (which installs it) and skips elsewhere."""
+    """The onnx extra (onnx, onnxruntime, onnxscript): absence fails under CI (which installs it), skips elsewhere."""
     missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
     if not missing:
         return

@@ -25,7 +25,7 @@ def runs(tiny_runs: Path, tmp_path_factory) -> Path:
     onnxruntime_or_skip()
     root = tmp_path_factory.mktemp("export_runs")
     for split, seed, n in (("train", 20, 48), ("dev", 21, 24)):
-        rows = ["text,pair,label,score"] + [f'"{a}","{b}",{"same" if a[:3] == b[:3] else "other"},{len(a) / 10}'
+        rows = ["text,pair,label,score"] + [f'"{a}","{b}",{"longer" if len(a) > len(b) else "shorter"},{len(a) / 10}'
                                             for a, b in zip(sentences(n, seed), sentences(n, seed + 50))]
         (root / f"{split}.csv").write_text("\n".join(rows) + "\n")
     common = ["--train", str(root / "train.csv"), "--dev", str(root / "dev.csv"), "--epochs", "1", "--batch-size",

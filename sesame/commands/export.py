@@ -9,8 +9,8 @@ import json
 def add(sub: argparse._SubParsersAction) -> None:
     from ..interop.onnx_export import FORMATS, QUANTIZATIONS
 
-    p = sub.add_parser("export", help="a fine-tuned classify/pair/regress run → an ONNX model with its tokenizer.json, "
-                                      "served without sesame (docs/export.md)")
+    p = sub.add_parser("export", help="a fine-tuned classify/pair/regress run → an ONNX model with its "
+                                      "tokenizer.json, served without sesame (docs/export.md)")
     p.add_argument("--model", required=True, help="fine-tuned run, or a transformers sequence classifier directory")
     p.add_argument("--format", choices=FORMATS, default="onnx", help="the runtime format (default: onnx)")
     p.add_argument("--quantize", choices=QUANTIZATIONS, help="int8: onnxruntime's dynamic quantisation (int8 "

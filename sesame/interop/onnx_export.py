@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import shutil
 import tempfile
 import warnings
@@ -169,7 +170,6 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
     from ..pipelines.evaluate import Predictor
     from ..sources import opened
 
-    require_onnx("sesame export")
     if quantize not in (None, *QUANTIZATIONS):
         raise SesameError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZATIONS)}")
     out = Path(out)
@@ -184,6 +184,7 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
     if why:
         raise SesameError(f"--model {model}: a {config.family} run: {why}; export a Transformer family's run "
                           "(bert, roberta, albert, electra, gpt, gpt2, ...) or a forward LSTM/GRU's")
+    require_onnx("sesame export")
     batch = example_batch(task, predictor.tokenizer, config.max_length, config.causal)
     keys = [k for k in INPUT_NAMES if k in batch]
     inputs = {k: INPUT_NAMES[k] for k in keys}
@@ -207,7 +208,11 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(fp32, files / MODEL_FILE, weight_type=QuantType.QInt8)
+            logging.disable(logging.WARNING)  # its advice to pre-process first: whose shape inference fails here
+            try:
+                quantize_dynamic(fp32, files / MODEL_FILE, weight_type=QuantType.QInt8)
+            finally:
+                logging.disable(logging.NOTSET)
         else:
             fp32.rename(files / MODEL_FILE)
         (files / "tokenizer.json").write_text(export_tokenizer(predictor.tokenizer, config.max_length),
