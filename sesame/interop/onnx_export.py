@@ -11,10 +11,12 @@ The folder holds
 * ``export.json`` (:data:`EXPORT_FILE`): the task, labels, input and output names, max length, and what
   ``sesame predict`` needs to read it back (``sesame``: the task options, whether the model is causal).
 
-``--quantize int8`` is onnxruntime's dynamic quantisation (``quantize_dynamic``: int8 weights of the matrix
-products, activations quantised per batch at run time), as Zafrir et al. 2019 (Q8BERT) and ONNX Runtime's
-transformer guides apply it to BERT-like models after training. ONNX Runtime's was chosen over PyTorch's
-``quantize_dynamic`` because its result is the exported file itself, served by the same runtime.
+``--quantize int8`` is onnxruntime's post-training dynamic quantisation (``quantize_dynamic``): the weights of the
+matrix products (and embedding tables) stored as int8 with a scale per tensor, the activations quantised to 8 bits
+per tensor at run time from their range (``DynamicQuantizeLinear``): the "dynamic quantization" (DQ) that Zafrir
+et al. 2019 (Q8BERT, §4, Table 1) compare with their quantisation-aware training, which loses less accuracy on some
+GLUE tasks; sesame has no quantisation-aware training. ONNX Runtime's quantiser was chosen over PyTorch's
+``quantize_dynamic`` because its result is the exported file itself, run by the runtime a client uses.
 
 The graph is traced by PyTorch's TorchScript-based exporter (``dynamo=False``) on a batch that holds padding,
 so the padding mask is in the graph (:func:`sesame.models.transformer.exporting`). Deviation from PyTorch's
