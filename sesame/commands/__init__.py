@@ -12,8 +12,9 @@ from ..options import add_flags, given
 from ..runtime import Runtime
 from ..train import TrainConfig
 
-COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "convert", "neighbors",
-            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report", "demo")
+COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "export", "convert",
+            "neighbors", "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report",
+            "demo")
 
 
 def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,

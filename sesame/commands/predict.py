@@ -12,7 +12,8 @@ from . import add_runtime_flags, runtime_options
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="predictions (a classifier: label and class probabilities), one JSON "
                                        "line per input")
-    p.add_argument("--model", required=True, help="fine-tuned run, or a transformers sequence classifier directory")
+    p.add_argument("--model", required=True, help="fine-tuned run, a transformers sequence classifier directory, or "
+                                                  "a folder `sesame export` wrote (run by onnxruntime)")
     p.add_argument("--input", help="CSV/TSV/JSONL file (default: one text per line on stdin)")
     p.add_argument("--text-column")
     p.add_argument("--pair-column")

@@ -118,6 +118,12 @@ def make_norm(cfg: TransformerConfig, width: int | None = None) -> nn.Module:
     return norm(width or cfg.hidden, eps=cfg.layer_norm_eps)
 
 
+def exporting() -> bool:
+    """Whether the model is being traced for export (ONNX, ``torch.export``): a graph cannot branch on whether a
+    batch holds padding, so a padding mask given is then always applied."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout, as ``F.dropout``: each element is kept with probability 1 − p and scaled by
     1 / (1 − p). The mask is drawn as uniform 31-bit integers compared with p·2³¹ (exact to within
@@ -335,7 +341,7 @@ class Transformer(nn.Module):
         model's prefix). A query that may see nothing (a left pad in a causal model) sees itself, so no row of
         the softmax is empty. With a position ``bias`` (heads, length, keys): the bias where the mask is True,
         −inf elsewhere."""
-        padded = padding is not None and not bool(padding.all())
+        padded = padding is not None and (exporting() or not bool(padding.all()))
         if bias is None and not padded and window is None and (past == 0 or not self.config.causal):
             return None
         device = self.attention[0].qkv.weight.device

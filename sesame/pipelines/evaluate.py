@@ -41,13 +41,13 @@ class Predictor:
             self.tokenizer = load_tokenizer(path, "--model")
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
+        self.max_length, self.causal = self.config.max_length, self.config.causal
         self.placement.model(self.model).eval()
         if self.placement.compile:  # infer calls model.outputs
             self.model.outputs = self.placement.compiled(self.model.outputs, "model's outputs")
 
     def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
-        features = self.task.features(examples, self.tokenizer, self.config.max_length, self.labels,
-                                      self.config.causal)
+        features = self.task.features(examples, self.tokenizer, self.max_length, self.labels, self.causal)
         with self.placement.autocast():
             return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
 
@@ -69,11 +69,43 @@ class Predictor:
         return self.task.score(examples, *self._outputs(examples), self.labels)
 
 
+class ExportedPredictor(Predictor):
+    """A folder ``sesame export`` wrote, run by onnxruntime on the CPU: the same task, tokenizer and predictions
+    as the run it came from (:mod:`sesame.interop.onnx_export`). ``runtime`` may only name the CPU and fp32: the
+    graph runs as it was exported (fp32, or int8 weights)."""
+
+    def __init__(self, path: str | Path, options: dict | None = None, runtime: Runtime | None = None):
+        from ..interop.onnx_export import MODEL_FILE, OnnxModel, read_export, require_onnx
+
+        runtime = runtime or Runtime()
+        for flag, value, default in (("--precision", runtime.precision, None), ("--compile", runtime.compile, False),
+                                     ("--tf32", runtime.tf32, False)):
+            if value != default:
+                raise SesameError(f"{flag}: --model {path} is an ONNX export, which runs as it was exported; drop "
+                                  f"{flag}")
+        if runtime.device not in ("auto", "cpu"):
+            raise SesameError(f"--device {runtime.device}: an ONNX export runs on the CPU here (onnxruntime's CPU "
+                              "provider); drop --device")
+        require_onnx(f"--model {path}")
+        self.run = Path(path)
+        self.placement = Runtime(device="cpu").place()
+        self.export = read_export(path, "--model")
+        given = {k: v for k, v in (options or {}).items() if v is not None}
+        self.task = make_task(self.export["task"], {**self.export["sesame"]["task_options"], **given})
+        self.labels = self.export["labels"]
+        self.tokenizer = load_tokenizer(path, "--model")
+        self.tokenizer.backend.no_padding()  # sesame pads its batches itself (the task's collate)
+        self.max_length, self.causal = self.export["max_length"], self.export["sesame"]["causal"]
+        self.model = OnnxModel(self.run / MODEL_FILE, self.export["inputs"])
+
+
 def load(run: str | Path, *, runtime: Runtime | None = None, **options) -> Predictor:
-    """Load a fine-tuned run (or a transformers sequence classifier directory) for prediction:
+    """Load a fine-tuned run (or a transformers sequence classifier directory, or an ONNX export) for prediction:
     ``sesame.load(run).predict(["text", ...])``; keyword arguments override its task options
     (``text_column="tweet"``); ``runtime``: its device and precision (:class:`sesame.runtime.Runtime`)."""
-    return Predictor(run, options, runtime)
+    from ..interop.onnx_export import is_export
+
+    return (ExportedPredictor if is_export(run) else Predictor)(run, options, runtime)
 
 
 def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
@@ -87,17 +119,28 @@ def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None =
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
     ``model`` may also be a transformers directory: a sequence classifier, or a model with its pre-training
     head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`). ``runtime``: where and how
-    the model runs (:class:`sesame.runtime.Runtime`)."""
+    the model runs (:class:`sesame.runtime.Runtime`). An ONNX export (``sesame export``) is evaluated as a
+    fine-tuned run is."""
+    from ..interop.onnx_export import is_export
+
+    if is_export(model):
+        if not isinstance(data, str):
+            data = _one_file(data)
+        return load(model, text_column=text_column, label_column=label_column, runtime=runtime).evaluate(data)
     with opened(model, "--model") as (_, run):
         config = read_config(run, "--model")
         if config.kind == "finetuned":
             if not isinstance(data, str):
-                if len(data) != 1:
-                    raise SesameError("--data: give one labeled file for a fine-tuned model")
-                data = data[0]
+                data = _one_file(data)
             return load(run, text_column=text_column, label_column=label_column, runtime=runtime).evaluate(data)
         return _language_model(run, config, model, [data] if isinstance(data, str) else list(data), text_field,
                                seq_len, runtime or Runtime())
+
+
+def _one_file(data: Sequence[str]) -> str:
+    if len(data) != 1:
+        raise SesameError("--data: give one labeled file for a fine-tuned model")
+    return data[0]
 
 
 def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], text_field: str,

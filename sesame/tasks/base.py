@@ -56,6 +56,7 @@ class Task:
     per_token: ClassVar[bool] = False  # outputs per token ([B, W, k]) rather than per sequence
     head_drops: ClassVar[bool] = True  # the head applies the dropout before its output layer(s)
     reads_encoder_decoders: ClassVar[bool] = False  # its head also reads an encoder-decoder (T5, BART)
+    exported_output: ClassVar[str | None] = None  # its outputs' name in an ONNX export (None: `sesame export` refuses)
 
     def options(self) -> dict:
         return asdict(self)

@@ -163,6 +163,7 @@ class Classify(Task):
 
     name: ClassVar[str] = "classify"
     reads_encoder_decoders: ClassVar[bool] = True
+    exported_output: ClassVar[str | None] = "logits"  # [batch, labels]: softmax gives the probabilities
     text_column: str = "text"
     label_column: str = "label"
     pair_column: str | None = None
@@ -271,6 +272,7 @@ class Regress(Classify):
 
     name: ClassVar[str] = "regress"
     select: ClassVar[str] = "pearson"
+    exported_output: ClassVar[str | None] = "score"  # [batch, 1]
     has_labels: ClassVar[bool] = False
 
     def target_value(self, label: str, path: str, line: int) -> float:
