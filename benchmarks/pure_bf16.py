@@ -125,7 +125,7 @@ def run(step: str, cfg: BenchConfig, peaks: dict[str, float], args: argparse.Nam
     """Time the three variants of ``step`` alternating in one loop; one result per variant."""
     named = contenders(step, cfg, args.seed)
     wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
-    times = measure(list(named.values()), args.rounds, args.steps, args.warmup)
+    times, _ = measure(list(named.values()), args.rounds, args.steps, args.warmup)  # (no peak memory on a CPU)
     others = None  # share of the machine's CPUs that other processes used meanwhile
     if busy is not None:
         others_seconds = machine_busy_seconds() - busy - (own_cpu_seconds() - own)
