@@ -52,8 +52,9 @@ SPREAD = 4.0  # standard deviations of Bernoulli selection the fixed count allow
 def fixed_count(n_tokens: int, rate: float, selected: int) -> int:
     """How many entries a batch of ``n_tokens`` tokens (specials included) pads its ``selected`` positions to: the
     mean of Bernoulli(``rate``) selection plus :data:`SPREAD` standard deviations, a function of the batch's shape
-    only, or ``selected`` where that is more; rounded up to a multiple of :data:`PAD_MULTIPLE`. It also bounds
-    whole-word, phrase and span selection, which take round(rate·n) tokens a sequence (a span up to a word more)."""
+    only, or ``selected`` where that is more; rounded up to a multiple of :data:`PAD_MULTIPLE`. Whole-word, phrase
+    and span selection take round(rate·n) tokens a sequence (the last span up to part of a word more), which the
+    bound holds unless most sequences of a large batch overshoot."""
     expected = rate * n_tokens
     bound = math.ceil(expected + SPREAD * math.sqrt(expected * (1 - rate)))
     return -(-max(bound, selected) // PAD_MULTIPLE) * PAD_MULTIPLE
