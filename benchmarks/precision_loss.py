@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_step import BenchConfig, Variant, bench_config, first_plain_id, generators, make_step, sesame_model  # noqa: E402
 
 from sesame.train import TrainConfig  # noqa: E402
+from sesame.train.trainer import loss_counts  # noqa: E402
 
 SUCCESSOR_P = torch.tensor([0.55, 0.25, 0.15, 0.05])  # a token's four successors, most likely first
 
@@ -70,7 +71,7 @@ def train(model: nn.Module, precision: str, dropout_seed: int, batches: list[dic
 
     def loss() -> torch.Tensor:
         batch = next(queue)
-        return model(batch).float() / batch["targets"].numel()
+        return model(batch).float() / loss_counts(batch)["loss"]
 
     step = make_step(model, loss, Variant(precision).placement(), lr=lr)
     torch.manual_seed(dropout_seed)
@@ -85,7 +86,7 @@ def valid_loss(model: nn.Module, precision: str, batches: list[dict]) -> float:
     with Variant(precision).placement().autocast():
         total = sum(float(model(batch).float()) for batch in batches)
     model.train()
-    return total / sum(batch["targets"].numel() for batch in batches)
+    return total / sum(loss_counts(batch)["loss"] for batch in batches)  # MLM: masked positions, not padding
 
 
 def loss_check(step: str, cfg: BenchConfig, args: argparse.Namespace) -> dict:

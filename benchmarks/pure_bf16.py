@@ -61,6 +61,7 @@ from train_step import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Varian
 
 from sesame.runtime import native_bf16_cpu  # noqa: E402
 from sesame.train.optim import adamw  # noqa: E402
+from sesame.train.trainer import loss_counts  # noqa: E402
 
 VARIANTS = ("fp32", "bf16-autocast", "bf16-pure")
 
@@ -103,7 +104,7 @@ def contenders(step: str, cfg: BenchConfig, seed: int) -> dict[str, Contender]:
     windows = torch.randint(first_plain_id(step), cfg.vocab_size, (cfg.batch, base.window_length(cfg.seq_len)),
                             generator=torch.Generator().manual_seed(seed))
     batch = base.make_batch(windows, generators(cfg.batch, seed))
-    n_targets = batch["targets"].numel()
+    n_targets = loss_counts(batch)["loss"]  # MLM: the masked positions, without the padding
     flops = model_flops(step, cfg, n_targets)
 
     def loss(model: nn.Module) -> torch.Tensor:
@@ -124,7 +125,7 @@ def run(step: str, cfg: BenchConfig, peaks: dict[str, float], args: argparse.Nam
     """Time the three variants of ``step`` alternating in one loop; one result per variant."""
     named = contenders(step, cfg, args.seed)
     wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
-    times = measure(list(named.values()), args.rounds, args.steps, args.warmup)
+    times, _ = measure(list(named.values()), args.rounds, args.steps, args.warmup)  # (no peak memory on a CPU)
     others = None  # share of the machine's CPUs that other processes used meanwhile
     if busy is not None:
         others_seconds = machine_busy_seconds() - busy - (own_cpu_seconds() - own)

@@ -84,6 +84,13 @@ bfloat16 computes bf16 matrix products by conversion, slower than fp32: its ``pe
 and the bf16 lines report that slowdown as measured. Whether bf16 trains as well as fp32 is
 ``benchmarks/precision_loss.py``'s question.
 
+Devices. ``--device cpu`` (the default) or ``cuda``/``cuda:N``: both sides' models, batches and the matmul peak on that
+device (it must run every ``--precision``, as sesame's flags require); on CUDA the clock is read only after
+``torch.cuda.synchronize``, and each JSON line adds each side's peak step memory
+(``{side}_peak_step_memory_mib``: ``torch.cuda.max_memory_allocated`` during its timed steps above what was
+allocated when they began, i.e. activations, gradients and temporaries; the weights and AdamW state, equal on both
+sides, are left out; null on a CPU). ``native_bf16`` is the GPU's bfloat16 support there.
+
 Each result records the share of the machine's CPUs that other processes used while it ran. On a
 shared machine they slow both sides, and multi-threaded operators most (each waits for a descheduled
 thread), which compresses the ratio; compare ratios from the same run only.
@@ -100,6 +107,7 @@ measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step f
     python benchmarks/train_step.py --which t5 bart       # the encoder-decoders, fp32 and bf16 (not yet timed)
     python benchmarks/train_step.py --which all           # all four steps
     python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
+    python benchmarks/train_step.py --device cuda --precision fp32 bf16   # on a GPU (scripts/gpu_check.sh)
 
 The encoder-decoder steps have not been timed here. By the FLOP count above (a pencil estimate, not a
 measurement) a t5 step is about 0.4x the causal step's work (its decoder reads some 30 targets a row: ~170 GFLOP
@@ -111,6 +119,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -129,8 +138,10 @@ from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadMode
 
 from sesame.interop.encoder_decoder import POSITION_OFFSET
 from sesame.models import Transformer, TransformerConfig
+from sesame.errors import SesameError
 from sesame.objectives import CausalLM, MaskedLM
-from sesame.runtime import DTYPES, Placement, native_bf16_cpu
+from sesame.objectives.mlm import masked_entries
+from sesame.runtime import DTYPES, Placement, check_precision, native_bf16_cpu, resolve_device
 from sesame.tokenizer import SpecialIds
 from sesame.train.optim import adamw
 
@@ -190,17 +201,18 @@ def bench_config(step: str, size: str) -> BenchConfig:
 
 @dataclass(frozen=True)
 class Variant:
-    """How both sides run: a precision (sesame's autocast), compiled or not."""
+    """How both sides run: a precision (sesame's autocast), compiled or not, on a device."""
 
     precision: str
     compile: bool = False
+    device: torch.device = torch.device("cpu")
 
     @property
     def name(self) -> str:
         return self.precision + ("-compile" if self.compile else "")
 
     def placement(self) -> Placement:
-        return Placement(device=torch.device("cpu"), precision=self.precision, compile=self.compile)
+        return Placement(device=self.device, precision=self.precision, compile=self.compile)
 
 
 @dataclass
@@ -245,9 +257,10 @@ def make_step(model: nn.Module, loss_fn: Callable[[], torch.Tensor], placement: 
 
 def contender(name: str, variant: Variant, model: nn.Module, loss: Callable[[Callable], torch.Tensor],
               flops: float) -> Contender:
-    """``model`` run as ``variant`` says: its forward (compiled or not) and a training step on ``loss(forward)``."""
+    """``model`` run as ``variant`` says (moved to its device): its forward (compiled or not) and a training step on
+    ``loss(forward)``."""
     placement = variant.placement()
-    forward = placement.compiled(model, f"{name} model")
+    forward = placement.compiled(placement.model(model), f"{name} model")
     return Contender(name, variant, model, forward, lambda: loss(forward),
                      make_step(model, lambda: loss(forward), placement), flops)
 
@@ -292,10 +305,10 @@ def mlm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Conten
     windows = torch.randint(first_plain_id("mlm"), cfg.vocab_size, (cfg.batch, MaskedLM.window_length(cfg.seq_len)),
                             generator=torch.Generator().manual_seed(seed))
     batch = sesame.make_batch(windows, generators(cfg.batch, seed))
-    n_targets = batch["targets"].numel()
+    n_targets = batch["masked"]
     labels = torch.full((cfg.batch * cfg.seq_len,), -100, dtype=torch.long)
-    labels[batch["positions"]] = batch["targets"]
-    labels = labels.view(cfg.batch, cfg.seq_len)
+    labels[masked_entries(batch, "positions")] = masked_entries(batch, "targets")
+    batch, labels = variant.placement().move((batch, labels.view(cfg.batch, cfg.seq_len)))
 
     h, v = cfg.hidden, cfg.vocab_size
     head = 6 * (h * h + h * v)
@@ -320,7 +333,7 @@ def clm_contenders(cfg: BenchConfig, seed: int, variant: Variant) -> list[Conten
 
     windows = torch.randint(0, cfg.vocab_size, (cfg.batch, CausalLM.window_length(cfg.seq_len)),
                             generator=torch.Generator().manual_seed(seed))
-    batch = sesame.make_batch(windows, generators(cfg.batch, seed))
+    batch = variant.placement().move(sesame.make_batch(windows, generators(cfg.batch, seed)))
     n_targets = batch["targets"].numel()
     ids, targets = batch["ids"].contiguous(), batch["targets"].contiguous()
 
@@ -344,7 +357,7 @@ def seq2seq_contenders(style: str, cfg: BenchConfig, seed: int, variant: Variant
 
     windows = torch.randint(first_plain_id(style), cfg.vocab_size - SENTINELS, (cfg.batch, sesame.window_length(
         cfg.seq_len)), generator=torch.Generator().manual_seed(seed))  # below T5's sentinels
-    batch = sesame.make_batch(windows, generators(cfg.batch, seed))
+    batch = variant.placement().move(sesame.make_batch(windows, generators(cfg.batch, seed)))
     ids, targets, padding = batch["ids"], batch["targets"], batch.get("padding")
     mask = None if padding is None else padding.long()
     n_targets = targets.numel()
@@ -373,17 +386,31 @@ def check_same_size(sesame: nn.Module, hf: nn.Module, unused: int = 0) -> None:
                              f"({unused} of them unused)")
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
-    """Best ``torch.mm`` rate on this machine for ``dtype`` matrices, in FLOP/s."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    out = torch.empty(n, n, dtype=dtype)
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (a CUDA GPU runs it asynchronously), before reading a clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32,
+                device: torch.device = torch.device("cpu")) -> float:
+    """Best ``torch.mm`` rate on ``device`` for ``dtype`` matrices, in FLOP/s."""
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+    out = torch.empty(n, n, dtype=dtype, device=device)
     torch.mm(a, b, out=out)
     best = float("inf")
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         torch.mm(a, b, out=out)
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n ** 3 / best
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 natively: a CPU with AVX512-BF16 or AMX, a GPU that supports it."""
+    return torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bf16_cpu()
 
 
 def machine_busy_seconds() -> float | None:
@@ -413,21 +440,35 @@ def prime(contender: Contender) -> None:
     contender.graph_breaks = {reason.strip().splitlines()[0][:160]: n for reason, n in breaks.items()}
 
 
-def measure(contenders: list[Contender], rounds: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def measure(contenders: list[Contender], rounds: int, steps: int, warmup: int
+            ) -> tuple[dict[str, list[float]], dict[str, float | None]]:
     """Seconds per step of each contender in every round after the first ``warmup`` rounds (compiled ones
-    primed first)."""
+    primed first; a GPU's queue drained before each clock reading), and on CUDA each one's peak step memory in
+    MiB over those rounds: ``torch.cuda.max_memory_allocated`` above what was allocated when its steps began
+    (activations, gradients and temporaries; every contender's weights and AdamW state, resident throughout, left
+    out: both sides train the same number of parameters), None on a CPU."""
     for c in contenders:
         if c.variant.compile:
             prime(c)
     times: dict[str, list[float]] = {c.key: [] for c in contenders}
+    peaks: dict[str, float | None] = {c.key: None for c in contenders}
     for r in range(rounds):
         for c in contenders if r % 2 == 0 else contenders[::-1]:
+            device = c.variant.device
+            synchronize(device)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+                resident = torch.cuda.memory_allocated(device)
             start = time.perf_counter()
             for _ in range(steps):
                 c.step()
+            synchronize(device)
             if r >= warmup:
                 times[c.key].append((time.perf_counter() - start) / steps)
-    return times
+                if device.type == "cuda":
+                    peak = (torch.cuda.max_memory_allocated(device) - resident) / 2 ** 20
+                    peaks[c.key] = max(peaks[c.key] or 0.0, peak)
+    return times, peaks
 
 
 def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dict[str, float],
@@ -436,7 +477,7 @@ def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dic
     ``--json-only``), a JSON line per variant (sesame against transformers) and one per variant but fp32
     (sesame's speed-up over its own fp32 step)."""
     wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
-    times = measure(contenders, args.rounds, args.steps, args.warmup)
+    times, memory = measure(contenders, args.rounds, args.steps, args.warmup)
     others = None  # share of the machine's CPUs that other processes used meanwhile
     if busy is not None:
         others_seconds = machine_busy_seconds() - busy - (own_cpu_seconds() - own)
@@ -451,7 +492,7 @@ def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dic
             "config": {**asdict(cfg), "params": sum(p.numel() for p in ours.model.parameters()),
                        "precision": variant.precision, "compile": variant.compile, "optimizer": "AdamW",
                        "threads": args.threads, "rounds": args.rounds, "warmup_rounds": args.warmup,
-                       "steps_per_round": args.steps},
+                       "steps_per_round": args.steps, "device": str(variant.device)},
             "sesame_tokens_per_s": cfg.tokens / seconds[ours.key],
             "transformers_tokens_per_s": cfg.tokens / seconds[theirs.key],
             "ratio": seconds[theirs.key] / seconds[ours.key],
@@ -462,6 +503,8 @@ def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dic
             "peak_gflop_per_s": peak / 1e9,
             "sesame_compiled": ours.compiled,
             "transformers_compiled": theirs.compiled,
+            "sesame_peak_step_memory_mib": memory[ours.key],
+            "transformers_peak_step_memory_mib": memory[theirs.key],
             "sesame_graph_breaks": ours.graph_breaks,
             "transformers_graph_breaks": theirs.graph_breaks,
             "sesame_s_per_step_by_round": times[ours.key],
@@ -470,7 +513,7 @@ def compare(step: str, cfg: BenchConfig, contenders: list[Contender], peaks: dic
         })
     results += speedups(step, pairs, seconds, peaks, others)
     if not args.json_only:
-        print_summary(step, cfg, contenders, results, seconds, peaks, others)
+        print_summary(step, cfg, contenders, results, seconds, peaks, others, memory)
     for r in results:
         print(json.dumps(r), flush=True)
     return results
@@ -480,7 +523,7 @@ def speedups(step: str, pairs: list[tuple[Contender, Contender]], seconds: dict[
              peaks: dict[str, float], others: float | None) -> list[dict]:
     """Each variant's speed-up over the fp32 step, against the matmul peak ratio of its precision (none
     without an fp32 variant)."""
-    base = next((pair for pair in pairs if pair[0].variant == Variant("fp32")), None)
+    base = next((pair for pair in pairs if pair[0].variant.name == "fp32"), None)
     lines = []
     for ours, theirs in pairs if base else []:
         if ours is base[0]:
@@ -493,22 +536,24 @@ def speedups(step: str, pairs: list[tuple[Contender, Contender]], seconds: dict[
             "peak_ratio": peak_ratio,
             "share_of_peak_ratio": ratio / peak_ratio,
             "transformers_ratio": seconds[base[1].key] / seconds[theirs.key],
-            "native_bf16": native_bf16_cpu(),
+            "native_bf16": native_bf16(ours.variant.device),
             "other_processes_cpu_share": others,
         })
     return lines
 
 
 def print_summary(step: str, cfg: BenchConfig, contenders: list[Contender], results: list[dict],
-                  seconds: dict[str, float], peaks: dict[str, float], others: float | None) -> None:
+                  seconds: dict[str, float], peaks: dict[str, float], others: float | None,
+                  memory: dict[str, float | None]) -> None:
     print(f"{step}: {cfg.model}, batch {cfg.batch} x {cfg.seq_len}, vocabulary {cfg.vocab_size}, "
           f"{results[0]['config']['params'] / 1e6:.1f}M parameters")
     for c in contenders:
         s, peak = seconds[c.key], peaks[c.variant.precision]
         compiled = "" if not c.variant.compile else "  compile failed: eager" if not c.compiled else \
             f"  {sum(c.graph_breaks.values())} graph breaks"
+        held = "" if memory[c.key] is None else f"  peak step memory {memory[c.key]:.0f} MiB"
         print(f"  {c.key:<26} {cfg.tokens / s:>7.0f} tokens/s  {s * 1e3:>7.0f} ms/step"
-              f"  MFU {c.flops / s / peak:6.1%}  ({c.flops / 1e9:.1f} GFLOP/step){compiled}")
+              f"  MFU {c.flops / s / peak:6.1%}  ({c.flops / 1e9:.1f} GFLOP/step){held}{compiled}")
     for r in results:
         against = f"over sesame fp32 (peak ratio {r['peak_ratio']:.2f})" if "peak_ratio" in r else "sesame/transformers"
         print(f"  {r['bench']}: {against} {r['ratio']:.2f}x")
@@ -532,6 +577,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="mini: the benchmark; tiny: a smoke test in seconds (its numbers mean nothing)")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch intra-op threads (2 as specified; 1 is steadier on a busy machine)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu (the default), cuda or cuda:N: where both sides run (as sesame's --device)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-only", action="store_true", help="print only the JSON lines")
     args = parser.parse_args(argv)
@@ -540,15 +587,24 @@ def main(argv: list[str] | None = None) -> None:
     if not set(args.compile) <= set(args.precision):
         parser.error(f"--compile {' '.join(args.compile)}: compile only precisions of --precision "
                      f"({' '.join(args.precision)})")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        parser.error(f"--device {args.device}: choose cpu, cuda or cuda:N")
+    try:  # the device must exist and run every precision asked for, as sesame's --device and --precision
+        device = resolve_device(args.device)
+        for precision in args.precision:
+            check_precision(device, precision)
+    except SesameError as err:
+        parser.error(str(err))
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     precisions = list(dict.fromkeys(["fp32", *args.precision]))  # fp32's peak is the peak ratio's reference
-    peaks = {p: matmul_peak(PEAK_N[args.size], dtype=DTYPES.get(p, torch.float32)) for p in precisions}
+    peaks = {p: matmul_peak(PEAK_N[args.size], dtype=DTYPES.get(p, torch.float32), device=device)
+             for p in precisions}
     if not args.json_only:
         print(", ".join(f"{p} matmul peak {peaks[p] / 1e9:.0f} GFLOP/s" for p in precisions)
-              + f" with {args.threads} torch thread(s); native bf16: {native_bf16_cpu()}")
-    variants = [Variant(p) for p in dict.fromkeys(args.precision)]
-    variants += [Variant(p, compile=True) for p in dict.fromkeys(args.compile)]
+              + f" on {device} with {args.threads} torch thread(s); native bf16: {native_bf16(device)}")
+    variants = [Variant(p, device=device) for p in dict.fromkeys(args.precision)]
+    variants += [Variant(p, compile=True, device=device) for p in dict.fromkeys(args.compile)]
     for step in CONTENDERS if "all" in args.which else dict.fromkeys(args.which):
         cfg = bench_config(step, args.size)
         contenders = [c for v in variants for c in CONTENDERS[step](cfg, args.seed, v)]

@@ -24,6 +24,7 @@ from sklearn.metrics import roc_auc_score
 from sesame.data.windows import Corpus, examples
 from sesame.objectives import build_objective
 from sesame.objectives.electra import Electra
+from sesame.objectives.mlm import masked_entries
 from sesame.rundir import build_backbone, load_tokenizer, read_config
 from sesame.train.checkpoint import load_weights
 
@@ -48,12 +49,12 @@ def probe(model: str, data: list[str], windows: int = 256, batch_size: int = 32)
             batch = examples(obj, shards, all_windows, idx, idx, length, seed=1)
             predicted = obj.predict(batch)
             logits = torch.addmm(obj.generator_bias, predicted, obj.backbone.embed.tokens.weight.t())
-            hits.append(logits.argmax(1) == batch["targets"])
+            hits.append(logits.argmax(1) == masked_entries(batch, "targets"))
             ids, replaced = obj.corrupt(batch, obj.sample(predicted, batch))
             scores.append(obj.discriminator_head(obj.backbone(ids)).squeeze(-1).flatten())
             labels.append(replaced.flatten())
             was_masked = torch.zeros(ids.numel(), dtype=torch.bool)
-            was_masked[batch["positions"]] = True
+            was_masked[masked_entries(batch, "positions")] = True
             masked.append(was_masked)
     score, label, mask = torch.cat(scores), torch.cat(labels), torch.cat(masked)
     rate = label.mean().item()

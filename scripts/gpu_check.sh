@@ -2,7 +2,10 @@
 # The GPU checks of docs/devices.md, for a machine with a CUDA GPU (never run in CI, which has none):
 #   1. the tests marked `gpu` (tests/test_devices_gpu.py: CPU <-> CUDA runs, fp16 and bf16 resume, ...);
 #   2. a short pretrain -> finetune -> predict on --device cuda, in fp32 and in the GPU's fastest precision,
-#      printing tokens/s (from each run's metrics.jsonl) and the peak GPU memory of each stage.
+#      printing tokens/s (from each run's metrics.jsonl) and the peak GPU memory of each stage;
+#   3. benchmarks/train_step.py --device cuda: sesame's BERT-mini MLM and GPT-mini causal training steps against
+#      transformers' on the same GPU, config and precision (fp32, and bf16 where the GPU has it): tokens/s and
+#      peak step memory (torch.cuda.max_memory_allocated) of each side, and their ratio.
 # Usage, from the repository root:  bash scripts/gpu_check.sh [OUT_DIR]
 # Data: $SESAME_DATA (default ../shared/data) with wikitext2/ and airline/. OUT_DIR must be new or empty.
 set -euo pipefail
@@ -72,5 +75,8 @@ print(f"the same run on the CPU agrees on {same} of 64 labels")
 EOF
 done
 
-echo "== against transformers on the same GPU"
-echo "benchmarks/train_step.py measures the CPU only (it has no --device yet): no transformers figure here"
+echo "== against transformers on the same GPU (tokens/s and peak step memory of each side)"
+precisions=fp32
+if [ "$fast" = bf16 ]; then precisions="fp32 bf16"; fi  # the benchmark's step has no fp16 gradient scaler
+# shellcheck disable=SC2086
+python benchmarks/train_step.py --device cuda --precision $precisions --which mlm clm --rounds 4 --steps 5

@@ -36,6 +36,7 @@ def test_each_precision_against_transformers_and_against_fp32(capsys) -> None:
         assert row["ratio"] == pytest.approx(row["sesame_tokens_per_s"] / row["transformers_tokens_per_s"])
         assert len(row["sesame_s_per_step_by_round"]) == 1 and row["sesame_mfu"] > 0
         assert row["sesame_compiled"] is row["transformers_compiled"] is False and row["sesame_graph_breaks"] is None
+        assert row["config"]["device"] == "cpu" and row["sesame_peak_step_memory_mib"] is None  # CUDA only
     mlm_fp32, mlm_bf16 = rows[0], rows[1]
     assert mlm_bf16["peak_gflop_per_s"] != mlm_fp32["peak_gflop_per_s"]  # each precision's MFU on its own peak
     for row in (r for r in rows if r["bench"].endswith("-vs-fp32")):
@@ -67,6 +68,9 @@ def test_without_fp32_there_is_no_line_against_it(capsys) -> None:
     (["--precision", "fp32", "--compile", "bf16"], "--compile bf16: compile only precisions of --precision"),
     (["--precision", "fp16"], "invalid choice: 'fp16'"),
     (["--rounds", "1"], "--rounds must exceed --warmup"),
+    (["--device", "mps"], "--device mps: choose cpu, cuda or cuda:N"),
+    pytest.param(["--device", "cuda"], "--device cuda: this machine has no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here")),
 ])
 def test_bad_flags_fail_in_one_line(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit):

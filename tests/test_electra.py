@@ -9,6 +9,7 @@ from safetensors.torch import load_file, save_file
 import sesame
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives.electra import Electra
+from sesame.objectives.mlm import masked_entries
 from sesame.tokenizer import SpecialIds
 from sesame.train import mean_loss
 
@@ -48,9 +49,9 @@ def test_masking_uses_mask_only_and_is_per_example():
     full = torch.cat([torch.full((64, 1), SPECIALS.cls), rows, torch.full((64, 1), SPECIALS.sep)], 1).flatten()
     flat = batch["ids"].flatten()
     selected = torch.zeros_like(flat, dtype=torch.bool)
-    selected[batch["positions"]] = True
+    selected[masked_entries(batch, "positions")] = True
     assert (flat[selected] == SPECIALS.mask).all() and torch.equal(flat[~selected], full[~selected])
-    assert torch.equal(batch["targets"], full[selected])
+    assert torch.equal(masked_entries(batch, "targets"), full[selected])
     assert abs(selected.float().sum().item() / rows.numel() - 0.15) < 0.03
     assert batch["seeds"].shape == (64,)
     alone = batch_of(obj, rows[3:4], first=3)
@@ -67,11 +68,12 @@ def test_labels_mark_exactly_the_replaced_tokens():
     samples = obj.sample(obj.predict(batch), batch)
     assert (samples == 7).all()
     ids, labels = obj.corrupt(batch, samples)
-    original = batch["ids"].flatten().index_put((batch["positions"],), batch["targets"]).view_as(ids)
+    positions, targets = masked_entries(batch, "positions"), masked_entries(batch, "targets")
+    original = batch["ids"].flatten().index_put((positions,), targets).view_as(ids)
     assert torch.equal(labels, (ids != original).float())
-    assert (ids.flatten()[batch["positions"]] == 7).all()
-    assert 0 < labels.sum() < len(batch["positions"])  # some masked positions sampled their original
-    assert not labels.flatten()[batch["positions"][batch["targets"] == 7]].any()
+    assert (ids.flatten()[positions] == 7).all()
+    assert 0 < labels.sum() < len(positions)  # some masked positions sampled their original
+    assert not labels.flatten()[positions[targets == 7]].any()
 
 
 def test_sampling_is_repeatable_and_follows_the_seeds():
@@ -83,7 +85,7 @@ def test_sampling_is_repeatable_and_follows_the_seeds():
     assert not torch.equal(first, obj.sample(predicted, {**batch, "seeds": batch["seeds"] + 1}))
     # an example draws the same replacements alone as in the batch
     alone = batch_of(obj, windows()[2:3], first=2)
-    mine = (batch["positions"] // batch["ids"].shape[1]) == 2
+    mine = (masked_entries(batch, "positions") // batch["ids"].shape[1]) == 2
     assert torch.equal(obj.sample(obj.predict(alone), alone), first[mine])
     first, second = obj(batch), obj(batch)
     assert all(torch.equal(first[k], second[k]) for k in first)
@@ -127,7 +129,7 @@ def test_no_gradient_through_sampling_and_lambda_weighting():
     loss = mean_loss(weighted, batch)
     loss.backward()
     parts = {k: v.item() for k, v in weighted(batch).items()}
-    n_masked, n_positions = batch["targets"].numel(), batch["ids"].numel()
+    n_masked, n_positions = batch["masked"], batch["ids"].numel()
     # generator gradients come from L_MLM only, whatever λ
     for name, g in grads(weighted.generator).items():
         assert torch.allclose(g, grads(base.generator)[name], atol=1e-6), name
@@ -191,7 +193,7 @@ def test_loss_goes_down():
     for step in range(40):
         batch = batch_of(obj, windows(16, seed=step), first=16 * step)
         parts = obj(batch)
-        mlm, disc = parts["mlm"] / batch["targets"].numel(), parts["disc"] / batch["ids"].numel()
+        mlm, disc = parts["mlm"] / batch["masked"], parts["disc"] / batch["ids"].numel()
         loss = mlm + 50.0 * disc
         loss.backward()
         opt.step()

@@ -2,7 +2,7 @@
 import torch
 
 from sesame.models import Transformer, TransformerConfig
-from sesame.objectives.mlm import MaskedLM, mask_tokens
+from sesame.objectives.mlm import MaskedLM, mask_tokens, masked_entries
 from sesame.tokenizer import SpecialIds
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
@@ -51,9 +51,10 @@ def test_loss_only_at_selected_positions():
     windows = torch.randint(5, VOCAB, (4, 30))
     batch = model.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(4)])
     assert batch["ids"].shape == (4, 32) and (batch["ids"][:, 0] == SPECIALS.cls).all()
-    assert len(batch["positions"]) == len(batch["targets"]) > 0
+    assert len(batch["positions"]) == len(batch["targets"]) >= batch["masked"] > 0
     full = torch.cat([torch.full((4, 1), 2), windows, torch.full((4, 1), 3)], 1).flatten()
-    assert torch.equal(batch["targets"], full[batch["positions"]])
+    assert torch.equal(masked_entries(batch, "targets"), full[masked_entries(batch, "positions")])
+    assert batch["counts"] == {"loss": batch["masked"]}
     # the same example gets the same mask whatever else is in the batch
     alone = model.make_batch(windows[1:2], [torch.Generator().manual_seed(1)])
     assert torch.equal(alone["ids"][0], batch["ids"][1])

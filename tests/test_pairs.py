@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from sesame.models import Transformer, TransformerConfig
 from sesame.train import mean_loss
+from sesame.objectives.mlm import masked_entries
 from sesame.objectives.pairs import AlbertPretraining, BertPretraining, document_parts, sentence_end_ids
 from sesame.tasks.classify import SequenceModel
 from sesame.tokenizer import SpecialIds, train_tokenizer
@@ -51,7 +52,7 @@ def draw(cls, n=2000, seed=0):
 def clean(batch):
     """The uncorrupted inputs: targets put back at the masked positions."""
     ids = batch["ids"].flatten().clone()
-    ids[batch["positions"]] = batch["targets"]
+    ids[masked_entries(batch, "positions")] = masked_entries(batch, "targets")
     return ids.view(batch["ids"].shape)
 
 
@@ -138,7 +139,7 @@ def test_masking_statistics_hold():
     ids = clean(batch)
     ordinary = ~torch.isin(ids, torch.tensor(SPECIALS.all))
     selected = torch.zeros(ids.numel(), dtype=torch.bool)
-    selected[batch["positions"]] = True
+    selected[masked_entries(batch, "positions")] = True
     assert not selected[~ordinary.flatten()].any()  # never [CLS], [SEP] or padding
     assert abs(selected.sum().item() / ordinary.sum().item() - 0.15) < 0.01
 
@@ -186,7 +187,7 @@ def test_loss_is_mean_mlm_plus_mean_next_sentence():
     windows, partners = generated(8)
     batch = obj.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(8)], partners)
     with torch.no_grad():
-        n = batch["targets"].numel()
+        n = batch["masked"]
         hidden = obj.backbone(batch["ids"], batch["types"], batch["padding"])
         logits = obj.transform(hidden) @ obj.backbone.embed.tokens.weight.t() + obj.bias
         mlm = F.cross_entropy(logits.flatten(0, 1)[batch["positions"]], batch["targets"])

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives.masking import phrase_units, span_lengths, word_index
-from sesame.objectives.mlm import MaskedLM
+from sesame.objectives.mlm import MaskedLM, masked_entries
 from sesame.objectives.span import SpanBERT
 from sesame.tokenizer import SpecialIds, train_tokenizer
 from sesame.train import mean_loss
@@ -54,7 +54,7 @@ def generators(n, offset=0):
 def spans_of(batch):
     """Targets grouped by span: (flat positions, left, right) per span, from the SBO fields."""
     spans = {}
-    for p, l, r in zip(*(batch[k].tolist() for k in ("positions", "left", "right"))):
+    for p, l, r in zip(*(masked_entries(batch, k).tolist() for k in ("positions", "left", "right"))):
         spans.setdefault((l, r), []).append(p)
     return [(ps, l, r) for (l, r), ps in spans.items()]
 
@@ -242,15 +242,16 @@ def test_sbo_targets_align_with_their_span_boundaries():
     rows = random_rows(n_rows=50)
     model = SpanBERT(backbone(), SPECIALS, STARTS)
     batch = model.make_batch(rows, generators(len(rows)))
-    targets = set(batch["positions"].tolist())
+    targets = set(masked_entries(batch, "positions").tolist())
     spans = spans_of(batch)
     adjacent = 0
     for positions, left, right in spans:
         assert positions == list(range(left + 1, right)), "the targets are the tokens between the boundaries"
         adjacent += right in targets or left in targets
     assert adjacent > 0  # adjacent spans keep their own boundaries
-    offsets = batch["positions"] - batch["left"] - 1
-    assert torch.equal(batch["offsets"], offsets)
+    offsets = masked_entries(batch, "positions") - masked_entries(batch, "left") - 1
+    assert torch.equal(masked_entries(batch, "offsets"), offsets)
+    assert not batch["offsets"][batch["masked"]:].any()  # padding entries: offset 0, boundaries at position 0
     # the same example gets the same spans whatever else is in the batch
     alone = model.make_batch(rows[7:8], generators(1, offset=7))
     assert torch.equal(alone["ids"][0], batch["ids"][7])
@@ -267,7 +268,7 @@ def test_loss_is_summed_mlm_plus_summed_sbo_from_the_boundaries():
         logits = model.boundary(h0) @ weight.t() + model.boundary_bias
         sbo = F.cross_entropy(logits, batch["targets"], reduction="sum")
         parts = model(batch)
-        assert set(batch["counts"].values()) == {len(batch["targets"])}
+        assert set(batch["counts"].values()) == {batch["masked"]}
         assert torch.allclose(parts["mlm"] + parts["sbo"], mlm + sbo, rtol=1e-4)
 
 

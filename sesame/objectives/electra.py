@@ -33,6 +33,7 @@ from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
 from .base import Objective
 from .masking import mask_tokens
+from .mlm import gather_selected, masked_entries
 from .projection import Workspace, linear_cross_entropy
 
 
@@ -51,7 +52,8 @@ class Electra(Objective):
     """Generator + discriminator trained jointly (or in two stages) on replaced token detection.
 
     ``make_batch`` returns ``ids`` (G's masked input), ``positions`` (the masked positions of the
-    flattened batch), ``targets`` (the original tokens there; their count is the loss count) and
+    flattened batch), ``targets`` (the original tokens there), both padded to a fixed count as MaskedLM's
+    (:func:`~sesame.objectives.mlm.gather_selected`; ``masked`` real ones, the loss count), and
     ``seeds`` (one per row, from the row's generator, which seed G's sampling in ``forward``).
     ``forward`` returns the summed losses ``{"mlm": ..., "disc": ...}`` and the batch counts their terms
     (masked tokens, positions), so the trainer minimises mean L_MLM + λ·mean L_Disc (``part_weights``).
@@ -107,18 +109,22 @@ class Electra(Objective):
         ids = torch.cat([cls, windows, sep], dim=1)
         rows = [mask_tokens(row, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, g, self.rate,
                             mask_frac=1.0, random_frac=0.0) for row, g in zip(ids, generators)]
-        positions = torch.stack([r[1] for r in rows]).flatten().nonzero().squeeze(1)
+        selection = gather_selected(ids, torch.stack([r[1] for r in rows]), self.rate)
         seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in generators])
-        return {"ids": torch.stack([r[0] for r in rows]), "positions": positions,
-                "targets": ids.flatten()[positions], "seeds": seeds,
-                "counts": {"mlm": len(positions), "disc": ids.numel()}}
+        return {"ids": torch.stack([r[0] for r in rows]), **selection, "seeds": seeds,
+                "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
 
-    def predict(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """G's head output at the masked positions, (n_masked, E): the logits are its product with
-        the token embeddings, plus ``generator_bias``."""
+    def generator_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """G's hidden states at the padded masked positions, (len(positions), G's width): a shape fixed by the
+        batch's (:func:`~sesame.objectives.mlm.gather_selected`)."""
         ids = batch["ids"]
         hidden = self.generator(ids, padding=batch.get("padding"), embedded=self.backbone.embed(ids, None))
-        return self.generator_head(hidden.flatten(0, 1).index_select(0, batch["positions"]))
+        return hidden.flatten(0, 1).index_select(0, batch["positions"])
+
+    def predict(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """G's head output at the (real) masked positions, (masked, E): the logits are its product with
+        the token embeddings, plus ``generator_bias``."""
+        return self.generator_head(self.generator_states(batch)[: batch["masked"]])
 
     @torch.no_grad()
     def sample(self, predicted: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -126,7 +132,8 @@ class Electra(Objective):
         draws from a generator seeded by its own ``seeds`` entry (so an example is corrupted the same
         way however it is batched); no gradient flows through them."""
         weight = self.backbone.embed.tokens.weight
-        per_example = torch.bincount(batch["positions"] // batch["ids"].shape[1], minlength=len(batch["seeds"]))
+        rows = masked_entries(batch, "positions") // batch["ids"].shape[1]
+        per_example = torch.bincount(rows, minlength=len(batch["seeds"]))
         return torch.cat([
             torch.multinomial(torch.softmax(torch.addmm(self.generator_bias, h, weight.t()), 1), 1,
                               generator=torch.Generator(h.device).manual_seed(int(seed))).squeeze(1)
@@ -134,10 +141,10 @@ class Electra(Objective):
 
     def corrupt(self, batch: dict[str, torch.Tensor], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D's input: the masked positions filled with ``samples``, labels: 1.0 where it differs from the original)."""
-        ids, positions = batch["ids"], batch["positions"]
+        ids, positions = batch["ids"], masked_entries(batch, "positions")
         corrupted = ids.flatten().index_put((positions,), samples.to(ids.dtype)).view_as(ids)
         labels = torch.zeros(ids.numel(), device=ids.device)
-        labels[positions] = (samples != batch["targets"]).float()
+        labels[positions] = (samples != masked_entries(batch, "targets")).float()
         return corrupted, labels.view_as(ids)
 
     def discriminate(self, ids: torch.Tensor, labels: torch.Tensor, padding: torch.Tensor | None = None
@@ -150,12 +157,25 @@ class Electra(Objective):
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed generator MLM loss and discriminator loss (each only in its stage when two-stage)."""
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_generator):
-            predicted = self.predict(batch)
-        losses = {}
-        if self.trains_generator:
-            losses["mlm"] = linear_cross_entropy(predicted, self.backbone.embed.tokens.weight, batch["targets"],
-                                                 self.generator_bias, workspace=self.workspace)
-        if self.trains_discriminator:
-            ids, labels = self.corrupt(batch, self.sample(predicted, batch))
+            states = self.generator_states(batch)
+        losses, ids, labels = self.generate(states, batch)
+        if ids is not None:
             losses["disc"] = self.discriminate(ids, labels, batch.get("padding"))[0]
         return losses
+
+    @torch.compiler.disable
+    def generate(self, states: torch.Tensor, batch: dict[str, torch.Tensor]
+                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None]:
+        """G's head on the real ones of its padded ``states`` and its summed MLM loss (while G trains), and while D
+        trains its input and labels (:meth:`corrupt`), else None. Eager under ``--compile`` (a graph break), as
+        :func:`~sesame.objectives.mlm.masked_loss`: the real count varies; G's and D's networks stay compiled."""
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.trains_generator):
+            predicted = self.generator_head(states[: batch["masked"]])
+        losses = {}
+        if self.trains_generator:
+            losses["mlm"] = linear_cross_entropy(predicted, self.backbone.embed.tokens.weight,
+                                                 masked_entries(batch, "targets"), self.generator_bias,
+                                                 workspace=self.workspace)
+        if not self.trains_discriminator:
+            return losses, None, None
+        return (losses, *self.corrupt(batch, self.sample(predicted, batch)))

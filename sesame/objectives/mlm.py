@@ -6,6 +6,17 @@ cross-entropy of the original token at the selected positions only, and the voca
 is computed only there, chunk by chunk and fused with the loss (``projection.linear_cross_entropy``).
 Masks are drawn afresh every time a sequence is seen (dynamic masking, RoBERTa, Liu et al. 2019).
 
+Static shapes. The number of selected tokens varies from batch to batch, and under ``--compile`` every new
+count of gathered positions would be a new shape to compile. As in cramming (Geiping & Goldstein 2022, whose
+code predicts a fixed number of positions per batch, ``_forward_sparse``), a batch's ``positions`` are padded to a
+count fixed by the batch's shape (:func:`fixed_count`), with padding entries whose target is :data:`IGNORE`.
+Deviation from cramming, which keeps exactly round(0.15·tokens) positions, dropping any excess masked ones, and
+fills the rest with unmasked positions ignored by the loss: nothing is dropped (the padded
+count is a bound that Bernoulli(0.15) selection exceeds with probability about 3·10⁻⁵; a batch that does exceed it
+is padded to the next multiple of :data:`PAD_MULTIPLE`, a new shape), and the selection itself is unchanged. The
+heads and the loss (:func:`masked_loss`) run eagerly, outside the compiled graph, on the real entries only, so the
+loss and every gradient are bitwise those of the unpadded batch.
+
 ``masking`` chooses what is selected (see :mod:`.masking`):
 
 * ``token``: each token independently. Deviation: a Bernoulli(0.15) draw per token (as in RoBERTa
@@ -19,6 +30,7 @@ Masks are drawn afresh every time a sequence is seen (dynamic masking, RoBERTa, 
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -31,6 +43,53 @@ from .base import Objective
 from .masking import (mask_tokens, mask_units, ngram_units, phrase_table, phrase_units, replacement_pool,
                       select_words, word_index)
 from .projection import Workspace, linear_cross_entropy
+
+IGNORE = -100  # the target of a padding entry of ``positions``
+PAD_MULTIPLE = 8  # padded counts are multiples of this
+SPREAD = 4.0  # standard deviations of Bernoulli selection the fixed count allows above its mean
+
+
+def fixed_count(n_tokens: int, rate: float, selected: int) -> int:
+    """How many entries a batch of ``n_tokens`` tokens (specials included) pads its ``selected`` positions to: the
+    mean of Bernoulli(``rate``) selection plus :data:`SPREAD` standard deviations, a function of the batch's shape
+    only, or ``selected`` where that is more; rounded up to a multiple of :data:`PAD_MULTIPLE`. Whole-word, phrase
+    and span selection take round(rate·n) tokens a sequence (the last span up to part of a word more), which the
+    bound holds unless most sequences of a large batch overshoot."""
+    expected = rate * n_tokens
+    bound = math.ceil(expected + SPREAD * math.sqrt(expected * (1 - rate)))
+    return -(-max(bound, selected) // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def padded(values: torch.Tensor, size: int, fill: int = 0) -> torch.Tensor:
+    """``values`` (1-D) followed by ``fill`` up to ``size`` entries."""
+    return torch.cat([values, values.new_full((size - len(values),), fill)])
+
+
+def gather_selected(ids: torch.Tensor, selected: torch.Tensor, rate: float) -> dict[str, torch.Tensor | int]:
+    """The flattened ``positions`` of the ``selected`` tokens of ``ids`` and their ``targets`` (the tokens there),
+    padded at the end to :func:`fixed_count` entries (position 0, a [CLS] never selected; target :data:`IGNORE`),
+    and ``masked``: how many of the entries are real (the first ones)."""
+    positions = selected.flatten().nonzero().squeeze(1)
+    size = fixed_count(ids.numel(), rate, len(positions))
+    return {"positions": padded(positions, size), "targets": padded(ids.flatten()[positions], size, IGNORE),
+            "masked": len(positions)}
+
+
+def masked_entries(batch: dict, key: str) -> torch.Tensor:
+    """The real entries of a padded per-position field of ``batch`` (``positions``, ``targets``, ...)."""
+    return batch[key][: batch["masked"]]
+
+
+@torch.compiler.disable
+def masked_loss(head: nn.Module, rows: torch.Tensor, batch: dict, weight: torch.Tensor, bias: torch.Tensor,
+                workspace: Workspace) -> torch.Tensor:
+    """Summed cross-entropy of the tied projection of ``head`` applied to the real ones of ``rows`` (gathered at
+    the padded positions) against their targets. Eager under ``--compile`` (a graph break): the padding is
+    dropped before the head, so the real count, which varies, never reaches a compiled graph, and the result and
+    gradients are exactly those of the unpadded rows (padded rows in the head's LayerNorm would change the rounding
+    of its gradient sums)."""
+    return linear_cross_entropy(head(rows[: batch["masked"]]), weight, masked_entries(batch, "targets"), bias,
+                                workspace=workspace)
 
 
 class MaskedLM(Objective):
@@ -116,21 +175,23 @@ class MaskedLM(Objective):
         return corrupted, unit >= 0
 
     def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
-        """Corrupt each row of the model inputs ``ids``; ``positions`` index the flattened selected tokens."""
+        """Corrupt each row of the model inputs ``ids``: the batch of :meth:`selection`, its loss counting the
+        selected tokens."""
         rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
-        return self.selection(ids, torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
+        batch = self.selection(ids, torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
+        return {**batch, "counts": {"loss": batch["masked"]}}
 
-    @staticmethod
-    def selection(ids: torch.Tensor, corrupted: torch.Tensor, selected: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The batch: corrupted ``ids``, flattened ``positions`` of the selected tokens and their ``targets``."""
-        positions = selected.flatten().nonzero().squeeze(1)
-        return {"ids": corrupted, "positions": positions, "targets": ids.flatten()[positions]}
+    def selection(self, ids: torch.Tensor, corrupted: torch.Tensor, selected: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The batch: corrupted ``ids``, the padded flattened ``positions`` of the selected tokens, their
+        ``targets`` and the number of real ones, ``masked`` (:func:`gather_selected`)."""
+        return {"ids": corrupted, **gather_selected(ids, selected, self.rate)}
 
     def mlm_loss(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Summed cross-entropy of the original tokens at the selected positions."""
+        """Summed cross-entropy of the original tokens at the selected positions (gathered at the padded
+        positions, a shape fixed by the batch's; the head on the real ones: :func:`masked_loss`)."""
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["positions"])
-        return linear_cross_entropy(self.transform(picked), self.backbone.embed.tokens.weight, batch["targets"],
-                                    self.bias, workspace=self.workspace)
+        return masked_loss(self.transform, picked, batch, self.backbone.embed.tokens.weight, self.bias,
+                           self.workspace)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.mlm_loss(self.backbone(batch["ids"]), batch)

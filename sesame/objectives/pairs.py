@@ -112,7 +112,7 @@ class SentencePairs(MaskedLM):
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``ids``, ``types``, ``padding`` (True at real tokens) of shape (batch, window + 3), MaskedLM's
-        ``positions`` and ``targets``, and the pair ``labels``."""
+        ``positions``, ``targets`` and ``masked``, and the pair ``labels``."""
         examples = [self.pair(w, None if partners is None else partners[i], g)
                     for i, (w, g) in enumerate(zip(windows, generators))]
         n, length = len(examples), windows.shape[1] + 3
@@ -127,7 +127,7 @@ class SentencePairs(MaskedLM):
             padding[i, : len(row)] = True
         labels = torch.tensor([label for _, _, label in examples], dtype=torch.long)
         batch = {**self.masked(ids, generators), "types": types, "padding": padding, "labels": labels}
-        return {**batch, "counts": {"mlm": batch["targets"].numel(), self.task: n}}
+        return {**batch, "counts": {"mlm": batch["masked"], self.task: n}}
 
     def score(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """The summed MLM and pair-classification losses, and how many pair labels the classifier gets right."""

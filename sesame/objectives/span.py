@@ -22,8 +22,7 @@ from torch import nn
 from ..models import Transformer
 from ..tokenizer import SpecialIds, TextTokenizer
 from .masking import span_units, word_index
-from .mlm import MaskedLM
-from .projection import linear_cross_entropy
+from .mlm import MaskedLM, masked_entries, masked_loss, padded
 
 
 def span_edges(unit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,9 +42,10 @@ def span_edges(unit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class SpanBERT(MaskedLM):
     """Span masking with the MLM head plus the span boundary objective's head.
 
-    ``make_batch`` returns ``ids``, ``positions`` and ``targets`` as :class:`MaskedLM`, and per target
-    the flattened positions of its span's boundary tokens, ``left`` (s − 1) and ``right`` (e + 1), and
-    its ``offsets`` i − s in the span (the [CLS] and [SEP] around each row ensure both boundaries exist).
+    ``make_batch`` returns ``ids``, ``positions``, ``targets`` and ``masked`` as :class:`MaskedLM`, and per
+    target the flattened positions of its span's boundary tokens, ``left`` (s − 1) and ``right`` (e + 1), and
+    its ``offsets`` i − s in the span (the [CLS] and [SEP] around each row ensure both boundaries exist), each
+    padded with zeros as ``positions`` is.
     """
 
     name = "span"
@@ -84,19 +84,20 @@ class SpanBERT(MaskedLM):
         batch = self.selection(ids, torch.stack([r[0] for r in rows]), unit >= 0)
         first, last = span_edges(unit)
         row_start = torch.arange(0, unit.numel(), unit.shape[1])[:, None]
-        at = batch["positions"]
-        batch["left"] = (row_start + first - 1).flatten()[at]
-        batch["right"] = (row_start + last + 1).flatten()[at]
-        batch["offsets"] = (torch.arange(unit.shape[1]) - first).flatten()[at]
-        batch["counts"] = dict.fromkeys(self.part_names, len(at))
+        at, size = masked_entries(batch, "positions"), len(batch["positions"])
+        batch["left"] = padded((row_start + first - 1).flatten()[at], size)
+        batch["right"] = padded((row_start + last + 1).flatten()[at], size)
+        batch["offsets"] = padded((torch.arange(unit.shape[1]) - first).flatten()[at], size)
+        batch["counts"] = dict.fromkeys(self.part_names, batch["masked"])
         return batch
 
     def sbo_loss(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Summed cross-entropy of each span token predicted from its span's boundaries (§3.2)."""
+        """Summed cross-entropy of each span token predicted from its span's boundaries (§3.2); the padding
+        entries of ``positions`` have boundaries at position 0 and offset 0, left out by :func:`masked_loss`."""
         flat = hidden.reshape(-1, hidden.shape[-1])
         h0 = torch.cat([flat[batch["left"]], flat[batch["right"]], self.relative(batch["offsets"])], 1)
-        return linear_cross_entropy(self.boundary(h0), self.backbone.embed.tokens.weight, batch["targets"],
-                                    self.boundary_bias, workspace=self.workspace)
+        return masked_loss(self.boundary, h0, batch, self.backbone.embed.tokens.weight, self.boundary_bias,
+                           self.workspace)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed MLM and span-boundary losses, over the same selected tokens."""
