@@ -26,7 +26,7 @@ from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint,
 from ..runtime import device_of, to_device
 from ..specs import PretrainSpec, RunConfig
 from ..tasks import EVAL_BATCH
-from ..tokenizer import extend_words
+from ..tokenizer import extend_words, put_cls_last
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
@@ -64,6 +64,8 @@ def pretrain(spec: PretrainSpec) -> dict:
                           have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
                           fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)",
                           none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
+        if fam.cls_last:  # the run's tokenizer encodes fine-tuning's inputs as the family reads them
+            put_cls_last(tok)
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
