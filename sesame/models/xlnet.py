@@ -41,8 +41,8 @@ from torch import nn
 
 from .transformer import Adapter, Dropout, FeedForward, ScalarMix, Transformer, TransformerConfig, dropout, make_norm
 
-UNSUPPORTED = {"sharing": "none", "embedding_size": None, "attention_window": None, "norm": "post",
-               "norm_kind": "layer", "bias": True, "scale_attention": True, "causal": False}
+UNSUPPORTED = {"sharing": "none", "embedding_size": None, "embedding_norm": False, "attention_window": None,
+               "norm": "post", "norm_kind": "layer", "bias": True, "scale_attention": True, "causal": False}
 
 
 @dataclass
@@ -52,6 +52,7 @@ class XLNetConfig(TransformerConfig):
     arch: str = "xlnet"  # written to config.json with the rest (sesame.models.ARCHITECTURES)
     mem_len: int = 128  # the most states of earlier segments a layer keeps as memory (Dai et al. 2019, §3.2)
     type_vocab_size: int = 0  # segments are compared, not embedded
+    embedding_norm: bool = False  # no LayerNorm on the embeddings
 
     def __post_init__(self) -> None:
         super().__post_init__()

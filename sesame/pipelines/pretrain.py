@@ -64,8 +64,6 @@ def pretrain(spec: PretrainSpec) -> dict:
                           have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
                           fix=", or a tokenizer with more (sesame tokenizer train --sentinels N)",
                           none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
-        if fam.cls_last:  # the run's tokenizer encodes fine-tuning's inputs as the family reads them
-            put_cls_last(tok)
         if base is not None and fam.target_words and corpus.shard_dir is None:
             tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
         shards = corpus.shards(tok, run / "shards", spec.progress)
@@ -99,6 +97,8 @@ def pretrain(spec: PretrainSpec) -> dict:
                     require_documents(given, flag=flag, objective=config.objective)
         warn_if_few(valid_windows, window_length(config),
                     "--valid" if valid else "the corpus's last 1% (the validation split without --valid)")
+        if fam.cls_last:  # the run's tokenizer encodes fine-tuning's inputs as the family reads them (after the
+            put_cls_last(tok)  # shards, which a tokenizer without the template may have made)
         tok.save(run / "tokenizer.json")
         write_config(run, config)
 
