@@ -289,3 +289,40 @@ def test_pretrain_evaluate_and_classify_end_to_end(tmp_path, labeled, capsys):
     assert main(["predict", "--model", str(tuned), "--input", str(dev)]) == 0
     predictions = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(predictions) == 40 and {p["label"] for p in predictions} <= {"animal", "none"}
+
+
+def test_same_function_as_transformers_xlnet_under_a_table_of_names():
+    """Parity is reachable: transformers' ``XLNetModel`` with these weights, renamed by the table in
+    ``sesame.models.xlnet``'s docstring (reshaped, q/k/v/r transposed), gives the same content states without a
+    permutation and the same query states with XLNet's ``perm_mask``, ``target_mapping`` and ``mems``."""
+    transformers = pytest.importorskip("transformers")
+    net = model(mem_len=4)
+    hf = transformers.XLNetModel(transformers.XLNetConfig(vocab_size=40, d_model=16, n_layer=2, n_head=2, d_inner=32,
+                                                          dropout=0.0, mem_len=4, layer_norm_eps=1e-12)).eval()
+    ours = net.state_dict()
+    weights = {"word_embedding.weight": ours["embed.tokens.weight"], "mask_emb": ours["embed.mask"].view(1, 1, 16)}
+    for n in range(2):
+        a, f, layer = f"attention.{n}.", f"feed_forward.{n}.", f"layer.{n}."
+        weights |= {layer + f"rel_attn.{x}": ours[a + x + ".weight"].T.reshape(16, 2, 8) for x in "qkvr"}
+        weights |= {layer + f"rel_attn.{x}": ours[a + x] for x in ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")}
+        weights |= {layer + "rel_attn.o": ours[a + "o.weight"].reshape(16, 2, 8)}
+        for theirs, mine in (("rel_attn.layer_norm", a + "norm"), ("ff.layer_norm", f + "norm"),
+                             ("ff.layer_1", f + "inp"), ("ff.layer_2", f + "out")):
+            weights |= {f"{layer}{theirs}.{p}": ours[f"{mine}.{p}"] for p in ("weight", "bias")}
+    assert not hf.load_state_dict(weights, strict=False).missing_keys
+    ids, types = torch.randint(5, 40, (3, 12)), torch.tensor([0] * 6 + [1] * 5 + [2]).expand(3, -1)
+    with torch.no_grad():
+        theirs = hf(ids, token_type_ids=types).last_hidden_state
+        torch.testing.assert_close(net(ids, types), theirs, atol=1e-5, rtol=1e-5)
+        _, rank, target = sampled(rows=3)
+        predict = target.nonzero()[:, 1].view(3, -1)
+        ranked = torch.where(target, rank, -1)
+        memory = [torch.randn(3, 4, 16) for _ in range(2)]
+        content, query = permutation_masks(ranked, predict, past=4)
+        mine = net.streams(ids, types=types, memory=memory, content_mask=content, query_mask=query, targets=predict)
+        perm_mask = (target[:, None, :] & (ranked[:, None, :] >= ranked[:, :, None])).float()  # 1: may not attend
+        theirs = hf(ids, token_type_ids=types, perm_mask=perm_mask, target_mapping=target_mapping(predict, 12),
+                    mems=[m.transpose(0, 1) for m in memory], use_mems=True)
+        torch.testing.assert_close(mine.query, theirs.last_hidden_state, atol=1e-5, rtol=1e-5)
+        for kept, given in zip(net.remember(memory, mine.layers), theirs.mems):  # the next segment's memory
+            torch.testing.assert_close(kept, given.transpose(0, 1), atol=1e-5, rtol=1e-5)
