@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import SesameError
 from ..models.xlnet import XLNet
 from ..tokenizer import SpecialIds
 from .base import Objective
@@ -38,6 +39,15 @@ from .projection import Workspace, linear_cross_entropy
 
 CLS_SEGMENT = 2  # XLNet's segment id of the final <cls> (SEG_ID_CLS); text and <sep> are segment 0
 ENDING = 2  # <sep> <cls> end each segment
+
+
+def check_options(*, k: int = 6, perm_size: int | None = None, segments: int = 2) -> None:
+    """Refuse options the objective cannot use, naming the flag."""
+    for name, value, least in (("k", k, 1), ("perm_size", perm_size, 1), ("segments", segments, 1)):
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise SesameError(f"--objective-option {name}={value}: give a whole number of at least {least} (k: 1/k of "
+                              "each order is predicted, XLNet's 6; perm_size: positions per permuted block, default "
+                              "the whole segment; segments: consecutive segments per example, read with memory)")
 
 
 def factorisation_order(keys: torch.Tensor, perm_size: int) -> torch.Tensor:
@@ -79,20 +89,16 @@ class PermutationLM(Objective):
     def __init__(self, backbone: XLNet, specials: SpecialIds, k: int = 6, perm_size: int | None = None,
                  segments: int = 2):
         super().__init__(backbone, specials)
-        if k < 1:
-            raise ValueError(f"k {k}: predict 1/k of each order, k at least 1 (XLNet: 6)")
-        if perm_size is not None and perm_size < 1:
-            raise ValueError(f"perm_size {perm_size}: use at least 1 (None: the whole segment)")
-        if segments < 1:
-            raise ValueError(f"segments {segments}: use at least 1")
+        check_options(k=k, perm_size=perm_size, segments=segments)
         self.k, self.perm_size, self.segments = k, perm_size, segments
         self.bias = torch.nn.Parameter(torch.zeros(backbone.config.vocab_size))
         self.workspace = Workspace()
 
     @staticmethod
     def window_length(seq_len: int, segments: int = 2, **options) -> int:
+        check_options(segments=segments, **options)  # refused here, before a run is written
         if seq_len <= ENDING:
-            raise ValueError(f"seq_len {seq_len}: a segment needs room for text and <sep> <cls>")
+            raise SesameError(f"--seq-len {seq_len}: a segment needs room for text and <sep> <cls>; use 3 or more")
         return segments * (seq_len - ENDING)
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
