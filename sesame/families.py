@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import SesameError
-from .models import ARCHITECTURES, RecurrentConfig
+from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
 from .models.encoder_decoder import STYLES
 from .tokenizer import SpecialIds
 
@@ -78,6 +78,9 @@ class Family:
     # transformers' model_type whose checkpoints import as this family's runs (sesame.interop.hf_seq2seq; several
     # rows of one type: the one whose model_options the checkpoint's configuration matches best)
     hf_model_type: str | None = None
+    # inputs end with the separator and the class token, ``a <sep> <cls>`` and ``a <sep> b <sep> <cls>``, <cls> in
+    # segment 2 (XLNet; sesame.tokenizer.put_cls_last), so ``last`` pooling reads <cls>
+    cls_last: bool = False
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -129,6 +132,9 @@ FAMILIES: dict[str, Family] = {
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
                arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
                source_bos=True, hf_model_type="bart"),
+        #      name  tokenizer  objective causal norm emb-LN pooling paper
+        Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
+               cls_last=True),  # its relative positions read any length (sesame.models.xlnet)
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
@@ -208,7 +214,7 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
         return RecurrentConfig(**{"vocab_size": vocab_size, "causal": fam.causal, "embedding_size": embedding,
                                   "hidden_size": width, "layers": RECURRENT_LAYERS, "pad_id": pad_id,
                                   **fam.model_options, "dropout": dropout})
-    if fam.arch not in ("transformer", "encoder_decoder"):  # ELMo's sizes live with its model
+    if not issubclass(ARCHITECTURES[fam.arch][0], TransformerConfig):  # ELMo's sizes live with its model
         return ARCHITECTURES[fam.arch][0].sized(size, vocab_size, pad_id, dropout)
     start = {}
     if fam.decoder_start:

@@ -170,8 +170,8 @@ class PretrainSpec(RecurrentDropouts):
             raise SesameError(f"--family {fam.name}: has no pre-training objective; it {how}")
         if self.objective_name not in OBJECTIVES:
             raise SesameError(f"--objective {self.objective_name!r} is unknown; choose one of: {', '.join(OBJECTIVES)}")
-        if OBJECTIVES[self.objective_name].seq2seq != (fam.arch == "encoder_decoder"):
-            fits = [name for name, o in OBJECTIVES.items() if o.seq2seq == (fam.arch == "encoder_decoder")]
+        if not OBJECTIVES[self.objective_name].trains(fam.arch):
+            fits = [name for name, o in OBJECTIVES.items() if o.trains(fam.arch)]
             raise SesameError(f"--objective {self.objective_name}: does not train a {fam.arch} model (--family "
                               f"{fam.name}); choose one of: {', '.join(fits)}")
         known = set(OBJECTIVES[self.objective_name].options)

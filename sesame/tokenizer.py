@@ -16,7 +16,8 @@ Three kinds, one wrapper:
 Every kind has the same five roles (pad, unk, cls, sep, mask); the first tokens of the vocabulary
 are the special ones, in that order of roles. A tokenizer for T5's span corruption also ends with
 sentinel tokens ``<extra_id_0>`` … (:func:`train_tokenizer`'s ``sentinels``). A single text encodes as
-``cls text sep`` and a pair as ``cls a sep b sep`` (segment 1 for b); a fine-tuned gpt run's tokenizer appends
+``cls text sep`` and a pair as ``cls a sep b sep`` (segment 1 for b), an xlnet run's as ``text sep cls`` and
+``a sep b sep cls`` (:func:`put_cls_last`); a fine-tuned gpt run's tokenizer appends
 GPT's input tokens and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
 (:mod:`sesame.tasks.inputs`).
 """
@@ -244,6 +245,17 @@ def train_tokenizer(texts: Iterable[str] | Callable[[], Iterable[str]], kind: st
         special_tokens=[(names[r], tok.token_to_id(names[r])) for r in ("cls", "sep")],
     )
     return TextTokenizer(tok, kind)
+
+
+def put_cls_last(tok: TextTokenizer) -> None:
+    """Give ``tok`` XLNet's template: ``a <sep> <cls>`` and ``a <sep> b <sep> <cls>``, segment 0 for a and its
+    separator, 1 for b and its separator, 2 for the class token (XLNet's ``build_inputs_with_special_tokens`` and
+    ``SEG_ID_CLS``: XLNet's code reads the class token last, where the paper, §2.5, writes BERT's [CLS, A, SEP, B,
+    SEP]). The tokens are the tokenizer's cls and sep roles (a unigram tokenizer's ``<s>`` and ``</s>``)."""
+    cls, sep = (tok.backend.id_to_token(i) for i in (tok.specials.cls, tok.specials.sep))
+    tok.backend.post_processor = processors.TemplateProcessing(
+        single=f"$A:0 {sep}:0 {cls}:2", pair=f"$A:0 {sep}:0 $B:1 {sep}:1 {cls}:2",
+        special_tokens=[(cls, tok.specials.cls), (sep, tok.specials.sep)])
 
 
 def _continuations(tok: Tokenizer, texts: Iterable[str], specials: list[str]) -> list[str]:

@@ -133,8 +133,9 @@ def test_every_task_starts_from_every_family(family, task, pretrained, data, tmp
 @pytest.mark.parametrize("family", BUILT_HERE)
 def test_every_recipe_starts_from_every_family(family, recipe, pretrained, data, tmp_path, one_thread):
     options, fam = RECIPES[recipe], FAMILIES[family]
-    refusal = {"adapters": fam.arch != "transformer" and "--adapters/--features: recipes for Transformer",
-               "features": fam.arch != "transformer" and "--adapters/--features: recipes for Transformer",
+    stacks = fam.arch in ("transformer", "xlnet")  # Transformer stacks, which adapters and a scalar mix join
+    refusal = {"adapters": not stacks and "--adapters/--features: recipes for Transformer",
+               "features": not stacks and "--adapters/--features: recipes for Transformer",
                "auxiliary lm": (not fam.causal and "--lm-weight: the auxiliary LM needs a causal backbone") or
                (fam.arch == "recurrent" and not fam.model_options.get("tied") and "embedding width differs")}
     if refusal.get(recipe):

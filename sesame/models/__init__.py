@@ -8,6 +8,7 @@ from .recurrent import Recurrent, RecurrentConfig
 from .transformer import Transformer, TransformerConfig
 from .cove import CoveConfig, MTLSTM
 from .encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from .xlnet import XLNet, XLNetConfig
 
 ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "transformer": (TransformerConfig, Transformer),
@@ -15,6 +16,7 @@ ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "elmo": (ElmoConfig, Elmo),
     "cove": (CoveConfig, MTLSTM),
     "encoder_decoder": (EncoderDecoderConfig, EncoderDecoder),
+    "xlnet": (XLNetConfig, XLNet),
 }
 
 
@@ -38,5 +40,5 @@ def build_model(config: dict) -> nn.Module:
 
 
 __all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "EncoderDecoder", "EncoderDecoderConfig",
-           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "build_model", "model_config",
+           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "XLNet", "XLNetConfig", "build_model", "model_config",
            "position_limit"]

@@ -9,13 +9,14 @@ from .clm import AwdLM, CausalLM
 from .mlm import MaskedLM
 from .electra import Electra
 from .pairs import AlbertPretraining, BertPretraining
+from .plm import PermutationLM
 from .seq2seq import Denoising, SpanCorruption
 from .span import SpanBERT
 from .translation import Translation
 
 OBJECTIVES: dict[str, type[Objective]] = {
     o.name: o for o in (MaskedLM, BertPretraining, AlbertPretraining, SpanBERT, Electra, CausalLM, AwdLM, BiLM,
-                        Translation, SpanCorruption, Denoising)
+                        Translation, SpanCorruption, Denoising, PermutationLM)
 }
 
 
@@ -26,4 +27,4 @@ def build_objective(name: str, backbone: Transformer, tokenizer: TextTokenizer, 
 
 
 __all__ = ["Objective", "MaskedLM", "BertPretraining", "AlbertPretraining", "SpanBERT", "Electra", "CausalLM", "AwdLM",
-           "BiLM", "Translation", "SpanCorruption", "Denoising", "OBJECTIVES", "build_objective"]
+           "BiLM", "Translation", "SpanCorruption", "Denoising", "PermutationLM", "OBJECTIVES", "build_objective"]

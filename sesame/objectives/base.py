@@ -32,7 +32,9 @@ class Objective(nn.Module):
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
     classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)
-    seq2seq = False  # trains an encoder-decoder (arch encoder_decoder), which no other objective can
+    # the one architecture it trains (encoder_decoder: T5's and BART's; xlnet: the permutation LM); an architecture
+    # some objective names is trained by those objectives only (trains)
+    arch: str | None = None
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
@@ -41,6 +43,13 @@ class Objective(nn.Module):
         # plain attributes, not buffers, as every table ``make_batch`` reads: batches are made on the CPU wherever
         # ``model.to(device)`` puts the model (docs/devices.md, the placement rule)
         self.special_ids = torch.tensor(specials.all)
+
+    @classmethod
+    def trains(cls, arch: str) -> bool:
+        """Whether it can train a backbone of ``arch``: the architecture it names, or, naming none, one that no
+        objective of :data:`sesame.objectives.OBJECTIVES` names."""
+        from . import OBJECTIVES
+        return cls.arch == arch if cls.arch else all(o.arch != arch for o in OBJECTIVES.values())
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":

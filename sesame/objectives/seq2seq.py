@@ -30,7 +30,7 @@ class TeacherForced(Objective):
     """The loss both objectives share: batches hold the encoder's ``ids`` (with ``padding``, True at real tokens,
     when rows differ in length) and the decoder's ``targets``; the loss is summed over all the targets."""
 
-    seq2seq = True
+    arch = "encoder_decoder"
 
     def __init__(self, backbone: EncoderDecoder, specials: SpecialIds):
         super().__init__(backbone, specials)

@@ -25,7 +25,7 @@ from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint,
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
+from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
@@ -66,6 +66,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         config.model.update(head_dropouts(config.model, head_drops=job.head_drops))  # recurrent: the head's, once
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
+        read_cls_last(config, tok)  # xlnet: a <sep> <cls>
         job.check_model(config.model)
         fam = FAMILIES.get(config.family)
         job.for_family(fam)  # the task options left to the family, recorded below

@@ -26,7 +26,7 @@ from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint,
 from ..runtime import device_of, to_device
 from ..specs import PretrainSpec, RunConfig
 from ..tasks import EVAL_BATCH
-from ..tokenizer import extend_words
+from ..tokenizer import extend_words, put_cls_last
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
@@ -97,6 +97,8 @@ def pretrain(spec: PretrainSpec) -> dict:
                     require_documents(given, flag=flag, objective=config.objective)
         warn_if_few(valid_windows, window_length(config),
                     "--valid" if valid else "the corpus's last 1% (the validation split without --valid)")
+        if fam.cls_last:  # the run's tokenizer encodes fine-tuning's inputs as the family reads them (after the
+            put_cls_last(tok)  # shards, which a tokenizer without the template may have made)
         tok.save(run / "tokenizer.json")
         write_config(run, config)
 

@@ -21,6 +21,9 @@ way, ``</s> a`` and ``</s> a </s> b`` (:func:`read_as_documents`), as
 :meth:`sesame.language_model.LanguageModel.encode` starts a prompt, and as fastai's classifier starts each
 text with the ``xxbos`` its LM saw (Howard & Ruder 2018's code), instead of the tokenizer's
 ``<s> a </s>``, whose ``<s>`` the LM never saw.
+
+A family whose row sets ``cls_last`` (XLNet) reads ``a <sep> <cls>`` (:func:`read_cls_last`), the class token last,
+as its pre-training segments end.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from tokenizers import processors
 
 from ..errors import SesameError
 from ..families import get_family
-from ..tokenizer import TextTokenizer
+from ..tokenizer import TextTokenizer, put_cls_last
 
 if TYPE_CHECKING:
     from ..specs import RunConfig
@@ -78,4 +81,13 @@ def read_as_documents(config: RunConfig, tok: TextTokenizer) -> bool:
     sep = tok.backend.id_to_token(tok.specials.sep)
     tok.backend.post_processor = processors.TemplateProcessing(
         single=f"{sep} $A", pair=f"{sep} $A {sep} $B:1", special_tokens=[(sep, tok.specials.sep)])
+    return True
+
+
+def read_cls_last(config: RunConfig, tok: TextTokenizer) -> bool:
+    """Give ``tok`` XLNet's template, ``a <sep> <cls>`` (:func:`sesame.tokenizer.put_cls_last`), when
+    ``config.family``'s row sets ``cls_last``; whether it did."""
+    if not get_family(config.family).cls_last:
+        return False
+    put_cls_last(tok)
     return True

@@ -1,0 +1,136 @@
+"""Permutation language modelling (XLNet, Yang et al. 2019, §2.2–2.4): maximise
+E_z [Σ_{t>c} log p(x_{z_t} | x_{z<t})] over factorisation orders z of each sequence, with partial prediction.
+
+* **Factorisation order** (§2.2): sampled per sequence, within blocks of ``perm_size`` text positions (XLNet's
+  ``perm_size``): blocks follow one another, each in a random order of its own (:func:`factorisation_order`).
+  The inputs are never masked or changed: the order lives only in the attention masks.
+* **Partial prediction** (§2.3, eq. 5's target set z>c): only the last 1/K of each block's order is predicted
+  (K = ``k``, 6 by default; the paper uses 6–7), about 1/K of the sequence (:func:`select_targets`). The
+  non-targets are visible to every position; a target's content stream sees the non-targets, the targets before
+  it in the order and itself, its query stream the same without itself (:func:`permutation_masks`). Choosing the
+  last 1/K per block rather than of the whole order is the order "all non-targets first, then each block's
+  targets in order", which is a factorisation order whose last 1/K is predicted.
+* **Two streams** (§2.3): the LM head (the tied word embedding plus a bias, XLNet's ``lm_loss``) reads the
+  query stream at the predicted positions only, batch × P rows, P = the predicted count per segment.
+* **Memory** (§2.4, Transformer-XL recurrence): an example is ``segments`` consecutive segments of the text;
+  segment s reads the states of the segments before it (up to the model's ``mem_len``) as memory, with stopped
+  gradients, and each segment's loss counts. The memory holds only text (XLNet's ``reuse_len``): each segment
+  ends with ``<sep> <cls>`` (XLNet's input ends with them; segment id 2 for ``<cls>``, XLNet's ``SEG_ID_CLS``),
+  which stay out of the order (never predicted, visible to all as non-targets) and out of the memory.
+
+Every random draw (the orders) comes from the example's own generator; the masks are built from the ranks in
+batched tensor operations on the model's device.
+
+Deviations: one text part per segment (XLNet's pre-training input is ``A <sep> B <sep> <cls>``, B sometimes from
+another document, with no loss on it); no span-based target selection (targets are the order's last 1/K); XLNet's
+code applies one within-block order to every block and lets ``<sep>``/``<cls>`` take places in the order, here each
+block draws its own and the two are plain context; memory is carried across the segments of one example, not
+across training steps (examples are shuffled windows, so a step's memory would come from unrelated text).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import SesameError
+from ..models.xlnet import XLNet
+from ..tokenizer import SpecialIds
+from .base import Objective
+from .projection import Workspace, linear_cross_entropy
+
+CLS_SEGMENT = 2  # XLNet's segment id of the final <cls> (SEG_ID_CLS); text and <sep> are segment 0
+ENDING = 2  # <sep> <cls> end each segment
+
+
+def check_options(*, k: int = 6, perm_size: int | None = None, segments: int = 2) -> None:
+    """Refuse options the objective cannot use, naming the flag."""
+    for name, value, least in (("k", k, 1), ("perm_size", perm_size, 1), ("segments", segments, 1)):
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise SesameError(f"--objective-option {name}={value}: give a whole number of at least {least} (k: 1/k of "
+                              "each order is predicted, XLNet's 6; perm_size: positions per permuted block, default "
+                              "the whole segment; segments: consecutive segments per example, read with memory)")
+
+
+def factorisation_order(keys: torch.Tensor, perm_size: int) -> torch.Tensor:
+    """The rank of each position in its factorisation order (…, n), from uniform draws ``keys`` in [0, 1): blocks
+    of ``perm_size`` positions in turn, each in the order of its keys."""
+    n = keys.shape[-1]
+    block = torch.arange(n, device=keys.device) // perm_size
+    return torch.argsort(torch.argsort(keys + block, dim=-1), dim=-1)
+
+
+def select_targets(rank: torch.Tensor, perm_size: int, k: int) -> torch.Tensor:
+    """Whether each position (…, n) is predicted: the last 1/K of its block's order (``rank``, as
+    :func:`factorisation_order` gives it), 1/K of the block's size rounded, at least one."""
+    n = rank.shape[-1]
+    start = torch.arange(n, device=rank.device) // perm_size * perm_size
+    size = (n - start).clamp(max=perm_size)
+    return rank - start >= size - (size / k).round().clamp(min=1).long()
+
+
+def permutation_masks(rank: torch.Tensor, targets: torch.Tensor, past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The content and query masks (True: may attend) of one segment from ``rank`` (batch, length): a target's rank
+    in the order, −1 for every non-target (they come first, all visible to each other), and the predicted positions
+    ``targets`` (batch, P). Content (batch, length, past + length): position i sees j when rank_j ≤ rank_i; query
+    (batch, P, past + length): target i sees j when rank_j < rank_i; both see the ``past`` memory keys."""
+    content = rank[:, None, :] <= rank[:, :, None]
+    query = rank[:, None, :] < rank.gather(1, targets)[:, :, None]
+    if past:
+        content, query = (torch.cat([m.new_ones(*m.shape[:2], past), m], -1) for m in (content, query))
+    return content, query
+
+
+class PermutationLM(Objective):
+    """XLNet's permutation LM over an :class:`~sesame.models.xlnet.XLNet` backbone."""
+
+    name = "plm"
+    arch = "xlnet"
+    options = ("k", "perm_size", "segments")
+
+    def __init__(self, backbone: XLNet, specials: SpecialIds, k: int = 6, perm_size: int | None = None,
+                 segments: int = 2):
+        super().__init__(backbone, specials)
+        check_options(k=k, perm_size=perm_size, segments=segments)
+        self.k, self.perm_size, self.segments = k, perm_size, segments
+        self.bias = torch.nn.Parameter(torch.zeros(backbone.config.vocab_size))
+        self.workspace = Workspace()
+
+    @staticmethod
+    def window_length(seq_len: int, segments: int = 2, **options) -> int:
+        check_options(segments=segments, **options)  # refused here, before a run is written
+        if seq_len <= ENDING:
+            raise SesameError(f"--seq-len {seq_len}: a segment needs room for text and <sep> <cls>; use 3 or more")
+        return segments * (seq_len - ENDING)
+
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """``ids`` (batch, segments, length): each segment's text then <sep> <cls>; ``rank`` (same shape): a target's
+        place in its segment's order, −1 elsewhere; ``predict`` (batch, segments, P): the predicted positions, in
+        position order; ``targets``: their tokens."""
+        b, n = windows.shape[0], windows.shape[1] // self.segments
+        text = windows.view(b, self.segments, n)
+        keys = torch.stack([torch.rand(self.segments, n, generator=g) for g in generators])
+        rank = factorisation_order(keys, self.perm_size or n)
+        target = select_targets(rank, self.perm_size or n, self.k)
+        ending = torch.tensor([self.specials.sep, self.specials.cls], dtype=windows.dtype).expand(b, self.segments, -1)
+        predict = target.nonzero()[:, -1].view(b, self.segments, -1)
+        rank = torch.cat([torch.where(target, rank, -1), torch.full((b, self.segments, ENDING), -1)], -1)
+        return {"ids": torch.cat([text, ending], -1), "rank": rank, "predict": predict,
+                "targets": text.gather(-1, predict)}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The summed loss of every segment's targets, each segment after the memory of those before it."""
+        ids, rank, predict = batch["ids"], batch["rank"], batch["predict"]
+        b, segments, length = ids.shape
+        types = torch.zeros(length, dtype=torch.long, device=ids.device)
+        types[-1] = CLS_SEGMENT
+        memory, total = None, ids.new_zeros((), dtype=torch.float)
+        for s in range(segments):
+            past = memory[0].shape[1] if memory else 0
+            content, query = permutation_masks(rank[:, s], predict[:, s], past)
+            out = self.backbone.streams(ids[:, s], types=types.expand(b, -1), memory=memory, content_mask=content,
+                                        query_mask=query, targets=predict[:, s])
+            total = total + linear_cross_entropy(out.query.flatten(0, 1), self.backbone.embed.tokens.weight,
+                                                 batch["targets"][:, s].flatten(), self.bias, workspace=self.workspace)
+            if s + 1 < segments:
+                memory = self.backbone.remember(memory, out.layers, length - ENDING)
+        return total
