@@ -18,7 +18,8 @@ from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoder
 from sesame.tasks import infer, make_task
 from sesame.tasks.mixing import mixing_rates, mixture_task
 from sesame.seq2seq import generate_seq2seq
-from sesame.tasks.text2text import Text2TextModel, generate, stsb_target
+from sesame.tasks.casts import stsb_target
+from sesame.tasks.text2text import Text2TextModel, generate
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import sentences, shared_data
