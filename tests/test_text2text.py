@@ -165,10 +165,36 @@ def test_bad_parallel_files_are_named_by_file_and_line(tmp_path):
     ({"pair_column": "b"}, "cast=text reads one input"),
     ({"max_target_length": 1}, "max_target_length=1: a whole number of at least 2"),
     ({"beams": 0}, "beams=0: a whole number of at least 1"),
-    ({"length_penalty": "long"}, "length_penalty=long: a number"),
+    ({"length_penalty": math.nan}, "length_penalty=nan: a number"),
+    ({"length_penalty": "long"}, 'length_penalty="long" should be a float'),
+    ({"bos": "tru"}, r'--task-option: bos="tru" should be a bool \(true or false\)'),
+    ({"bos": 1}, "bos=1 should be a bool"),
+    ({"max_target_length": "48"}, 'max_target_length="48" should be a int'),
+    ({"beams": 2.0}, "beams=2.0 should be a int"),
+    ({"label_words": ["negative", "positive"]}, 'label_words=\\["negative", "positive"\\] should be a dict'),
+    ({"prefix": 3}, "prefix=3 should be a str"),
 ])
 def test_bad_options_are_refused(options, message):
+    """Every option is held to its type (make_task, whatever passes it: the command line, Python, a config.json),
+    the error naming the option; then to the values the task takes."""
     with pytest.raises(SesameError, match=message):
+        make_task("text2text", options)
+
+
+def test_task_options_on_the_command_line_are_read_as_their_fields_types():
+    """``--task-option KEY=VALUE``: a string option keeps its text as written (a numbered column stays "0"), the
+    others read as JSON and typed, a misspelt bool named; a key no field has is read as JSON (make_task names it)."""
+    from sesame.commands import key_values
+    from sesame.tasks import TASKS
+
+    options = key_values(["source_column=0", "max_target_length=48", "length_penalty=1", "bos=false", "prefix=true",
+                          'label_words={"0": "no"}', "unknown=[1]"], "--task-option", "beams=4", TASKS["text2text"])
+    assert options == {"source_column": "0", "max_target_length": 48, "length_penalty": 1.0, "bos": False,
+                       "prefix": "true", "label_words": {"0": "no"}, "unknown": [1]}
+    assert type(options["length_penalty"]) is float
+    with pytest.raises(SesameError, match="--task-option: bos=tru should be a bool"):
+        key_values(["bos=tru"], "--task-option", "beams=4", TASKS["text2text"])
+    with pytest.raises(SesameError, match="unknown: not an option of --task text2text"):
         make_task("text2text", options)
 
 
@@ -335,11 +361,23 @@ def test_squad_answers_score_with_the_official_normalisation(tok):
                                                           {"id": "q2", "output": "a cat game"}]
 
 
-def test_only_an_encoder_decoder_serves_the_task():
+def test_only_an_encoder_decoder_serves_the_task(tok):
     task = make_task("text2text")
-    task.check_model({"arch": "encoder_decoder"})
+    task.check_model(tiny_model(tok).config.to_dict())
     with pytest.raises(SesameError, match="needs an encoder-decoder .* not a transformer model"):
         task.check_model({"arch": "transformer"})
+
+
+def test_targets_longer_than_learned_positions_are_refused_but_not_relative_ones(tok):
+    """BART's decoder reads a learned table of max_positions (64 here): a longer max_target_length is refused by the
+    task's check_model (before a run directory is written); T5's relative position bias reads any length."""
+    bart = EncoderDecoderConfig(vocab_size=tok.vocab_size, hidden=32, layers=1, heads=2, intermediate=64,
+                                max_positions=64, pad_id=tok.specials.pad, **STYLES["bart"]).to_dict()
+    t5 = tiny_model(tok).config.to_dict()
+    make_task("text2text", {"max_target_length": 64}).check_model(bart)
+    make_task("text2text", {"max_target_length": 65}).check_model(t5)
+    with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 learned positions"):
+        make_task("text2text", {"max_target_length": 65}).check_model(bart)
 
 
 # -- multi-task mixing -----------------------------------------------------------------------------

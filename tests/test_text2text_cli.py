@@ -103,7 +103,7 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
 
 def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path, capsys):
     """T5's relative positions read a source longer than its max_positions (512): fine-tuning on one works; BART's
-    learned positions cap --max-length at theirs (1024), refused before anything is written."""
+    learned positions cap --max-length and max_target_length at theirs (1024), refused before anything is written."""
     train, dev = write_copy_task(tmp_path)
     long = " ".join(sentences(60, 3))
     train.write_text(train.read_text() + f'"{long}","tree"\n', encoding="utf-8")
@@ -116,6 +116,9 @@ def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path
     bart = read_config(pretrained["bart"], "--model").model["max_positions"]
     refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart") + ["--max-length", str(bart + 1)],
             capsys, tmp_path, f"--max-length {bart + 1} exceeds the model's {bart} positions")
+    refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart",
+                          options=(f"max_target_length={bart + 1}",)),  # its decoder's positions too
+            capsys, tmp_path, f"--task-option max_target_length={bart + 1} exceeds the model's {bart} learned positions")
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):

@@ -30,10 +30,11 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipelines import finetune
+    from ..tasks import TASKS
 
     task_options = {"text_column": args.text_column, "label_column": args.label_column,
                     "pair_column": args.pair_column, "symmetric": args.symmetric or None,
-                    **key_values(args.task_option, "--task-option", "doc_stride=128")}
+                    **key_values(args.task_option, "--task-option", "doc_stride=128", TASKS.get(args.task))}
     typed, recipe = given(args, FinetuneSpec), given(args, Recipe)
     spec = FinetuneSpec(**typed, task_options=task_options, recipe=Recipe(**recipe), training=training_options(args),
                         runtime=runtime_options(args), explicit=frozenset({*typed, *recipe}),

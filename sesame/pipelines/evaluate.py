@@ -37,6 +37,7 @@ class Predictor:
             self.config = read_config(path, "--model", ("finetuned",))
             given = {k: v for k, v in (options or {}).items() if v is not None}
             self.task = make_task(self.config.task, {**self.config.task_options, **given})
+            self.task.check_model(self.config.model)  # what options given here ask of it (text2text's lengths)
             self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
             self.tokenizer = load_tokenizer(path, "--model")
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)

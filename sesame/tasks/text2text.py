@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..data.labeled import read_fields
 from ..errors import SesameError
+from ..models import model_config, position_limit
 from ..models.encoder_decoder import EncoderDecoder
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, register
@@ -108,11 +109,10 @@ class Text2Text(Task):
             raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
         cast = CASTS[self.cast]
         for key, least, why in (("max_target_length", 2, "the answer's tokens and </s>"), ("beams", 1, "1: greedy")):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            value = getattr(self, key)  # its type: make_task's
+            if value < least:
                 raise SesameError(f"--task-option {key}={value}: a whole number of at least {least} ({why})")
-        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) \
-                or not math.isfinite(self.length_penalty):
+        if not math.isfinite(self.length_penalty):
             raise SesameError(f"--task-option length_penalty={self.length_penalty}: a number, α of beam search's "
                               "Σ log p / length^α (1: the mean; 0: the sum)")
         if self.languages is not None and (self.cast != "text" or not LANGUAGES.fullmatch(str(self.languages))):
@@ -197,9 +197,15 @@ class Text2Text(Task):
                                   f"the known labels are {labels}")
 
     def check_model(self, model: dict) -> None:
+        """An encoder-decoder whose decoder reads ``max_target_length`` positions: any for T5's relative position
+        bias, at most its table's for learned positions (BART: 1024; :func:`sesame.models.position_limit`)."""
         if model.get("arch") != "encoder_decoder":
             raise SesameError(f"--task text2text needs an encoder-decoder (the t5 or bart family), not a "
                               f"{model.get('arch', 'transformer')} model: give --from a t5 or bart run")
+        positions = position_limit(model_config(model))
+        if positions is not None and self.max_target_length > positions:
+            raise SesameError(f"--task-option max_target_length={self.max_target_length} exceeds the model's "
+                              f"{positions} learned positions; give at most {positions}")
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
