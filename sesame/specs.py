@@ -20,6 +20,7 @@ from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_si
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
+from .tasks.mixing import MIXING_CAP, SHARED
 from .train import TrainConfig
 from .train.recipes import Recipe
 
@@ -223,13 +224,22 @@ class FinetuneSpec(RecurrentDropouts):
     parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
     base: str = option(flag="--from", help="run directory, transformers model directory, minilm (the installed "
                                            "all-MiniLM-L6-v2), or scratch:FAMILY:SIZE")
-    train: str = option(help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
-    dev: str = option(help="the dev file: evaluated after every epoch, picks the kept weights")
+    train: str | None = option(None, help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
+    dev: str | None = option(None, help="the dev file: evaluated after every epoch, picks the kept weights")
+    mixture: str | None = option(None, help="text2text over several tasks at once, instead of --train and --dev: a "
+                                            'JSON file {"NAME": {"train": FILE, "dev": FILE, "prefix": ..., "cast": '
+                                            '...}, ...} (docs/text2text.md)')
+    mixing_cap: int = option(MIXING_CAP, within=(1, math.inf),
+                             help="--mixture: T5's examples-proportional mixing caps each task's size at K "
+                                  "(Raffel et al. 2020, §3.5.2; 2^19)")
+    mixing_temperature: float = option(1.0, help="--mixture: the mixing temperature T; rates ∝ min(size, K)^(1/T) "
+                                                 "(1: examples-proportional; larger: towards equal mixing)")
     out: str = option(help="run directory")
     task: str = option("classify", choices=TASKS,
                        help="classify: text → label; pair: two texts → label; regress: text(s) → number; tag: a label "
                             "per word (CoNLL columns); span_qa: extractive QA (SQuAD JSON); multiple_choice: context + "
-                            "candidates → the right one (JSONL)")
+                            "candidates → the right one (JSONL); text2text: text → text (T5, "
+                            "docs/text2text.md)")
     task_options: dict = option(factory=dict, cli=False, help="the task's options (--text-column, --task-option)")
     select: str | None = option(None, help="dev metric that picks the kept epoch (default: the task's: accuracy; "
                                            "pearson for regress; f1 for tag and span_qa; also macro_f1, mcc, "
@@ -259,7 +269,9 @@ class FinetuneSpec(RecurrentDropouts):
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
-        self.base, self.train, self.dev, self.out = map(str, (self.base, self.train, self.dev, self.out))
+        self.base, self.out = str(self.base), str(self.out)
+        self.train, self.dev, self.mixture = (None if p is None else str(p)
+                                              for p in (self.train, self.dev, self.mixture))
 
     @classmethod
     def of(cls, base: str, train: str, dev: str, out: str, **options: Any) -> FinetuneSpec:
@@ -293,6 +305,32 @@ class FinetuneSpec(RecurrentDropouts):
             raise SesameError(f"--epochs {self.epochs}: must be positive")
         self.recipe.validate(processes=processes)
         check_length("--max-length", self.max_length)
+        self._validate_files()
+
+    def _validate_files(self) -> None:
+        """Labeled files: --train and --dev, or a --mixture of text2text tasks (each naming its own files), whose
+        --task-option are the options its tasks share."""
+        if self.mixture is None:
+            if self.train is None or self.dev is None:
+                raise SesameError("--train and --dev: give both labeled files (or --mixture FILE for several text2text "
+                                  "tasks at once)")
+            for name, default in (("mixing_cap", MIXING_CAP), ("mixing_temperature", 1.0)):
+                if getattr(self, name) != default:
+                    raise SesameError(f"--{name.replace('_', '-')}: sets the rates of a --mixture's tasks; give "
+                                      "--mixture FILE or leave it out")
+            return
+        if self.train is not None or self.dev is not None:
+            raise SesameError(f"--mixture {self.mixture} names each task's train and dev files: leave out --train and "
+                              "--dev")
+        if self.task != "text2text":
+            raise SesameError(f"--mixture: mixes text2text tasks (T5); give --task text2text, not {self.task}")
+        if not self.mixing_temperature > 0 or not math.isfinite(self.mixing_temperature):
+            raise SesameError(f"--mixing-temperature {self.mixing_temperature}: a number above 0 (1: "
+                              "examples-proportional mixing)")
+        reading = sorted(k for k, v in self.task_options.items() if v is not None and k not in SHARED)
+        if reading:
+            raise SesameError(f"--task-option {reading[0]}: with --mixture, how each task is read goes in its entry "
+                              f"of {self.mixture}; --task-option gives what its tasks share ({', '.join(SHARED)})")
 
 
 # -- the run directory's config.json --------------------------------------------------------------------
@@ -340,6 +378,7 @@ class RunConfig:
     batching: str = "bucketed"
     train_file: str | None = None
     dev_file: str | None = None
+    mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
     # CoVe's MT-LSTM (sesame cove)
     lowercase: bool | None = None
     vectors: str | None = None

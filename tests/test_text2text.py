@@ -1,10 +1,10 @@
 """Text-to-text (text2text): reading each format and cast (T5's Appendix D inputs), file:line errors, STS-B's
 rounding, features ending with </s>, the teacher-forced loss over real target tokens only (and a tiny model
-learning to copy), metrics of hand-made generations through an injected greedy decoder, and T5's mixing rates."""
+learning to copy), metrics of hand-made generations through an injected greedy decoder, options held to their
+types, and target lengths held to learned positions."""
 import json
 import math
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,6 @@ from sesame.families import FAMILIES
 from sesame.metrics import bleu, regression_report
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
 from sesame.tasks import infer, make_task
-from sesame.tasks.mixing import mixing_rates, mixture_task
 from sesame.seq2seq import generate_seq2seq
 from sesame.tasks.casts import stsb_target
 from sesame.tasks.text2text import Text2TextModel, generate
@@ -378,29 +377,3 @@ def test_targets_longer_than_learned_positions_are_refused_but_not_relative_ones
     make_task("text2text", {"max_target_length": 65}).check_model(t5)
     with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 learned positions"):
         make_task("text2text", {"max_target_length": 65}).check_model(bart)
-
-
-# -- multi-task mixing -----------------------------------------------------------------------------
-
-def test_mixing_rates_follow_t5s_formula():
-    sizes = {"a": 100, "b": 1000, "c": 10000, "d": 0}
-    assert mixing_rates(sizes, cap=5000) == pytest.approx({"a": 100 / 6100, "b": 1000 / 6100, "c": 5000 / 6100,
-                                                           "d": 0.0})
-    roots = 10 + math.sqrt(1000) + math.sqrt(5000)  # T = 2: square roots of the capped sizes
-    assert mixing_rates(sizes, cap=5000, temperature=2) == pytest.approx(
-        {"a": 10 / roots, "b": math.sqrt(1000) / roots, "c": math.sqrt(5000) / roots, "d": 0.0})
-    assert mixing_rates(sizes, cap=5000, temperature=math.inf) == pytest.approx(
-        {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3, "d": 0.0})  # equal mixing
-    with pytest.raises(SesameError, match="temperature T=0"):
-        mixing_rates(sizes, cap=10, temperature=0)
-
-
-def test_mixture_draws_follow_the_rates_and_depend_on_seed_and_step_only():
-    rates = mixing_rates({"mt": 300, "sst2": 600, "stsb": 100, "empty": 0}, cap=1000)
-    draws = [mixture_task(rates, seed=3, step=s) for s in range(10000)]
-    shares = Counter(draws)
-    for task, rate in rates.items():
-        assert shares[task] / len(draws) == pytest.approx(rate, abs=0.016)  # 3 standard deviations at 10,000 draws
-    assert shares["empty"] == 0
-    assert [mixture_task(rates, seed=3, step=s) for s in (17, 5, 17)] == [draws[17], draws[5], draws[17]]
-    assert [mixture_task(rates, seed=4, step=s) for s in range(50)] != draws[:50]

@@ -11,7 +11,7 @@ from . import add_runtime_flags, add_training_flags, key_values, print_metrics, 
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
-    add_flags(p, FinetuneSpec, required=("base", "train", "dev", "out"))
+    add_flags(p, FinetuneSpec, required=("base", "out"))  # and --train with --dev, or --mixture (FinetuneSpec.validate)
     t = p.add_argument_group("the task's options")
     t.add_argument("--text-column", help="default: text (classify, regress), sentence1 (pair); numbers pick "
                                          "columns of a file without a header row")

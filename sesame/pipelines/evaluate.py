@@ -61,11 +61,16 @@ class Predictor:
         return self.task.predictions(examples, *self._outputs(examples), self.labels)
 
     def read(self, path: str, labeled: bool = False) -> list[dict]:
+        if self.config.mixture:  # its tasks' reading options are in config.json's mixture, not its task options
+            names = ", ".join(self.config.mixture)
+            raise SesameError(f"--model {self.run}: fine-tuned on a mixture of tasks ({names}), whose files evaluate "
+                              "and predict do not read yet; its dev metrics per task are in metrics.jsonl, and predict "
+                              "reads bare texts (each with its task's prefix)")
         return self.task.read(path, labeled)
 
     def evaluate(self, data: str) -> dict:
         """The task's full report on a labeled file."""
-        examples = self.task.read(data)
+        examples = self.read(data, labeled=True)
         self.task.check(examples, self.labels, data)
         return self.task.score(examples, *self._outputs(examples), self.labels)
 
