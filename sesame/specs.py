@@ -274,7 +274,7 @@ class FinetuneSpec(RecurrentDropouts):
                                               for p in (self.train, self.dev, self.mixture))
 
     @classmethod
-    def of(cls, base: str, train: str, dev: str, out: str, **options: Any) -> FinetuneSpec:
+    def of(cls, base: str, train: str | None, dev: str | None, out: str, **options: Any) -> FinetuneSpec:
         """The spec of the Python API's keywords: spec fields, recipe fields (``lm_weight=0.5``), TrainConfig
         fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
         columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
