@@ -180,6 +180,7 @@ def test_a_mixture_of_two_tasks_reports_each_resumes_exactly_and_refuses_changed
     assert config["mixture"]["mt"]["train"] == str(tmp_path / "mt" / "train.en")
     assert (config["setup"]["mixing_cap"], config["setup"]["mixing_temperature"]) == (2 ** 19, 2.0)
     assert config["select"] == "mean" and config["task_options"]["max_target_length"] == 5
+    assert set(config["task_options"]) == {"max_target_length", "bos", "beams", "length_penalty"}  # the shared ones
     records = dev_records(straight)
     assert [r["step"] for r in records] == [4, 8]  # 32 examples in batches of 8: an epoch is 4 steps
     for r in records:

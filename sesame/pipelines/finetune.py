@@ -27,7 +27,7 @@ from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents
-from ..tasks.mixing import MEAN, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
+from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
@@ -76,7 +76,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         if job.has_labels:
             write_json(run / "labels.json", labels)
         write_config(run, RunConfig(
-            kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
+            kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
             pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
             mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=asdict(cfg),
@@ -139,6 +139,12 @@ class _Data:
     def for_family(self, family: Family | None) -> None:
         for task in [self.job, *(p.job for p in self.parts.values() if p.job is not self.job)]:
             task.for_family(family)
+
+    def options(self) -> dict:
+        """config.json's ``task_options``: the task's, or those a mixture's tasks share (:data:`SHARED`; what each
+        reads differently is in its record), which a resumed run gives its tasks again."""
+        options = self.job.options()
+        return {k: v for k, v in options.items() if k in SHARED} if self.mixture else options
 
     def record(self) -> dict | None:
         """config.json's ``mixture``: each task's files, reading options and labels (None: one task)."""
