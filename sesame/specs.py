@@ -20,7 +20,7 @@ from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_si
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
-from .tasks.mixing import MIXING_CAP, SHARED
+from .tasks.mixing import MIXING_CAP, check_spec
 from .train import TrainConfig
 from .train.recipes import Recipe
 
@@ -308,29 +308,15 @@ class FinetuneSpec(RecurrentDropouts):
         self._validate_files()
 
     def _validate_files(self) -> None:
-        """Labeled files: --train and --dev, or a --mixture of text2text tasks (each naming its own files), whose
-        --task-option are the options its tasks share."""
-        if self.mixture is None:
-            if self.train is None or self.dev is None:
-                raise SesameError("--train and --dev: give both labeled files (or --mixture FILE for several text2text "
-                                  "tasks at once)")
-            for name, default in (("mixing_cap", MIXING_CAP), ("mixing_temperature", 1.0)):
-                if getattr(self, name) != default:
-                    raise SesameError(f"--{name.replace('_', '-')}: sets the rates of a --mixture's tasks; give "
-                                      "--mixture FILE or leave it out")
-            return
-        if self.train is not None or self.dev is not None:
+        """Labeled files: --train and --dev, or a --mixture of text2text tasks (sesame.tasks.mixing.check_spec)."""
+        if self.mixture is None and (self.train is None or self.dev is None):
+            raise SesameError("--train and --dev: give both labeled files (or --mixture FILE for several text2text "
+                              "tasks at once)")
+        if self.mixture is not None and (self.train is not None or self.dev is not None):
             raise SesameError(f"--mixture {self.mixture} names each task's train and dev files: leave out --train and "
                               "--dev")
-        if self.task != "text2text":
-            raise SesameError(f"--mixture: mixes text2text tasks (T5); give --task text2text, not {self.task}")
-        if not self.mixing_temperature > 0 or not math.isfinite(self.mixing_temperature):
-            raise SesameError(f"--mixing-temperature {self.mixing_temperature}: a number above 0 (1: "
-                              "examples-proportional mixing)")
-        reading = sorted(k for k, v in self.task_options.items() if v is not None and k not in SHARED)
-        if reading:
-            raise SesameError(f"--task-option {reading[0]}: with --mixture, how each task is read goes in its entry "
-                              f"of {self.mixture}; --task-option gives what its tasks share ({', '.join(SHARED)})")
+        check_spec(mixture=self.mixture, task=self.task, cap=self.mixing_cap, temperature=self.mixing_temperature,
+                   task_options=self.task_options)
 
 
 # -- the run directory's config.json --------------------------------------------------------------------

@@ -82,6 +82,24 @@ def mixture_example(rates: Mapping[str, float], sizes: Mapping[str, int], *, see
     return task, draw.randrange(sizes[task])
 
 
+def check_spec(*, mixture: str | None, task: str, cap: int, temperature: float, task_options: dict) -> None:
+    """A fine-tuning spec's mixing options: ``--mixing-cap`` and ``--mixing-temperature`` only with a ``--mixture``
+    (whose ``--task`` is text2text, T above 0), and its ``--task-option`` only the :data:`SHARED` ones."""
+    if mixture is None:
+        for flag, value, default in (("--mixing-cap", cap, MIXING_CAP), ("--mixing-temperature", temperature, 1.0)):
+            if value != default:
+                raise SesameError(f"{flag}: sets the rates of a --mixture's tasks; give --mixture FILE or leave it out")
+        return
+    if task != "text2text":
+        raise SesameError(f"--mixture: mixes text2text tasks (T5); give --task text2text, not {task}")
+    if not temperature > 0 or not math.isfinite(temperature):
+        raise SesameError(f"--mixing-temperature {temperature}: a number above 0 (1: examples-proportional mixing)")
+    reading = sorted(k for k, v in task_options.items() if v is not None and k not in SHARED)
+    if reading:
+        raise SesameError(f"--task-option {reading[0]}: with --mixture, how each task is read goes in its entry of "
+                          f"{mixture}; --task-option gives what its tasks share ({', '.join(SHARED)})")
+
+
 def read_mixture(path: str) -> dict[str, dict]:
     """The tasks of a mixture file, a JSON object ``{NAME: {"train": FILE, "dev": FILE, READING options}}`` of two
     or more tasks (paths relative to the file's folder), as ``{NAME: {"train": path, "dev": path, "options": {...}}}``
