@@ -25,11 +25,12 @@ def pretrain(corpus: Sequence[str] | str, out: str, **options: Any) -> dict:
     return pipelines.pretrain(PretrainSpec.of(corpus, out, **options))
 
 
-def finetune(base: str, train: str, dev: str, out: str, **options: Any) -> dict:
+def finetune(base: str, train: str | None, dev: str | None, out: str, **options: Any) -> dict:
     """Fine-tune ``base`` (a run, a transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``) on the labeled
     ``train`` file, keeping the best epoch on ``dev``, into run ``out``; e.g. ``finetune("runs/bert", "train.csv",
-    "dev.csv", "runs/clf", text_column="text", label_column="label", lr=1e-4)``. Returns the kept weights' dev
-    metrics."""
+    "dev.csv", "runs/clf", text_column="text", label_column="label", lr=1e-4)``; or, with ``train`` and ``dev`` None,
+    on a mixture of text2text tasks (``task="text2text", mixture="mix.json"``, docs/text2text.md). Returns the kept
+    weights' dev metrics."""
     return pipelines.finetune(FinetuneSpec.of(base, train, dev, out, **options))
 
 

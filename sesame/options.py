@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import SesameError
 
-SCALARS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool}
+SCALARS: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}  # dict: JSON objects
 RATE = (0.0, 1.0)  # a dropout rate: 0 ≤ p < 1
 
 
@@ -97,7 +97,7 @@ def parse_value(cls: type, key: str, text: str, where: str) -> Any:
     """``text`` as the value of field ``key`` of ``cls``: read as JSON where it parses (strings stay as written),
     checked against the field's type (an int passes for a float); else an error naming ``where``."""
     f = {f.name: f for f in fields(cls)}[key]
-    kind, optional, many = scalar_type(f)
+    kind, _, many = scalar_type(f)
     if kind is str and not many:
         value: Any = text
     else:
@@ -105,15 +105,26 @@ def parse_value(cls: type, key: str, text: str, where: str) -> Any:
             value = json.loads(text)
         except json.JSONDecodeError:
             value = text
+    value = typed_value(f, value, where=where, shown=text)
+    choices = f.metadata.get("choices")
+    if choices is not None and value is not None and value not in choices:
+        raise SesameError(f"{where}: {key}={text}: choose one of {', '.join(choices)}")
+    return value
+
+
+def typed_value(f: Field, value: Any, *, where: str, shown: str | None = None) -> Any:
+    """``value`` held to field ``f``'s annotation (``T``, ``T | None``, ``list[T]``; an int passes for a float and
+    becomes one; a bool is no number); else an error naming ``where``, the field and the value (``shown``: as the user
+    wrote it)."""
+    kind, optional, many = scalar_type(f)
     if kind is float and type(value) is int:
         value = float(value)
     ok = (value is None and optional) or (isinstance(value, list) if many else type(value) is kind) or kind is None
     if not ok:
         wanted = f"a list of {kind.__name__}" if many else f"a {kind.__name__}"
-        raise SesameError(f"{where}: {key}={text} should be {wanted}")
-    choices = f.metadata.get("choices")
-    if choices is not None and value is not None and value not in choices:
-        raise SesameError(f"{where}: {key}={text}: choose one of {', '.join(choices)}")
+        if kind is bool and not many:
+            wanted += " (true or false)"
+        raise SesameError(f"{where}: {f.name}={json.dumps(value) if shown is None else shown} should be {wanted}")
     return value
 
 

@@ -19,6 +19,7 @@ from .options import flag_name
 from .rundir import read_config, setup_killed, write_config
 from .runtime import Runtime
 from .specs import FinetuneSpec, PretrainSpec, RunConfig
+from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
 from .train.recipes import Recipe
@@ -26,9 +27,10 @@ from .train.recipes import Recipe
 RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --resume may change
 # set-up options recorded in config.json's "setup", for --resume to check (paths resolved)
 SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
-         FinetuneSpec: ("tokenizer", "cased", "drop_mult", "dropout")}  # dropout: as given, not as scaled or moved
+         FinetuneSpec: ("tokenizer", "cased", "drop_mult", "dropout",  # dropout: as given, not as scaled or moved
+                        "mixture", "mixing_cap", "mixing_temperature")}
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
-         "vectors")
+         "vectors", "mixture")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
 MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime holds now
 
@@ -156,6 +158,7 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
                 "base": config.base, "train": config.train_file, "dev": config.dev_file}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
+    _check_mixture(spec, config)
     for key, value in spec.task_options.items():
         flag = f"--{key.replace('_', '-')}" if key in COLUMNS else f"--task-option {key}"
         _check(flag, value, config.task_options.get(key), spec)
@@ -170,6 +173,24 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
     return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
                    recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe,
                    runtime=_runtime(spec, config))
+
+
+def _check_mixture(spec: FinetuneSpec, config: RunConfig) -> None:
+    """A run fine-tuned on a mixture resumes on the same tasks: --mixture given again, its tasks' files and options
+    as recorded (config.json's ``mixture``); a run of one task resumes without one."""
+    if spec.mixture is None or config.mixture is None:
+        if (spec.mixture is None) != (config.mixture is None):
+            how = f"with --mixture ({', '.join(config.mixture)})" if config.mixture else "on --train and --dev"
+            raise SesameError(f"--resume: the run in {spec.out} was fine-tuned {how}; give the same files, or choose "
+                              "a new --out")
+        return
+    now = read_mixture(spec.mixture)
+    for name in dict.fromkeys([*config.mixture, *now]):
+        made = {k: v for k, v in config.mixture.get(name, {}).items() if k != "labels"} or None
+        if now.get(name) != made:
+            raise SesameError(f"--mixture {spec.mixture}: task {name!r} is {now.get(name, 'absent')}, but the run in "
+                              f"{spec.out} was made with {made or 'no such task'}; --resume changes only the budget: "
+                              "give the run's mixture, or choose a new --out")
 
 
 def resumed_spec(spec: Any, config: RunConfig, recorded: dict) -> Any:

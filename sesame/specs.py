@@ -20,6 +20,7 @@ from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_si
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
+from .tasks.mixing import MIXING_CAP, check_spec
 from .train import TrainConfig
 from .train.recipes import Recipe
 
@@ -223,13 +224,22 @@ class FinetuneSpec(RecurrentDropouts):
     parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
     base: str = option(flag="--from", help="run directory, transformers model directory, minilm (the installed "
                                            "all-MiniLM-L6-v2), or scratch:FAMILY:SIZE")
-    train: str = option(help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
-    dev: str = option(help="the dev file: evaluated after every epoch, picks the kept weights")
+    train: str | None = option(None, help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
+    dev: str | None = option(None, help="the dev file: evaluated after every epoch, picks the kept weights")
+    mixture: str | None = option(None, help="text2text over several tasks at once, instead of --train and --dev: a "
+                                            'JSON file {"NAME": {"train": FILE, "dev": FILE, "prefix": ..., "cast": '
+                                            '...}, ...} (docs/text2text.md)')
+    mixing_cap: int = option(MIXING_CAP, within=(1, math.inf),
+                             help="--mixture: T5's examples-proportional mixing caps each task's size at K "
+                                  "(Raffel et al. 2020, §3.5.2; 2^19)")
+    mixing_temperature: float = option(1.0, help="--mixture: the mixing temperature T; rates ∝ min(size, K)^(1/T) "
+                                                 "(1: examples-proportional; larger: towards equal mixing)")
     out: str = option(help="run directory")
     task: str = option("classify", choices=TASKS,
                        help="classify: text → label; pair: two texts → label; regress: text(s) → number; tag: a label "
                             "per word (CoNLL columns); span_qa: extractive QA (SQuAD JSON); multiple_choice: context + "
-                            "candidates → the right one (JSONL)")
+                            "candidates → the right one (JSONL); text2text: text → text (T5, "
+                            "docs/text2text.md)")
     task_options: dict = option(factory=dict, cli=False, help="the task's options (--text-column, --task-option)")
     select: str | None = option(None, help="dev metric that picks the kept epoch (default: the task's: accuracy; "
                                            "pearson for regress; f1 for tag and span_qa; also macro_f1, mcc, "
@@ -259,10 +269,12 @@ class FinetuneSpec(RecurrentDropouts):
     progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
-        self.base, self.train, self.dev, self.out = map(str, (self.base, self.train, self.dev, self.out))
+        self.base, self.out = str(self.base), str(self.out)
+        self.train, self.dev, self.mixture = (None if p is None else str(p)
+                                              for p in (self.train, self.dev, self.mixture))
 
     @classmethod
-    def of(cls, base: str, train: str, dev: str, out: str, **options: Any) -> FinetuneSpec:
+    def of(cls, base: str, train: str | None, dev: str | None, out: str, **options: Any) -> FinetuneSpec:
         """The spec of the Python API's keywords: spec fields, recipe fields (``lm_weight=0.5``), TrainConfig
         fields (``lr=...``), and ``text_column``/``label_column`` as task options."""
         columns = {k: options.pop(k) for k in ("text_column", "label_column") if k in options}
@@ -293,6 +305,18 @@ class FinetuneSpec(RecurrentDropouts):
             raise SesameError(f"--epochs {self.epochs}: must be positive")
         self.recipe.validate(processes=processes)
         check_length("--max-length", self.max_length)
+        self._validate_files()
+
+    def _validate_files(self) -> None:
+        """Labeled files: --train and --dev, or a --mixture of text2text tasks (sesame.tasks.mixing.check_spec)."""
+        if self.mixture is None and (self.train is None or self.dev is None):
+            raise SesameError("--train and --dev: give both labeled files (or --mixture FILE for several text2text "
+                              "tasks at once)")
+        if self.mixture is not None and (self.train is not None or self.dev is not None):
+            raise SesameError(f"--mixture {self.mixture} names each task's train and dev files: leave out --train and "
+                              "--dev")
+        check_spec(mixture=self.mixture, task=self.task, cap=self.mixing_cap, temperature=self.mixing_temperature,
+                   task_options=self.task_options)
 
 
 # -- the run directory's config.json --------------------------------------------------------------------
@@ -340,6 +364,7 @@ class RunConfig:
     batching: str = "bucketed"
     train_file: str | None = None
     dev_file: str | None = None
+    mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
     # CoVe's MT-LSTM (sesame cove)
     lowercase: bool | None = None
     vectors: str | None = None

@@ -84,7 +84,7 @@ def test_v2_questions_need_version_2_and_empty_answers(tmp_path):
         make_task("span_qa").read(both)
     with pytest.raises(SesameError, match="version=3: choose one of auto, 1.1, 2.0"):
         make_task("span_qa", {"version": 3})
-    assert make_task("span_qa", {"version": 2.0}).version == "2.0"  # --task-option version=2.0 parses as a number
+    assert make_task("span_qa", {"version": 2.0}).version == "2.0"  # a number, as Python may give it
 
 
 # -- windows ---------------------------------------------------------------------------------------

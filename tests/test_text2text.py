@@ -1,10 +1,10 @@
 """Text-to-text (text2text): reading each format and cast (T5's Appendix D inputs), file:line errors, STS-B's
 rounding, features ending with </s>, the teacher-forced loss over real target tokens only (and a tiny model
-learning to copy), metrics of hand-made generations through an injected greedy decoder, and T5's mixing rates."""
+learning to copy), metrics of hand-made generations through an injected greedy decoder, options held to their
+types, and target lengths held to learned positions."""
 import json
 import math
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,9 +16,9 @@ from sesame.families import FAMILIES
 from sesame.metrics import bleu, regression_report
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
 from sesame.tasks import infer, make_task
-from sesame.tasks.mixing import mixing_rates, mixture_task
 from sesame.seq2seq import generate_seq2seq
-from sesame.tasks.text2text import Text2TextModel, generate, stsb_target
+from sesame.tasks.casts import stsb_target
+from sesame.tasks.text2text import Text2TextModel, generate
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import sentences, shared_data
@@ -164,10 +164,36 @@ def test_bad_parallel_files_are_named_by_file_and_line(tmp_path):
     ({"pair_column": "b"}, "cast=text reads one input"),
     ({"max_target_length": 1}, "max_target_length=1: a whole number of at least 2"),
     ({"beams": 0}, "beams=0: a whole number of at least 1"),
-    ({"length_penalty": "long"}, "length_penalty=long: a number"),
+    ({"length_penalty": math.nan}, "length_penalty=nan: a number"),
+    ({"length_penalty": "long"}, 'length_penalty="long" should be a float'),
+    ({"bos": "tru"}, r'--task-option: bos="tru" should be a bool \(true or false\)'),
+    ({"bos": 1}, "bos=1 should be a bool"),
+    ({"max_target_length": "48"}, 'max_target_length="48" should be a int'),
+    ({"beams": 2.0}, "beams=2.0 should be a int"),
+    ({"label_words": ["negative", "positive"]}, 'label_words=\\["negative", "positive"\\] should be a dict'),
+    ({"prefix": 3}, "prefix=3 should be a str"),
 ])
 def test_bad_options_are_refused(options, message):
+    """Every option is held to its type (make_task, whatever passes it: the command line, Python, a config.json),
+    the error naming the option; then to the values the task takes."""
     with pytest.raises(SesameError, match=message):
+        make_task("text2text", options)
+
+
+def test_task_options_on_the_command_line_are_read_as_their_fields_types():
+    """``--task-option KEY=VALUE``: a string option keeps its text as written (a numbered column stays "0"), the
+    others read as JSON and typed, a misspelt bool named; a key no field has is read as JSON (make_task names it)."""
+    from sesame.commands import key_values
+    from sesame.tasks import TASKS
+
+    options = key_values(["source_column=0", "max_target_length=48", "length_penalty=1", "bos=false", "prefix=true",
+                          'label_words={"0": "no"}', "unknown=[1]"], "--task-option", "beams=4", TASKS["text2text"])
+    assert options == {"source_column": "0", "max_target_length": 48, "length_penalty": 1.0, "bos": False,
+                       "prefix": "true", "label_words": {"0": "no"}, "unknown": [1]}
+    assert type(options["length_penalty"]) is float
+    with pytest.raises(SesameError, match="--task-option: bos=tru should be a bool"):
+        key_values(["bos=tru"], "--task-option", "beams=4", TASKS["text2text"])
+    with pytest.raises(SesameError, match="unknown: not an option of --task text2text"):
         make_task("text2text", options)
 
 
@@ -334,34 +360,20 @@ def test_squad_answers_score_with_the_official_normalisation(tok):
                                                           {"id": "q2", "output": "a cat game"}]
 
 
-def test_only_an_encoder_decoder_serves_the_task():
+def test_only_an_encoder_decoder_serves_the_task(tok):
     task = make_task("text2text")
-    task.check_model({"arch": "encoder_decoder"})
+    task.check_model(tiny_model(tok).config.to_dict())
     with pytest.raises(SesameError, match="needs an encoder-decoder .* not a transformer model"):
         task.check_model({"arch": "transformer"})
 
 
-# -- multi-task mixing -----------------------------------------------------------------------------
-
-def test_mixing_rates_follow_t5s_formula():
-    sizes = {"a": 100, "b": 1000, "c": 10000, "d": 0}
-    assert mixing_rates(sizes, cap=5000) == pytest.approx({"a": 100 / 6100, "b": 1000 / 6100, "c": 5000 / 6100,
-                                                           "d": 0.0})
-    roots = 10 + math.sqrt(1000) + math.sqrt(5000)  # T = 2: square roots of the capped sizes
-    assert mixing_rates(sizes, cap=5000, temperature=2) == pytest.approx(
-        {"a": 10 / roots, "b": math.sqrt(1000) / roots, "c": math.sqrt(5000) / roots, "d": 0.0})
-    assert mixing_rates(sizes, cap=5000, temperature=math.inf) == pytest.approx(
-        {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3, "d": 0.0})  # equal mixing
-    with pytest.raises(SesameError, match="temperature T=0"):
-        mixing_rates(sizes, cap=10, temperature=0)
-
-
-def test_mixture_draws_follow_the_rates_and_depend_on_seed_and_step_only():
-    rates = mixing_rates({"mt": 300, "sst2": 600, "stsb": 100, "empty": 0}, cap=1000)
-    draws = [mixture_task(rates, seed=3, step=s) for s in range(10000)]
-    shares = Counter(draws)
-    for task, rate in rates.items():
-        assert shares[task] / len(draws) == pytest.approx(rate, abs=0.016)  # 3 standard deviations at 10,000 draws
-    assert shares["empty"] == 0
-    assert [mixture_task(rates, seed=3, step=s) for s in (17, 5, 17)] == [draws[17], draws[5], draws[17]]
-    assert [mixture_task(rates, seed=4, step=s) for s in range(50)] != draws[:50]
+def test_targets_longer_than_learned_positions_are_refused_but_not_relative_ones(tok):
+    """BART's decoder reads a learned table of max_positions (64 here): a longer max_target_length is refused by the
+    task's check_model (before a run directory is written); T5's relative position bias reads any length."""
+    bart = EncoderDecoderConfig(vocab_size=tok.vocab_size, hidden=32, layers=1, heads=2, intermediate=64,
+                                max_positions=64, pad_id=tok.specials.pad, **STYLES["bart"]).to_dict()
+    t5 = tiny_model(tok).config.to_dict()
+    make_task("text2text", {"max_target_length": 64}).check_model(bart)
+    make_task("text2text", {"max_target_length": 65}).check_model(t5)
+    with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 learned positions"):
+        make_task("text2text", {"max_target_length": 65}).check_model(bart)

@@ -1,6 +1,7 @@
 """Text-to-text end to end on tiny models and files made here: `finetune --task text2text` from a pre-trained t5 or
 bart run (dev metrics of generated text after each epoch, the best kept), `evaluate` and `predict` of the fine-tuned
-run, `--resume` after a kill giving the uninterrupted model, `--from scratch:t5:tiny`, and `sesame generate` from a
+run, `--resume` after a kill giving the uninterrupted model, `--from scratch:t5:tiny`, a `--mixture` of two real tasks
+(Multi30k and SST-2 slices: per-task dev metrics, exact resume, changed mixing refused), and `sesame generate` from a
 t5 run (pre-trained and fine-tuned) giving generate_seq2seq's output."""
 import json
 from pathlib import Path
@@ -14,7 +15,7 @@ from sesame.rundir import load_backbone, load_tokenizer, read_config
 from sesame.seq2seq import generate_seq2seq
 from sesame.tasks import make_task
 
-from .conftest import documents, refused, sentences
+from .conftest import documents, refused, sentences, shared_data
 from .test_interrupted import Killed, kill_at_step, logged, same_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -103,7 +104,7 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
 
 def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path, capsys):
     """T5's relative positions read a source longer than its max_positions (512): fine-tuning on one works; BART's
-    learned positions cap --max-length at theirs (1024), refused before anything is written."""
+    learned positions cap --max-length and max_target_length at theirs (1024), refused before anything is written."""
     train, dev = write_copy_task(tmp_path)
     long = " ".join(sentences(60, 3))
     train.write_text(train.read_text() + f'"{long}","tree"\n', encoding="utf-8")
@@ -116,6 +117,9 @@ def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path
     bart = read_config(pretrained["bart"], "--model").model["max_positions"]
     refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart") + ["--max-length", str(bart + 1)],
             capsys, tmp_path, f"--max-length {bart + 1} exceeds the model's {bart} positions")
+    refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart",
+                          options=(f"max_target_length={bart + 1}",)),  # its decoder's positions too
+            capsys, tmp_path, f"--task-option max_target_length={bart + 1} exceeds the model's {bart} learned")
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):
@@ -132,6 +136,69 @@ def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):
     assert main(finetune_argv("scratch:t5:tiny", train, dev, killed) + ["--resume"]) == 0
     assert same_weights(killed, straight) and logged(killed) == logged(straight)
     assert [r["bleu"] for r in dev_records(killed)] == [r["bleu"] for r in dev_records(straight)]
+
+
+def write_mixture(folder: Path) -> Path:
+    """mix.json over slices of two real tasks: Multi30k en→de (16 training pairs, 4 dev) and SST-2 as text (16, 4)."""
+    data = shared_data()
+    for task, files in (("mt", [(f"{split}.{lang}", data / "multi30k" / f"{source}.{lang}", n)
+                                for split, source, n in (("train", "train", 16), ("val", "val", 4))
+                                for lang in ("en", "de")]),
+                        ("sst2", [(f"{split}.tsv", data / "glue" / "SST-2" / f"{split}.tsv", n + 1)  # + header
+                                  for split, n in (("train", 16), ("dev", 4))])):
+        (folder / task).mkdir()
+        for name, source, n in files:
+            lines = source.read_text(encoding="utf-8").splitlines()[:n]
+            (folder / task / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    mixture = {"mt": {"train": "mt/train.en", "dev": "mt/val.en", "languages": "en-de",
+                      "prefix": "translate English to German:"},
+               "sst2": {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv", "cast": "classify", "prefix": "sst2",
+                        "label_words": {"0": "negative", "1": "positive"}}}
+    (folder / "mix.json").write_text(json.dumps(mixture), encoding="utf-8")
+    return folder / "mix.json"
+
+
+def test_a_mixture_of_two_tasks_reports_each_resumes_exactly_and_refuses_changed_mixing(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """T5's multi-task fine-tuning from scratch over Multi30k and SST-2 slices: config.json records the mixture (each
+    task's files, options and labels) and the mixing options; dev reports each task's metrics and their mean on a
+    0–100 scale, which picks the kept weights; killed in the second epoch and resumed, it ends as the uninterrupted
+    run; --resume with another cap, or with a task's options changed in the file, is refused before anything is
+    written."""
+    mixture = write_mixture(tmp_path)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+
+    def argv(out: Path) -> list[str]:
+        return Q + ["finetune", "--from", "scratch:t5:tiny", "--task", "text2text", "--mixture", str(mixture),
+                    "--out", str(out), "--epochs", "2", "--batch-size", "8", "--max-length", "24",
+                    "--task-option", "max_target_length=5", "--mixing-temperature", "2"]
+
+    assert main(argv(straight)) == 0
+    config = json.loads((straight / "config.json").read_text())
+    assert config["mixture"]["sst2"]["labels"] == ["negative", "positive"] and not (straight / "labels.json").exists()
+    assert config["mixture"]["mt"]["options"] == {"languages": "en-de", "prefix": "translate English to German:"}
+    assert config["mixture"]["mt"]["train"] == str(tmp_path / "mt" / "train.en")
+    assert (config["setup"]["mixing_cap"], config["setup"]["mixing_temperature"]) == (2 ** 19, 2.0)
+    assert config["select"] == "mean" and config["task_options"]["max_target_length"] == 5
+    assert set(config["task_options"]) == {"max_target_length", "bos", "beams", "length_penalty"}  # the shared ones
+    records = dev_records(straight)
+    assert [r["step"] for r in records] == [4, 8]  # 32 examples in batches of 8: an epoch is 4 steps
+    for r in records:
+        assert r["mean"] == pytest.approx((r["mt_bleu"] + 100 * r["sst2_accuracy"]) / 2)
+        assert {"mt_exact", "sst2_macro_f1", "sst2_invalid"} <= r.keys()
+    kill_at_step(monkeypatch, 6)
+    with pytest.raises(Killed):
+        main(argv(killed))
+    monkeypatch.undo()
+    refused(argv(killed) + ["--resume", "--mixing-cap", "100"], capsys, tmp_path, "--mixing-cap 100", str(2 ** 19))
+    kept = mixture.read_text()
+    mixture.write_text(kept.replace('"prefix": "sst2"', '"prefix": "sentiment"'))
+    refused(argv(killed) + ["--resume"], capsys, tmp_path, f"--mixture {mixture}: task 'sst2'", "'prefix': 'sentiment'")
+    mixture.write_text(kept)
+    assert main(argv(killed) + ["--resume"]) == 0
+    assert same_weights(killed, straight) and logged(killed) == logged(straight)
+    assert [{k: v for k, v in r.items() if k != "elapsed"} for r in dev_records(killed)] == \
+        [{k: v for k, v in r.items() if k != "elapsed"} for r in records]
 
 
 @pytest.mark.parametrize("flags, config", [([], GenerationConfig(max_new_tokens=8)),

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 
 from ..errors import SesameError
-from ..options import add_flags, given
+from ..options import add_flags, given, parse_value
 from ..runtime import Runtime
 from ..train import TrainConfig
 
@@ -48,13 +49,19 @@ def runtime_options(args: argparse.Namespace) -> Runtime:
     return Runtime(**given(args, Runtime))
 
 
-def key_values(items: list[str], flag: str, example: str) -> dict:
-    """Repeated ``flag KEY=VALUE`` options as a dict (VALUE read as JSON when it parses)."""
+def key_values(items: list[str], flag: str, example: str, cls: type | None = None) -> dict:
+    """Repeated ``flag KEY=VALUE`` options as a dict: VALUE read as a field of ``cls`` where KEY is one
+    (:func:`sesame.options.parse_value`: a string field's value stays as written, ``text_column=0`` too), else as JSON
+    when it parses."""
+    known = {f.name for f in fields(cls)} if cls is not None else set()
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SesameError(f"{flag} {item!r}: write KEY=VALUE, e.g. {example}")
+        if key in known:
+            options[key] = parse_value(cls, key, value, flag)
+            continue
         try:
             options[key] = json.loads(value)
         except json.JSONDecodeError:

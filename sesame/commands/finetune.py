@@ -11,7 +11,7 @@ from . import add_runtime_flags, add_training_flags, key_values, print_metrics, 
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a run (or a scratch model) on a labeled task")
-    add_flags(p, FinetuneSpec, required=("base", "train", "dev", "out"))
+    add_flags(p, FinetuneSpec, required=("base", "out"))  # and --train with --dev, or --mixture (FinetuneSpec.validate)
     t = p.add_argument_group("the task's options")
     t.add_argument("--text-column", help="default: text (classify, regress), sentence1 (pair); numbers pick "
                                          "columns of a file without a header row")
@@ -30,10 +30,11 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ..pipelines import finetune
+    from ..tasks import TASKS
 
     task_options = {"text_column": args.text_column, "label_column": args.label_column,
                     "pair_column": args.pair_column, "symmetric": args.symmetric or None,
-                    **key_values(args.task_option, "--task-option", "doc_stride=128")}
+                    **key_values(args.task_option, "--task-option", "doc_stride=128", TASKS.get(args.task))}
     typed, recipe = given(args, FinetuneSpec), given(args, Recipe)
     spec = FinetuneSpec(**typed, task_options=task_options, recipe=Recipe(**recipe), training=training_options(args),
                         runtime=runtime_options(args), explicit=frozenset({*typed, *recipe}),

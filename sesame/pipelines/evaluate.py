@@ -37,6 +37,7 @@ class Predictor:
             self.config = read_config(path, "--model", ("finetuned",))
             given = {k: v for k, v in (options or {}).items() if v is not None}
             self.task = make_task(self.config.task, {**self.config.task_options, **given})
+            self.task.check_model(self.config.model)  # what options given here ask of it (text2text's lengths)
             self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
             self.tokenizer = load_tokenizer(path, "--model")
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
@@ -60,11 +61,16 @@ class Predictor:
         return self.task.predictions(examples, *self._outputs(examples), self.labels)
 
     def read(self, path: str, labeled: bool = False) -> list[dict]:
+        if self.config.mixture:  # its tasks' reading options are in config.json's mixture, not its task options
+            names = ", ".join(self.config.mixture)
+            raise SesameError(f"--model {self.run}: fine-tuned on a mixture of tasks ({names}), whose files evaluate "
+                              "and predict do not read yet; its dev metrics per task are in metrics.jsonl, and predict "
+                              "reads bare texts (each with its task's prefix)")
         return self.task.read(path, labeled)
 
     def evaluate(self, data: str) -> dict:
         """The task's full report on a labeled file."""
-        examples = self.task.read(data)
+        examples = self.read(data, labeled=True)
         self.task.check(examples, self.labels, data)
         return self.task.score(examples, *self._outputs(examples), self.labels)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last
+from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights, write_json
@@ -49,17 +51,12 @@ def finetune(spec: FinetuneSpec) -> dict:
     family, size, scratch = _trained_model(spec, source)
     cfg = spec.train_config(family, size=size, scratch=scratch)
     job = make_task(spec.task, spec.task_options)
-    train_rows, dev_rows = job.read(spec.train), job.read(spec.dev)
-    labels = job.labels(train_rows, spec.train)
-    job.check(dev_rows, labels, spec.dev)
-    select = spec.select or job.select
-    if select not in job.metrics(labels):
-        raise SesameError(f"--select {select!r}: choose one of {', '.join(job.metrics(labels))} for --task {spec.task}")
+    data = _read(spec, job)
+    labels = data.labels
     check_batch(cfg)
-    data = _Data(job, train_rows, dev_rows, labels, select)
 
     def setup(run: Path) -> None:
-        config, tok = starting_point(source, base_dir, spec, _texts(train_rows))
+        config, tok = starting_point(source, base_dir, spec, _texts([r for p in data.parts.values() for r in p.train]))
         config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
                                                     arch=config.model.get("arch", "transformer")))
         pooling = spec.pooling or config.pooling
@@ -69,7 +66,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         read_cls_last(config, tok)  # xlnet: a <sep> <cls>
         job.check_model(config.model)
         fam = FAMILIES.get(config.family)
-        job.for_family(fam)  # the task options left to the family, recorded below
+        data.for_family(fam)  # the task options left to the family, recorded below
         recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
         recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
         _word_vectors(config, recipe, source)
@@ -80,15 +77,16 @@ def finetune(spec: FinetuneSpec) -> dict:
         if job.has_labels:
             write_json(run / "labels.json", labels)
         write_config(run, RunConfig(
-            kind="finetuned", task=spec.task, task_options=job.options(), family=config.family, size=config.size,
+            kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
             pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
-            select=select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
-            epochs=spec.epochs, batching=spec.batching, train=asdict(cfg), setup=setup_record(spec)))
+            select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
+            mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=asdict(cfg),
+            setup=setup_record(spec)))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
         config = read_config(run, "--out", ("finetuned",))
-        job.for_family(FAMILIES.get(config.family))  # as rank 0's setup did (under torchrun, the other ranks)
+        data.for_family(FAMILIES.get(config.family))  # as rank 0's setup did (under torchrun, the other ranks)
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
         model = job.build(build_backbone(config), len(labels), config.pooling, spec.head_dropout)
@@ -116,34 +114,108 @@ def finetune(spec: FinetuneSpec) -> dict:
 
 
 @dataclass
-class _Data:
-    """The task and its labeled examples."""
+class _Part:
+    """One task's labeled examples: the task (its options), the training and dev examples, its labels."""
     job: Task
     train: list[dict]
     dev: list[dict]
     labels: list[str]
+
+
+@dataclass
+class _Data:
+    """What fine-tuning reads: the task that builds the model (``job``) and the labeled examples, of --train and
+    --dev (one part, named "") or of each task of a --mixture (its parts, by name, with the files they came from),
+    and the dev metric that picks the kept weights."""
+    job: Task
+    parts: dict[str, _Part]
     select: str
+    mixture: dict[str, dict] | None
+
+    @property
+    def labels(self) -> list[str]:
+        """The label vocabulary of labels.json: the one task's; a mixture's are each task's, in its record."""
+        return [] if self.mixture else self.parts[""].labels
+
+    def for_family(self, family: Family | None) -> None:
+        for task in [self.job, *(p.job for p in self.parts.values() if p.job is not self.job)]:
+            task.for_family(family)
+
+    def options(self) -> dict:
+        """config.json's ``task_options``: the task's, or those a mixture's tasks share (:data:`SHARED`; what each
+        reads differently is in its record), which a resumed run gives its tasks again."""
+        options = self.job.options()
+        return {k: v for k, v in options.items() if k in SHARED} if self.mixture else options
+
+    def record(self) -> dict | None:
+        """config.json's ``mixture``: each task's files, reading options and labels (None: one task)."""
+        if self.mixture is None:
+            return None
+        return {name: {**files, "labels": self.parts[name].labels} for name, files in self.mixture.items()}
+
+    def scores(self, reports: dict[str, dict]) -> dict:
+        """The dev metrics of each part's report: the one task's, or a mixture's (:func:`mixture_scores`)."""
+        if self.mixture is None:
+            return {k: v for k, v in reports[""].items() if isinstance(v, (int, float))}
+        return mixture_scores(reports, {name: part.job.select for name, part in self.parts.items()})
+
+
+def _read(spec: FinetuneSpec, job: Task) -> _Data:
+    """The labeled examples of --train and --dev, read by ``job``; or of each task of --mixture, read by the task
+    its entry's options make over the shared ones (:mod:`sesame.tasks.mixing`); labels checked, --select checked."""
+    mixture = read_mixture(spec.mixture) if spec.mixture else None
+    files = mixture or {"": {"train": spec.train, "dev": spec.dev, "options": {}}}
+    parts = {}
+    for name, entry in files.items():
+        task = make_task(spec.task, {**spec.task_options, **entry["options"]}) if mixture else job
+        train, dev = task.read(entry["train"]), task.read(entry["dev"])
+        labels = task.labels(train, entry["train"])
+        task.check(dev, labels, entry["dev"])
+        parts[name] = _Part(task, train, dev, labels)
+    if mixture:
+        choices, select = mixture_metrics({n: p.job.metrics(p.labels) for n, p in parts.items()}), MEAN
+    else:
+        choices, select = job.metrics(parts[""].labels), job.select
+    select = spec.select or select
+    if select not in choices:
+        raise SesameError(f"--select {select!r}: choose one of {', '.join(choices)} for --task {spec.task}"
+                          + (f" over --mixture {spec.mixture}" if mixture else ""))
+    return _Data(job, parts, select, mixture)
 
 
 def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: _Data, tok: TextTokenizer,
              techniques: Techniques) -> tuple[Trainer, int]:
-    """The trainer over length-bucketed (or shuffled) batches of the training features, evaluating on dev after every
-    epoch and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
-    actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
-    size and the time budget)."""
-    job, labels, cfg = data.job, data.labels, settings.config
+    """The trainer over length-bucketed (or shuffled) batches of the training features, or a mixture's draws
+    (:func:`sesame.tasks.mixing.mixture_example`, at the rates of T5's mixing), evaluating on dev after every epoch
+    and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
+    actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training
+    set's size and the time budget; a mixture's epoch is as many examples as its tasks hold together)."""
+    job, cfg = data.job, settings.config
     causal = model.backbone.config.causal
-    train_features = job.features(data.train, tok, spec.max_length, labels, causal)
-    dev_features = job.features(data.dev, tok, spec.max_length, labels, causal)
+    features = {name: p.job.features(p.train, tok, spec.max_length, p.labels, causal)
+                for name, p in data.parts.items()}
+    dev_features = {name: p.job.features(p.dev, tok, spec.max_length, p.labels, causal)
+                    for name, p in data.parts.items()}
+    train_features = [f for part in features.values() for f in part]
+    first = dict(zip(features, accumulate([0, *map(len, features.values())])))  # each task's first feature
+    sizes = {name: len(part) for name, part in features.items()}
+    rates = mixing_rates(sizes, cap=spec.mixing_cap, temperature=spec.mixing_temperature) if data.mixture else None
+    collate = data.parts[next(iter(data.parts))].job.collate  # a mixture's tasks frame and batch alike
     per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
     lengths = [job.length(f) for f in train_features]
 
-    def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+    def order(step: int) -> list[int]:
+        if rates is not None:
+            draws = (mixture_example(rates, sizes, seed=cfg.seed, index=step * cfg.batch_size + j)
+                     for j in range(cfg.batch_size))
+            return [first[name] + i for name, i in draws]
         epoch, k = divmod(step, per_labeled_epoch)
-        order = bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch),
-                                 window=BATCHINGS[spec.batching])[k]
-        micro = micro_batches(order, cfg.accumulate,
-                              lambda part: job.collate([train_features[i] for i in part], tok.specials.pad))
+        return bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch),
+                                window=BATCHINGS[spec.batching])[k]
+
+    def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+        micro = micro_batches(order(step), cfg.accumulate,
+                              lambda part: collate([train_features[i] for i in part], tok.specials.pad))
         for batch in micro:
             techniques.count(batch)
         return micro
@@ -157,9 +229,11 @@ def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: 
         cfg.save_every = per_epoch
 
     def evaluate_dev(m: TaskModel) -> dict:
-        outputs = infer(m, job, dev_features, tok.specials.pad)
-        return {k: v for k, v in job.score(data.dev, dev_features, outputs, labels).items()
-                if isinstance(v, (int, float))}
+        reports = {}
+        for name, part in data.parts.items():
+            outputs = infer(m, part.job, dev_features[name], tok.specials.pad)
+            reports[name] = part.job.score(part.dev, dev_features[name], outputs, part.labels)
+        return data.scores(reports)
 
     return Trainer(model, settings, batches, evaluate=evaluate_dev, select=data.select,
                    param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),

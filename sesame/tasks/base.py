@@ -22,6 +22,7 @@ from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer
+from ..options import typed_value
 from ..runtime import device_of, to_device
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
@@ -143,17 +144,18 @@ def register(cls: type[Task]) -> type[Task]:
 
 
 def make_task(name: str, options: dict | None = None) -> Task:
-    """The task ``name`` with ``options`` (its dataclass fields; None values take the defaults)."""
+    """The task ``name`` with ``options`` (its dataclass fields; None values take the defaults), each held to its
+    field's type (:func:`sesame.options.typed_value`: ``bos=tru`` is refused, naming the option)."""
     if name not in TASKS:
         raise SesameError(f"--task {name!r} is unknown; choose one of: {', '.join(TASKS)}")
     cls = TASKS[name]
-    known = {f.name for f in fields(cls)}
+    known = {f.name: f for f in fields(cls)}
     given = {k: v for k, v in (options or {}).items() if v is not None}
-    unknown = sorted(set(given) - known)
+    unknown = sorted(set(given) - set(known))
     if unknown:
         raise SesameError(f"{', '.join(unknown)}: not an option of --task {name} (it takes: "
                           f"{', '.join(sorted(known)) or 'nothing'})")
-    return cls(**given)
+    return cls(**{k: typed_value(known[k], v, where="--task-option") for k, v in given.items()})
 
 
 def label_vocabulary(labels: Iterable[str], path: str, column: str) -> list[str]:

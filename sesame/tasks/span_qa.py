@@ -161,7 +161,7 @@ class SpanQA(Task):
     has_labels: ClassVar[bool] = False
     per_token: ClassVar[bool] = True
     head_drops: ClassVar[bool] = False  # BERT's SQuAD head: no dropout of its own
-    version: str = "auto"
+    version: str | float = "auto"  # auto, 1.1 or 2.0; a number (Python's 2.0) is read as its text
     doc_stride: int = 128
     max_query_length: int = 64
     max_answer_length: int = 30

@@ -86,8 +86,8 @@ class Tag(Task):
     name: ClassVar[str] = "tag"
     select: ClassVar[str] = "f1"
     per_token: ClassVar[bool] = True
-    token_column: int = 0
-    label_column: int = -1
+    token_column: int | str = 0  # column numbers; a flag's text ("1", --label-column) is read as one (_column)
+    label_column: int | str = -1
     cvt_unlabeled: str | None = None  # a text file, one sentence per line: cross-view training (cvt.py)
     head: str | None = None  # linear (BERT's), or mlp (CVT's primary module); default: mlp with cvt_unlabeled
 

@@ -2,28 +2,10 @@
 §2.4): the encoder reads an input that names the task, the decoder writes the answer as text, and one loss, the
 teacher-forced cross-entropy of the answer's tokens, serves every task.
 
-Reading (``cast``, one row of :data:`CASTS` per kind of data, as T5's Appendix D writes each task):
-
-* ``text``: a ``source_column`` and a ``target_column`` (CSV, TSV, JSON Lines), or a pair of parallel text
-  files, one example per line (``languages=en-de``: ``--train data/multi30k/train.en`` reads ``train.en`` and
-  ``train.de``; the path may also be given without its suffix). The input is ``prefix`` then the source:
-  ``translate English to German: A man ...``. Metrics: sacreBLEU as T5 computes it (cased, ``intl``
-  tokenisation, exponential smoothing) and exact match of the whole output (T5's ``sequence_accuracy``).
-* ``classify``, ``pair``: ``prefix`` then each input column as ``name: value`` (``sst2 sentence: ...``,
-  ``rte sentence1: ... sentence2: ...``), the target the label, or its word in ``label_words`` (T5 writes
-  SST-2's 0/1 as ``negative``/``positive``). The name is the column's, or the cast's own (``sentence``,
-  ``sentence1``, ``sentence2``) for a numbered column of a file without a header row. Metrics: those of
-  ``classify`` on the label the output names.
-* ``regress`` (STS-B): the target is the score rounded to the nearest 0.2 and written with one decimal
-  (T5's preprocessor: round(5x)/5, half to even; 3.77 → ``3.8``); Pearson and Spearman of the output read as a
-  number against the unrounded gold scores.
-* ``span_qa``: SQuAD JSON (v1.1, answerable questions) read as ``question: ... context: ...`` → the first gold
-  answer; SQuAD's exact match and F1 (the official normalisation, :func:`sesame.metrics.answer_scores`) against
-  all gold answers.
-
-An output that names no label or is not a number is wrong, as in T5's postprocessors: it counts as no class
-(``classification_report``'s -1: a miss of the gold class, no class's false positive) or as the score -1 (T5's
-``string_to_float`` default); ``invalid`` reports their share.
+Reading is the ``cast`` option's: one row of :data:`~sesame.tasks.casts.CASTS` per kind of data (text or parallel
+files, a class, a pair, a score, a SQuAD question), which says how a row becomes the input (``prefix`` then the
+row's fields: ``translate English to German: A man ...``, ``sst2 sentence: ...``), what the answer is, and how
+generated text is scored (:mod:`sesame.tasks.casts`).
 
 Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
 the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
@@ -32,37 +14,29 @@ bart, off for t5). Batches are padded to their longest source and target, and th
 the real target tokens only. The outputs scored and predicted are decoded by
 :func:`sesame.seq2seq.generate_seq2seq` (the hook :func:`generate`): greedy, or beam search with the options
 ``beams`` and ``length_penalty``, up to ``max_target_length`` tokens.
-
-Deviations from T5: STS-B is scored against the original scores (T5 correlates with its rounded targets); an
-unparsable class in a two-class F1 is a miss, not the other class (T5's ``f1_score_with_invalid``).
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from ..data.labeled import read_fields, read_text
+from ..data.labeled import read_fields
 from ..errors import SesameError
-from ..metrics import accuracy, answer_scores, bleu, classification_report, regression_report
+from ..models import model_config, position_limit
 from ..models.encoder_decoder import EncoderDecoder
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, register
+from .casts import CASTS, LANGUAGES, compose, parallel_lines, squad_rows
 from .classify import collate
-from .span_qa import SpanQA
 from .words import IGNORE
 
 if TYPE_CHECKING:  # sesame.decoding reads the data modules, which read the tasks: imported where used
     from ..decoding import GenerationConfig
     from ..families import Family
-
-INVALID = -1  # the class of an output that names none (classification_report counts it wrong)
-NOT_A_NUMBER = -1.0  # the score of an output that is not a number (T5's string_to_float default)
 
 # the generation hook: (model, source ids, padding, eos=, config=) → each row's new tokens
 Generate = Callable[..., list[list[int]]]
@@ -78,145 +52,6 @@ def generate(model: EncoderDecoder, ids: torch.Tensor, padding: torch.Tensor, *,
 
     rows = [ids[i][padding[i]].tolist() for i in range(ids.shape[0])]
     return [h.tokens for h in generate_seq2seq(model, rows, config, eos=eos, batch_size=len(rows))]
-
-
-# -- targets and their parsing ---------------------------------------------------------------------
-
-def number(text: str) -> float | None:
-    """``text`` as a finite number, or None."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def stsb_target(score: float) -> str:
-    """T5's STS-B target: the score rounded to the nearest 0.2 (round(5x)/5, half to even as ``tf.round``) with
-    one decimal: 3.77 → "3.8", 0.1 → "0.0", 0.3 → "0.4"."""
-    return f"{round(score * 5) / 5:.1f}"
-
-
-def compose(prefix: str, fields: list[tuple[str | None, str]]) -> str:
-    """A model input: the prefix, then each field as ``name: value`` (bare when it has no name), spaced once."""
-    parts = [prefix.strip()] if prefix.strip() else []
-    return " ".join(parts + [f"{name}: {value.strip()}" if name else value.strip() for name, value in fields])
-
-
-def score_text(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
-    return {"bleu": bleu(outputs, [e["gold"] for e in examples], lowercase=False, tokenize="intl"),
-            "exact": accuracy([e["gold"].strip() for e in examples], [o.strip() for o in outputs])}
-
-
-def score_classes(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
-    index = {name: i for i, name in enumerate(labels)}
-    pred = [index.get(o.strip(), INVALID) for o in outputs]
-    return {**classification_report([index[e["gold"]] for e in examples], pred, labels),
-            "invalid": pred.count(INVALID) / max(1, len(pred))}
-
-
-def score_number(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
-    pred = [number(o) for o in outputs]
-    return {**regression_report([e["gold"] for e in examples], [NOT_A_NUMBER if p is None else p for p in pred]),
-            "invalid": pred.count(None) / max(1, len(pred))}
-
-
-def score_answers(examples: list[dict], outputs: list[str], labels: list[str]) -> dict:
-    scores = [answer_scores(o, e["gold"], "1.1") for e, o in zip(examples, outputs, strict=True)]
-    return {"exact": sum(s[0] for s in scores) / max(1, len(scores)),
-            "f1": sum(s[1] for s in scores) / max(1, len(scores)), "questions": len(scores)}
-
-
-def text_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
-    return raw, raw
-
-
-def label_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
-    """The label, or its word in ``label_words``, as both the answer and the gold class."""
-    label = raw.strip()
-    if task.label_words is None:
-        return label, label
-    if label not in task.label_words:
-        raise SesameError(f"{where}: label {label!r} has no word in label_words {task.label_words}; add it")
-    return str(task.label_words[label]), str(task.label_words[label])
-
-
-def score_target(task: Text2Text, raw: str, where: str) -> tuple[str, float]:
-    """STS-B's answer (:func:`stsb_target`) and the unrounded gold score."""
-    score = number(raw)
-    if score is None:
-        raise SesameError(f"{where}: {task.target_column!r} is {raw!r}, not a finite number; cast=regress needs "
-                          "numeric targets")
-    return stsb_target(score), score
-
-
-def answers_target(task: Text2Text, raw: list[str], where: str) -> tuple[str, list[str]]:
-    """SQuAD: the first gold answer is the answer to learn; the metric takes the best over all of them."""
-    return raw[0], raw
-
-
-@dataclass(frozen=True)
-class Cast:
-    """How one kind of data becomes text-to-text: its input fields (default columns, in order; SQuAD's fields for
-    ``squad``), whether the input names them (``name: value``), its default target column, the answer and gold
-    value of a raw target (``target``), its metrics (the first picks the kept weights) and their scorer, and
-    whether the answer is a label of a vocabulary (saved as labels.json)."""
-
-    inputs: tuple[str, ...]
-    named: bool
-    column: str | None
-    target: Callable[[Text2Text, object, str], tuple[str, object]]
-    metrics: tuple[str, ...]
-    score: Callable[[list[dict], list[str], list[str]], dict]
-    classes: bool = False
-    squad: bool = False  # reads SQuAD JSON (question, context, answers) instead of columns
-
-
-CLASS_METRICS = ("accuracy", "macro_f1", "mcc")
-CASTS: dict[str, Cast] = {
-    #           inputs                     named  column   target          metrics               scorer
-    "text": Cast(("source",), False, "target", text_target, ("bleu", "exact"), score_text),
-    "classify": Cast(("sentence",), True, "label", label_target, CLASS_METRICS, score_classes, classes=True),
-    "pair": Cast(("sentence1", "sentence2"), True, "label", label_target, CLASS_METRICS, score_classes, classes=True),
-    "regress": Cast(("sentence1", "sentence2"), True, "score", score_target, ("pearson", "spearman"), score_number),
-    "span_qa": Cast(("question", "context"), True, None, answers_target, ("f1", "exact"), score_answers, squad=True),
-}
-LANGUAGES = re.compile(r"([^-./\s]+)-([^-./\s]+)")  # languages=en-de: the two files' suffixes
-
-
-def parallel_lines(path: str, languages: str, labeled: bool) -> list[dict]:
-    """Rows ``{"line", "source"[, "target"]}`` of a pair of parallel text files (``path`` with or without the source
-    suffix), line i of one the translation of line i of the other; a blank line or a line count that differs is an
-    error naming the file (and line)."""
-    source, target = LANGUAGES.fullmatch(languages).groups()
-    stem = path[: -len(source) - 1] if path.endswith(f".{source}") else path
-    files = {"source": Path(f"{stem}.{source}")} | ({"target": Path(f"{stem}.{target}")} if labeled else {})
-    lines = {}
-    for side, file in files.items():
-        text = read_text(file).split("\n")
-        lines[side] = [line.rstrip("\r") for line in text[: -1 if text[-1] == "" else None]]
-    if labeled and len(lines["source"]) != len(lines["target"]):
-        raise SesameError(f"{files['source']} has {len(lines['source'])} lines but {files['target']} has "
-                          f"{len(lines['target'])}; parallel files pair line i with line i: give both the same lines")
-    for side, file in files.items():
-        for i, line in enumerate(lines[side], 1):
-            if not line.strip():
-                raise SesameError(f"{file}:{i}: an empty {side} line; remove line {i} from both parallel files")
-    return [{"line": i + 1, **{side: lines[side][i] for side in files}} for i in range(len(lines["source"]))]
-
-
-def squad_rows(path: str, labeled: bool) -> list[dict]:
-    """Rows ``{"id", "source": question, "pair": context[, "target": every gold answer]}`` of a SQuAD file
-    (:meth:`SpanQA.read`, which checks it); a question without an answer (v2.0) is refused."""
-    rows = []
-    for question in SpanQA().read(path, labeled):
-        if question.get("impossible"):
-            raise SesameError(f"{path}: question {question['id']!r} has no answer (SQuAD v2.0); cast=span_qa reads "
-                              "answerable questions (v1.1)")
-        rows.append({"line": f"question {question['id']}", "id": question["id"], "source": question["question"],
-                     "pair": question["context"],
-                     **({"target": [a["text"] for a in question["answers"]]} if labeled else {})})
-    return rows
 
 
 # -- the task --------------------------------------------------------------------------------------
@@ -274,11 +109,10 @@ class Text2Text(Task):
             raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
         cast = CASTS[self.cast]
         for key, least, why in (("max_target_length", 2, "the answer's tokens and </s>"), ("beams", 1, "1: greedy")):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            value = getattr(self, key)  # its type: make_task's
+            if value < least:
                 raise SesameError(f"--task-option {key}={value}: a whole number of at least {least} ({why})")
-        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)) \
-                or not math.isfinite(self.length_penalty):
+        if not math.isfinite(self.length_penalty):
             raise SesameError(f"--task-option length_penalty={self.length_penalty}: a number, α of beam search's "
                               "Σ log p / length^α (1: the mean; 0: the sum)")
         if self.languages is not None and (self.cast != "text" or not LANGUAGES.fullmatch(str(self.languages))):
@@ -363,9 +197,15 @@ class Text2Text(Task):
                                   f"the known labels are {labels}")
 
     def check_model(self, model: dict) -> None:
+        """An encoder-decoder whose decoder reads ``max_target_length`` positions: any for T5's relative position
+        bias, at most its table's for learned positions (BART: 1024; :func:`sesame.models.position_limit`)."""
         if model.get("arch") != "encoder_decoder":
             raise SesameError(f"--task text2text needs an encoder-decoder (the t5 or bart family), not a "
                               f"{model.get('arch', 'transformer')} model: give --from a t5 or bart run")
+        positions = position_limit(model_config(model))
+        if positions is not None and self.max_target_length > positions:
+            raise SesameError(f"--task-option max_target_length={self.max_target_length} exceeds the model's "
+                              f"{positions} learned positions; give at most {positions}")
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
