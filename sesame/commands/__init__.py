@@ -13,7 +13,7 @@ from ..runtime import Runtime
 from ..train import TrainConfig
 
 COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "convert", "neighbors",
-            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report", "demo")
+            "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report", "demo", "serve")
 
 
 def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,
