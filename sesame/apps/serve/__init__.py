@@ -12,6 +12,7 @@ in :mod:`.app`.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from ...errors import SesameError
@@ -50,13 +51,12 @@ class ServeSpec:
 
 def require() -> None:
     """Fail, saying how to install them, when the serve extra's packages are missing."""
-    try:
-        import prometheus_client  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as err:
-        raise SesameError(f"sesame serve needs Starlette, uvicorn and prometheus_client ({err.name} is missing): "
-                          f"{INSTALL}") from None
+    for name in ("starlette", "uvicorn", "prometheus_client"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise SesameError(f"sesame serve needs Starlette, uvicorn and prometheus_client ({name} is missing): "
+                              f"{INSTALL}") from None
 
 
 def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
