@@ -21,7 +21,7 @@ import httpx  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from sesame.apps.serve import ServeSpec  # noqa: E402
-from sesame.apps.serve.app import create_app, load  # noqa: E402
+from sesame.apps.serve.app import background, create_app, load  # noqa: E402
 
 LABELS = ["animal", "none", "plant"]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -427,36 +427,13 @@ class Chromium:
         os.close(self.replies)
 
 
-class Serving:
-    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        import time
-
-        self.thread.start()
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
 def test_the_demo_page_shows_a_label_with_a_bar_per_class_and_streams_a_generation(runs, tmp_path):
     from .conftest import browser
 
     chromium = Chromium(browser(), tmp_path / "profile")
     text = "The dog sleeps under the old tree."
     try:
-        with Serving(create_app(ServeSpec(model="classify"), load(str(runs / "classify")))) as url:
+        with background(create_app(ServeSpec(model="classify"), load(str(runs / "classify")))) as url:
             expected = httpx.post(f"{url}/v1/predict", json={"inputs": text}).json()["predictions"][0]
             chromium.open(url + "/")
             chromium.wait("document.getElementById('form')?.hidden === false")
@@ -471,7 +448,7 @@ def test_the_demo_page_shows_a_label_with_a_bar_per_class_and_streams_a_generati
         assert [row[2] for row in shown] == pytest.approx([100 * p for p in expected["probabilities"].values()],
                                                           abs=0.051)  # each bar as long as its probability
         assert len(shot) > 1000
-        with Serving(create_app(ServeSpec(model="gpt"), load(str(runs / "gpt")))) as url:
+        with background(create_app(ServeSpec(model="gpt"), load(str(runs / "gpt")))) as url:
             expected = httpx.post(f"{url}/v1/generate", json={"inputs": "The cat",
                                                               "parameters": {"max_new_tokens": 8}}).json()
             chromium.open(url + "/")

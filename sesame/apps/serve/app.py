@@ -18,9 +18,9 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, fields
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from importlib import resources
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -352,6 +352,25 @@ def create_app(spec: ServeSpec, loaded: Loaded) -> Starlette:
                     lifespan=lifespan)
     app.state.server = server
     return app
+
+
+@contextmanager
+def background(app: Starlette, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """``app`` served by uvicorn in a thread (on a free port by default) for the ``with``: its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="sesame-serve-http", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise SesameError(f"the server could not listen on {host}:{port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join()
 
 
 def error(status: int, message: str) -> JSONResponse:
