@@ -119,6 +119,26 @@ def test_every_task_predicts_as_the_predictor_does(runs, name, inputs, check):
         assert line == {**example, **want} and check(line), line
 
 
+def test_each_task_reads_its_json_input_shape_and_names_the_shape_it_expects():
+    from sesame.errors import SesameError
+    from sesame.tasks import make_task
+
+    assert make_task("pair").example_of(["a", "b"], "inputs[0]") == {"text": "a", "pair": "b"}
+    with pytest.raises(SesameError, match=r"^inputs\[2\]: --task pair reads two non-empty texts"):
+        make_task("pair").example_of("a b", "inputs[2]")
+    assert make_task("tag").example_of(["New", "York"], "i") == {"words": ["New", "York"], "text": "New York"}
+    with pytest.raises(SesameError, match="without spaces"):
+        make_task("tag").example_of(["New York"], "i")
+    with pytest.raises(SesameError, match="context"):
+        make_task("span_qa").example_of({"question": "who?"}, "i")
+    choice = make_task("multiple_choice")
+    assert choice.example_of({"context": "c", "choices": ["x", "y"]}, "i") == {"text": "c", "choices": ["x", "y"]}
+    with pytest.raises(SesameError, match="^i: no field 'choices'"):
+        choice.example_of({"context": "c"}, "i")
+    with pytest.raises(SesameError, match="^i: --task classify reads a non-empty text per input, not 3"):
+        make_task("classify").example_of(3, "i")
+
+
 def test_span_qa_reads_a_long_context_in_windows_not_refusing_it(runs):
     context = " ".join(texts(12))  # far more than the run's 24 tokens
     with client(runs / "span_qa") as c:
