@@ -66,7 +66,8 @@ async def hammer(url: str, texts: list[str], *, clients: int, requests: int) -> 
         seconds = time.perf_counter() - start
     return {"requests": len(latencies), "errors": errors, "seconds": round(seconds, 3),
             "requests_per_s": round(len(latencies) / seconds, 2),
-            "p50_ms": round(1000 * percentile(latencies, 0.5), 2), "p99_ms": round(1000 * percentile(latencies, 0.99), 2)}
+            "p50_ms": round(1000 * percentile(latencies, 0.5), 2),
+            "p99_ms": round(1000 * percentile(latencies, 0.99), 2)}
 
 
 def batches(url: str) -> tuple[float, float]:
@@ -93,8 +94,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     loaded = load(args.model)
     results = []
     for wait in (args.batch_wait_ms, 0.0):
-        app = create_app(ServeSpec(model=args.model, batch_wait_ms=wait, max_concurrent_requests=max(512, args.clients),
-                                   auto_truncate=True), loaded)
+        spec = ServeSpec(model=args.model, batch_wait_ms=wait, max_concurrent_requests=max(512, args.clients),
+                         auto_truncate=True)
+        app = create_app(spec, loaded)
         with background(app) as url:
             asyncio.run(hammer(url, texts, clients=args.clients, requests=args.clients))  # warm-up
             before = batches(url)

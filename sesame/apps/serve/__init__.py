@@ -28,7 +28,8 @@ class ServeSpec:
     """What ``sesame serve`` serves and its limits (the defaults are text-embeddings-inference's where it has one)."""
 
     model: str = option(help="a fine-tuned run (or a transformers sequence classifier directory), served at "
-                             "/v1/predict; or a pre-trained language model (gpt, gpt2, t5, bart), served at /v1/generate")
+                             "/v1/predict; or a pre-trained language model (gpt, gpt2, t5, bart), served at "
+                             "/v1/generate")
     host: str = option("127.0.0.1", help="the address to listen on (another than 127.0.0.1 exposes the model to the "
                                          "network: give --api-key)")
     port: int = option(8000, within=(0, 65536), help="the port to listen on (0: any free port)")

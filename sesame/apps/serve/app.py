@@ -2,8 +2,8 @@
 
 Routes: ``POST /v1/predict`` (a fine-tuned run), ``POST /v1/generate`` (a language model; server-sent events with
 ``"stream": true``), ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json`` and the demo
-page ``GET /``. Every refusal is a JSON body ``{"error": message, "status": code}``: 400 malformed JSON, 401 a missing or
-wrong API key, 404 an endpoint this model does not serve, 413 a body over ``--payload-limit``, 422 inputs of the wrong
+page ``GET /``. Every refusal is a JSON body ``{"error": message, "status": code}``: 400 malformed JSON, 401 a missing
+or wrong API key, 404 an endpoint this model does not serve, 413 a body over ``--payload-limit``, 422 inputs of the wrong
 shape, too many (``--max-client-batch-size``), too long (unless ``--auto-truncate``), too many tokens
 (``--max-batch-tokens``) or too many new tokens (``--max-new-tokens``), 429 more than ``--max-concurrent-requests`` in
 flight, 500 an error of the server (logged with its traceback). A request's error is its own: it is answered and the
