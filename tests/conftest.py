@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -77,6 +78,19 @@ def shared_data() -> Path | None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"real data not found at {root}; CI must have ../shared/data beside the repo")
     pytest.skip(f"real data not found at {root}; set SESAME_DATA to run the end-to-end tests")
+
+
+BROWSERS = ("chromium", "chromium-browser")  # Debian's package, and Ubuntu's name for it
+
+
+def browser() -> str:
+    """Chromium's command; absence fails under CI (.ci/run installs it) and skips elsewhere."""
+    found = next((path for path in map(shutil.which, BROWSERS) if path), None)
+    if found:
+        return found
+    if os.environ.get("CI") == "true":
+        pytest.fail("chromium is not installed; CI must install it (.ci/run: apt-get install chromium)")
+    pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
 
 
 def minilm() -> Path:

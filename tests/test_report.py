@@ -1,6 +1,5 @@
 """sesame report: the training curves of runs and compare folders as an HTML page and a PNG, rendered by a browser."""
 import json
-import os
 import shutil
 import subprocess
 
@@ -8,10 +7,9 @@ import pytest
 
 from sesame.cli import main
 
-from .conftest import refused, sentences
+from .conftest import browser, refused, sentences
 
 PNG = b"\x89PNG\r\n\x1a\n"
-BROWSERS = ("chromium", "chromium-browser")  # Debian's package, and Ubuntu's name for it
 
 
 def report(argv: list[str], capsys) -> dict:
@@ -59,16 +57,6 @@ def test_a_compare_folder_charts_every_run_it_trained(compared, tmp_path, capsys
     assert all(label in page for label in written["runs"])
     assert '<g id="chart-dev-accuracy">' in page and '<g id="chart-dev-perplexity">' in page
     assert (tmp_path / "compare.png").read_bytes().startswith(PNG)
-
-
-def browser() -> str:
-    """Chromium's command; absence fails under CI (.ci/run installs it) and skips elsewhere."""
-    found = next((path for path in map(shutil.which, BROWSERS) if path), None)
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("chromium is not installed; CI must install it (.ci/run: apt-get install chromium)")
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
 
 
 def test_the_page_renders_in_headless_chromium_without_console_errors(tiny_runs, tmp_path, capsys):

@@ -128,8 +128,11 @@ def decode(lm: LanguageModel, prompts: list[list[int]], cfg: GenerationConfig,
         step_ids, step_positions = tokens[:, None], positions[:, -1:] + 1
         ids, positions = torch.cat([ids, step_ids], 1), torch.cat([positions, step_positions], 1)
         padding = torch.cat([padding, torch.ones_like(step_ids, dtype=torch.bool)], 1)
-    for c in out:
-        c.finish = c.finish or "length"
+    for row, c in enumerate(out):
+        if c.finish is None:  # cut at max_new_tokens: the text held back for a stop string or a character is final
+            c.finish = "length"
+            if on_text is not None:
+                on_text(row, c.fresh())
     return out
 
 

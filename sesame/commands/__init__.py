@@ -15,7 +15,7 @@ from ..train import TrainConfig
 
 COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "export", "convert",
             "neighbors", "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report",
-            "demo")
+            "demo", "serve")
 
 
 def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,

@@ -47,10 +47,20 @@ class Predictor:
         if self.placement.compile:  # infer calls model.outputs
             self.model.outputs = self.placement.compiled(self.model.outputs, "model's outputs")
 
-    def _outputs(self, examples: list[dict]) -> tuple[list[dict], torch.Tensor]:
-        features = self.task.features(examples, self.tokenizer, self.max_length, self.labels, self.causal)
+    def features(self, examples: list[dict], *, max_length: int | None = None) -> list[dict]:
+        """The task's model inputs for ``examples`` (:meth:`sesame.tasks.Task.features`), cut at ``max_length``
+        tokens (default: :attr:`max_length`, the model's fine-tuning ``--max-length``; a task with ``windows``
+        reads longer inputs in several windows)."""
+        return self.task.features(examples, self.tokenizer, max_length or self.max_length, self.labels, self.causal)
+
+    def outputs(self, features: list[dict]) -> torch.Tensor:
+        """The model's outputs for ``features`` (:func:`sesame.tasks.infer`: one row per feature, on the CPU)."""
         with self.placement.autocast():
-            return features, infer(self.model, self.task, features, self.tokenizer.specials.pad)
+            return infer(self.model, self.task, features, self.tokenizer.specials.pad)
+
+    def predictions(self, examples: list[dict], features: list[dict], outputs: torch.Tensor) -> list[dict]:
+        """One prediction per example from its features' ``outputs`` (:meth:`sesame.tasks.Task.predictions`)."""
+        return self.task.predictions(examples, features, outputs, self.labels)
 
     def predict(self, inputs: Sequence[str | dict]) -> list[dict]:
         """One prediction per input: a text, or an example dict as the task reads them (``{"text": ...,
@@ -58,7 +68,8 @@ class Predictor:
         examples = [self.task.example(x) if isinstance(x, str) else x for x in inputs]
         if not examples:
             return []
-        return self.task.predictions(examples, *self._outputs(examples), self.labels)
+        features = self.features(examples)
+        return self.predictions(examples, features, self.outputs(features))
 
     def read(self, path: str, labeled: bool = False) -> list[dict]:
         if self.config.mixture:  # its tasks' reading options are in config.json's mixture, not its task options
@@ -72,7 +83,8 @@ class Predictor:
         """The task's full report on a labeled file."""
         examples = self.read(data, labeled=True)
         self.task.check(examples, self.labels, data)
-        return self.task.score(examples, *self._outputs(examples), self.labels)
+        features = self.features(examples)
+        return self.task.score(examples, features, self.outputs(features), self.labels)
 
 
 class ExportedPredictor(Predictor):

@@ -58,6 +58,7 @@ class Task:
     head_drops: ClassVar[bool] = True  # the head applies the dropout before its output layer(s)
     reads_encoder_decoders: ClassVar[bool] = False  # its head also reads an encoder-decoder (T5, BART)
     exported_output: ClassVar[str | None] = None  # its outputs' name in an ONNX export (None: `sesame export` refuses)
+    windows: ClassVar[bool] = False  # an input longer than ``max_length`` is read in several windows, not cut
 
     def options(self) -> dict:
         return asdict(self)
@@ -81,6 +82,14 @@ class Task:
     def example(self, text: str) -> dict:
         """An unlabeled example from a bare text (``sesame predict`` reading stdin)."""
         raise SesameError(f"--task {self.name} reads examples from a file: give --input FILE")
+
+    def example_of(self, value: object, where: str) -> dict:
+        """An unlabeled example from one JSON value, an input of a ``sesame serve`` request: by default a
+        non-empty text (:meth:`example`); tasks whose inputs are more than one text override it. A value of
+        another shape is an error beginning with ``where`` and saying which shape is expected."""
+        if isinstance(value, str) and value.strip():
+            return self.example(value)
+        raise SesameError(f"{where}: --task {self.name} reads a non-empty text per input, not {shown(value)}")
 
     def labels(self, train: list[dict], path: str) -> list[str]:
         """The label vocabulary the training examples define (empty for tasks without one)."""
@@ -133,6 +142,20 @@ class Task:
         with open(path, "w", encoding="utf-8") as out:
             for prediction in predictions:
                 out.write(json.dumps(prediction, ensure_ascii=False) + "\n")
+
+
+def shown(value: object) -> str:
+    """A JSON value as an error message quotes it (cut to 60 characters)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def texts_of(value: object, count: int | None = None) -> list[str] | None:
+    """``value`` when it is a list of non-empty strings (``count`` of them, or at least one), else None."""
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value) and \
+            len(value) == (count or len(value)):
+        return value
+    return None
 
 
 TASKS: dict[str, type[Task]] = {}

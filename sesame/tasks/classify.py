@@ -36,7 +36,7 @@ from ..errors import SesameError
 from ..metrics import classification_report, regression_report
 from ..models import EncoderDecoder, Transformer
 from ..tokenizer import TextTokenizer
-from .base import Task, TaskModel, label_vocabulary, pad, register
+from .base import Task, TaskModel, label_vocabulary, pad, register, shown, texts_of
 
 POOLINGS = ("cls", "last", "mean", "max", "concat")
 CONCAT_HIDDEN = 50  # ULMFiT's classifier hidden layer (Howard & Ruder 2018, §4)
@@ -186,6 +186,16 @@ class Classify(Task):
         if self.pair_column is not None:
             return super().example(text)
         return {"text": text}
+
+    def example_of(self, value: object, where: str) -> dict:
+        """A text, or with a pair column two texts ``["first", "second"]``."""
+        if self.pair_column is None:
+            return super().example_of(value, where)
+        pair = texts_of(value, 2)
+        if pair is None:
+            raise SesameError(f"{where}: --task {self.name} reads two non-empty texts per input, [\"first\", "
+                              f"\"second\"], not {shown(value)}")
+        return {"text": pair[0], "pair": pair[1]}
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:
         return ("accuracy", "macro_f1", "mcc") + (("f1",) if len(labels) == 2 else ())

@@ -30,7 +30,7 @@ from ..errors import SesameError
 from ..metrics import accuracy
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
-from .base import Task, TaskModel, pad, register
+from .base import Task, TaskModel, pad, register, shown
 from .classify import SequenceModel, collate
 
 
@@ -75,6 +75,13 @@ class MultipleChoice(Task):
             raise SesameError(f"{path}: --task {self.name} reads JSON Lines; give a .jsonl file with one object "
                               "per line")
         return [self._parse(record, labeled, f"{path}:{line}") | {"line": line} for line, record in json_lines(path)]
+
+    def example_of(self, value: object, where: str) -> dict:
+        """An object with the fields of a line of the task's JSONL file (without the label)."""
+        if not isinstance(value, dict):
+            raise SesameError(f"{where}: --task {self.name} reads an object per input, {{{self.context_field!r}: "
+                              f"\"...\", {self.choices_field!r}: [\"...\", ...]}}, not {shown(value)}")
+        return self._parse(value, False, where)
 
     def _parse(self, record: dict, labeled: bool, where: str) -> dict:
         wanted = [(self.context_field, "context_field"), (self.choices_field, "choices_field")]

@@ -44,7 +44,7 @@ from ..errors import SesameError
 from ..metrics import answer_scores, tune_null_threshold
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
-from .base import Task, TaskModel, pad, register
+from .base import Task, TaskModel, pad, register, shown
 
 VERSIONS = ("auto", "1.1", "2.0")
 
@@ -161,6 +161,7 @@ class SpanQA(Task):
     has_labels: ClassVar[bool] = False
     per_token: ClassVar[bool] = True
     head_drops: ClassVar[bool] = False  # BERT's SQuAD head: no dropout of its own
+    windows: ClassVar[bool] = True  # a long context is read in windows doc_stride tokens apart
     version: str | float = "auto"  # auto, 1.1 or 2.0; a number (Python's 2.0) is read as its text
     doc_stride: int = 128
     max_query_length: int = 64
@@ -215,6 +216,17 @@ class SpanQA(Task):
         if self.version == "auto":
             self.version = "2.0" if v2_file else "1.1"
         return examples
+
+    def example_of(self, value: object, where: str) -> dict:
+        """``{"question", "context"}`` with an optional ``id``, as a question of a SQuAD file reads."""
+        texts = isinstance(value, dict) and all(isinstance(value.get(k), str) and value[k].strip()
+                                                for k in ("question", "context"))
+        qid = value.get("id", "") if isinstance(value, dict) else None
+        if not texts or not isinstance(qid, (str, int)) or isinstance(qid, bool):
+            raise SesameError(f"{where}: --task {self.name} reads {{\"question\": \"...\", \"context\": \"...\"}} per "
+                              f"input (and an optional \"id\"), not {shown(value)}")
+        return {"question": value["question"], "context": value["context"], **({"id": str(qid)} if "id" in value
+                                                                                else {})}
 
     def _answers(self, qa: dict, context: str, where: str) -> dict:
         impossible = qa.get("is_impossible", False) is True

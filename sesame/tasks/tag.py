@@ -41,7 +41,7 @@ from ..metrics import conll_report
 from ..models import Transformer
 from ..tokenizer import TextTokenizer
 from . import cvt
-from .base import Batches, Task, TaskModel, label_vocabulary, pad, register
+from .base import Batches, Task, TaskModel, label_vocabulary, pad, register, shown, texts_of
 from .classify import collate
 from .words import DOCSTART, IGNORE, encode_words, first_subwords, word_loss
 
@@ -157,6 +157,16 @@ class Tag(Task):
     def example(self, text: str) -> dict:
         words = text.split()
         return {"words": words, "text": " ".join(words)}
+
+    def example_of(self, value: object, where: str) -> dict:
+        """A text, split at whitespace (:meth:`example`), or its words ``["word", ...]``."""
+        words = texts_of(value)
+        if words is not None and all(len(word.split()) == 1 for word in words):
+            return {"words": words, "text": " ".join(words)}
+        if isinstance(value, list):
+            raise SesameError(f"{where}: --task {self.name} reads a text or a list of words (non-empty, without "
+                              f"spaces) per input, not {shown(value)}")
+        return super().example_of(value, where)
 
     def labels(self, train: list[dict], path: str) -> list[str]:
         """The tags of the training file. Fine-tuning with ``cvt_unlabeled`` also reads the unlabeled text
