@@ -1,0 +1,59 @@
+"""Does a pre-trained encoder-decoder read its source? Its objective's loss on validation text, with each row's own
+corrupted input, with another row's, and with the clean text, for a ``t5`` or ``bart`` run.
+
+A decoder that reads the encoder scores its targets better from the row's own input than from another row's
+(T5's spans are in no other row; BART's clean text is mostly in its own noised input). Equal losses mean the
+decoder has learned only the targets' own statistics, whatever the encoder says. Also printed: how much the
+encoder's final states vary across the positions of one input (their standard deviation over positions, averaged
+over the hidden units), for the run and for a fresh model of the same config; a collapsed encoder says the same
+thing at every position.
+
+    python scripts/source_use.py runs/compare-20min/pretrain/bart-mini --valid ../shared/data/wikitext2/valid.txt
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from sesame.objectives import build_objective
+from sesame.rundir import build_backbone, load_backbone, load_tokenizer, read_config
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="a pre-trained t5 or bart run")
+    parser.add_argument("--valid", required=True, help="validation text")
+    parser.add_argument("--rows", type=int, default=16, help="windows scored (default 16)")
+    parser.add_argument("--chars", type=int, default=200_000, help="characters of --valid read (default 200,000)")
+    args = parser.parse_args(argv)
+
+    config = read_config(args.run, "run")
+    tokenizer = load_tokenizer(args.run, "run")
+    model = load_backbone(args.run, "run").eval()
+    objective = build_objective(config.objective, model, tokenizer, config.objective_options)
+    with open(args.valid, encoding="utf-8") as fh:
+        ids = torch.tensor(tokenizer.encode([fh.read(args.chars)], special=False)[0])
+    length = objective.window_length(config.seq_len)
+    if len(ids) < args.rows * length:
+        parser.error(f"--valid: {len(ids)} tokens in the first {args.chars:,} characters, fewer than --rows "
+                     f"{args.rows} windows of {length}; give more --chars or fewer --rows")
+    windows = ids[: args.rows * length].view(args.rows, length)
+    batch = objective.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(args.rows)])
+    pad = tokenizer.specials.pad
+    sources = {"own corrupted input": batch["ids"], "another row's input": batch["ids"].roll(1, 0)}
+    if config.objective == "denoising":  # BART's targets are the clean text, framed as its inputs are
+        sources["the clean text"] = batch["targets"]
+    count = int((batch["targets"] != pad).sum())
+    with torch.no_grad():
+        for name, source in sources.items():
+            loss = objective({"ids": source, "padding": source != pad, "targets": batch["targets"]})
+            print(f"loss per target token, {name}: {float(loss) / count:.4f}")
+        fresh = build_backbone(config).eval()
+        for name, backbone in (("this run", model), ("a fresh model", fresh)):
+            states = backbone.encode(batch["ids"][:1], None).states[0]
+            print(f"encoder states' spread over positions, {name}: {float(states.std(0).mean()):.4f}")
+
+
+if __name__ == "__main__":
+    main()
