@@ -125,6 +125,12 @@ ROWS = {
                                    "{root}/afile.txt/p.jsonl"], "--output", "afile.txt is a file"),
     "predict: missing input": (["predict", "--model", "{root}/clf", "--input", "{root}/nothing.csv"],
                                "nothing.csv"),
+    # serve
+    "serve: missing model": (["serve", "--model", "{root}/nothing"], "--model", "no such run directory"),
+    "serve: an encoder that neither classifies nor generates": (["serve", "--model", "{root}/pre"], "--model",
+                                                                "generate needs a causal language model"),
+    "serve: no inputs per request": (["serve", "--model", "{root}/clf", "--max-client-batch-size", "0"],
+                                     "--max-client-batch-size", "at least 1"),
     # export
     "export: a pretrained run": (["export", "--model", "{root}/pre", "--out", "{root}/new"], "--model", "pretrained"),
     "export: into someone's folder": (["export", "--model", "{root}/clf", "--out", "{root}/mine"], "--out", "mine"),

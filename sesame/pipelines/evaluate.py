@@ -43,6 +43,7 @@ class Predictor:
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
         self.max_length, self.causal = self.config.max_length, self.config.causal
+        self.mixture = self.config.mixture  # a mixture's tasks read their files with options of their own
         self.placement.model(self.model).eval()
         if self.placement.compile:  # infer calls model.outputs
             self.model.outputs = self.placement.compiled(self.model.outputs, "model's outputs")
@@ -72,8 +73,8 @@ class Predictor:
         return self.predictions(examples, features, self.outputs(features))
 
     def read(self, path: str, labeled: bool = False) -> list[dict]:
-        if self.config.mixture:  # its tasks' reading options are in config.json's mixture, not its task options
-            names = ", ".join(self.config.mixture)
+        if self.mixture:  # its tasks' reading options are in config.json's mixture, not its task options
+            names = ", ".join(self.mixture)
             raise SesameError(f"--model {self.run}: fine-tuned on a mixture of tasks ({names}), whose files evaluate "
                               "and predict do not read yet; its dev metrics per task are in metrics.jsonl, and predict "
                               "reads bare texts (each with its task's prefix)")
@@ -114,6 +115,7 @@ class ExportedPredictor(Predictor):
         self.tokenizer = load_tokenizer(path, "--model")
         self.tokenizer.backend.no_padding()  # sesame pads its batches itself (the task's collate)
         self.max_length, self.causal = self.export["max_length"], self.export["sesame"]["causal"]
+        self.mixture = None  # export refuses text2text, so a mixture's run
         self.model = OnnxModel(self.run / MODEL_FILE, self.export["inputs"])
 
 
