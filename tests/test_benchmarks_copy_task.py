@@ -1,0 +1,24 @@
+"""benchmarks/copy_task.py for a few steps: both sides start from the same function and see the same batches, so
+their losses agree step by step (the property the benchmark's reading rests on)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from .conftest import load_script  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "copy_task.py"
+
+
+@pytest.mark.parametrize("style", ["t5", "bart"])
+def test_both_sides_follow_the_same_curve(style, capsys, one_thread) -> None:
+    load_script(SCRIPT, "benchmark_copy_task").main(["--style", style, "--steps", "3", "--every", "1"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert rows[0]["style"] == style and [r["step"] for r in rows[1:]] == [0, 1, 2, 3]
+    for r in rows[1:]:
+        assert r["sesame"] == pytest.approx(r["transformers"], abs=2e-3)
+    assert rows[-1]["sesame"] < rows[1]["sesame"]  # and they learn
