@@ -108,6 +108,7 @@ measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step f
     python benchmarks/train_step.py --which all           # all four steps
     python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
     python benchmarks/train_step.py --device cuda --precision fp32 bf16   # on a GPU (scripts/gpu_check.sh)
+    python benchmarks/train_step.py --device cuda --size base --which all  # base size: mini leaves a GPU idle
 
 The encoder-decoder steps have not been timed here. By the FLOP count above (a pencil estimate, not a
 measurement) a t5 step is about 0.4x the causal step's work (its decoder reads some 30 targets a row: ~170 GFLOP
@@ -151,7 +152,7 @@ from encoder_decoder_pair import OBJECTIVES, SENTINELS, SPECIALS, build_pair  # 
 LR, WEIGHT_DECAY = 1e-4, 0.01
 BERT_SPECIALS = SpecialIds(pad=0, unk=100, cls=101, sep=102, mask=103)  # bert-base-uncased ids
 PRECISIONS = ("fp32", "bf16")  # the CPU's (fp16 autocast is CUDA-only in sesame)
-PEAK_N = {"mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
+PEAK_N = {"base": 4096, "mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
 PRIMING_STEPS = 3  # untimed steps of a compiled contender: sesame's model compiles on its first two calls
 MODELS = {"mlm": "bert", "clm": "gpt2", "t5": "t5", "bart": "bart"}
 VOCABULARIES = {"mlm": 30522, "clm": 50257, "t5": 32128, "bart": 50265}  # bert-base-uncased's, GPT-2's, T5's, BART's
@@ -191,10 +192,14 @@ class BenchConfig:
 
 
 def bench_config(step: str, size: str) -> BenchConfig:
-    """``step``'s (mlm, clm, t5 or bart) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds."""
+    """``step``'s (mlm, clm, t5 or bart) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds,
+    ``base`` the papers' base size (hidden 768, 12 layers per stack, 12 heads), for a GPU, where mini's steps are
+    too small to keep it busy."""
     model = MODELS[step] + "-" + size
     if size == "mini":
         return BenchConfig(model, vocab_size=VOCABULARIES[step])
+    if size == "base":
+        return BenchConfig(model, vocab_size=VOCABULARIES[step], hidden=768, layers=12, heads=12, intermediate=3072)
     return BenchConfig(model, vocab_size=512, hidden=32, layers=2, heads=2, intermediate=64, max_positions=64,
                        batch=4, seq_len=16)
 
@@ -573,8 +578,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="autocast precisions to run, on both sides (fp32 also gives the X-vs-fp32 lines)")
     parser.add_argument("--compile", nargs="+", choices=PRECISIONS, default=[], metavar="PRECISION",
                         help="precisions (of --precision) to run once more under torch.compile, on both sides")
-    parser.add_argument("--size", choices=["mini", "tiny"], default="mini",
-                        help="mini: the benchmark; tiny: a smoke test in seconds (its numbers mean nothing)")
+    parser.add_argument("--size", choices=["mini", "tiny", "base"], default="mini",
+                        help="mini: the benchmark; tiny: a smoke test in seconds (its numbers mean nothing); base: "
+                             "hidden 768 and 12 layers, for a GPU (minutes per round on a CPU)")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch intra-op threads (2 as specified; 1 is steadier on a busy machine)")
     parser.add_argument("--device", default="cpu",
