@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import Dropout, dropout, explicit_attention
 from sesame.objectives import CausalLM, MaskedLM
-from sesame.objectives.projection import linear_cross_entropy
+from sesame.objectives.projection import default_chunk_size, linear_cross_entropy
 from sesame.tokenizer import SpecialIds
 
 RTOL = 1e-5
@@ -68,6 +68,14 @@ def test_linear_cross_entropy_matches_the_plain_loss_and_gradients(chunk_size: i
         assert got[2] is None
     with torch.no_grad():
         assert_close(linear_cross_entropy(hidden, weight, targets, b, chunk_size=chunk_size), plain.detach())
+
+
+def test_the_default_chunks_are_small_on_a_cpu_and_one_on_a_gpu_for_a_gpt_mini_batch() -> None:
+    rows, vocab = 32 * 128, 50257  # benchmarks/train_step.py's causal step
+    on_cpu = default_chunk_size(rows, vocab, torch.device("cpu"))
+    assert on_cpu * vocab <= 1 << 24 and -(-rows // on_cpu) == 13  # 64 MB of fp32 logits at a time, equal chunks
+    assert default_chunk_size(rows, vocab, torch.device("cuda")) == rows  # launches cost more than memory there
+    assert default_chunk_size(64 * 1024, vocab, torch.device("cuda")) * vocab <= 1 << 28  # still bounded
 
 
 def test_linear_cross_entropy_of_no_positions_is_zero_with_zero_gradients() -> None:

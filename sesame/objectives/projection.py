@@ -27,10 +27,15 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import FunctionCtx
 
-# By default one chunk of logits holds at most this many floats (64 MB in fp32; under bf16 autocast a
-# bf16 copy adds half as much): large enough that the output matrix is streamed only a few times per
-# batch, small enough to be a bounded workspace.
-CHUNK_ELEMENTS = 1 << 24
+# By default one chunk of logits holds at most this many floats. On a CPU, 64 MB in fp32 (under bf16
+# autocast a bf16 copy adds half as much): large enough that the output matrix is streamed only a few
+# times per batch, small enough to be a bounded workspace. On a GPU, where each chunk's dozen kernel
+# launches and its smaller matrix products cost more than memory does (an H100 profile of the GPT-mini
+# step: 13 chunks of 315 rows, 525 kernels a step against transformers' 257), 1 GB in fp32: a 32 x 128
+# batch of a 50k vocabulary is one chunk, still less than the logits and their gradient that an
+# unfused loss holds.
+CHUNK_ELEMENTS = {"cpu": 1 << 24}
+ACCELERATOR_CHUNK_ELEMENTS = 1 << 28
 
 
 class Workspace:
@@ -153,6 +158,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
+def default_chunk_size(rows: int, vocab: int, device: torch.device) -> int:
+    """Rows per chunk of ``rows`` positions over ``vocab`` classes on ``device``: as few chunks as the device's bound
+    (:data:`CHUNK_ELEMENTS`) allows, of equal size."""
+    bound = CHUNK_ELEMENTS.get(device.type, ACCELERATOR_CHUNK_ELEMENTS)
+    chunks = max(1, -(-rows // max(1, bound // vocab)))
+    return max(1, -(-rows // chunks))
+
+
 @torch.compiler.disable
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          bias: torch.Tensor | None = None, chunk_size: int | None = None,
@@ -161,7 +174,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
 
     ``hidden`` is (positions, features), ``weight`` (vocabulary, features), ``targets`` (positions,)
     holding valid class ids. Logits are computed ``chunk_size`` rows at a time (by default in the
-    fewest equal chunks of at most :data:`CHUNK_ELEMENTS` floats) in one reused matrix (of
+    fewest equal chunks of at most :data:`CHUNK_ELEMENTS` floats for the device) in one reused matrix (of
     ``workspace`` when given, so callers that keep a workspace skip the allocation next time) and,
     when gradients are needed, turned into the gradients of ``hidden``, ``weight`` and ``bias`` at
     once, so neither the logits nor their gradient ever exist in full. The loss is in float32 at
@@ -171,9 +184,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     into buffers in the forward pass.
     """
     low = product_dtype(hidden)
-    if chunk_size is None:  # as few chunks as the bound allows, of equal size
-        chunks = max(1, -(-hidden.shape[0] // max(1, CHUNK_ELEMENTS // weight.shape[0])))
-        chunk_size = max(1, -(-hidden.shape[0] // chunks))
+    chunk_size = chunk_size or default_chunk_size(hidden.shape[0], weight.shape[0], hidden.device)
     workspace = workspace or Workspace()
     if torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (hidden, weight, bias)):
         return _LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_size, workspace, low)
