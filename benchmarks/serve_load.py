@@ -1,10 +1,10 @@
 """Load test of ``sesame serve``: bounded concurrent clients on 127.0.0.1 against a served classifier, with and without
 micro-batching: throughput, p50/p99 latency and errors.
 
-The model (``--model``, a fine-tuned run such as an airline classifier) is served twice in this process, by uvicorn
-in a thread (:func:`sesame.apps.serve.app.background`): with micro-batching (``--batch-wait-ms``, default the
-server's 2 ms) and without (0 ms: each request a forward pass of its own). ``--clients`` clients each send one
-request after another, one text per request, until ``--requests`` requests have been sent; the texts are the
+The model (``--model``, a fine-tuned run such as an airline classifier, or its ONNX export) is served twice in this
+process, by uvicorn in a thread (:func:`sesame.apps.serve.app.background`): with micro-batching (``--batch-wait-ms``,
+default the server's 2 ms) and without (0 ms: each request a forward pass of its own). ``--clients`` clients each send
+one request after another, one text per request, until ``--requests`` requests have been sent; the texts are the
 ``--column`` of ``--data`` (a CSV/TSV/JSONL file), used in turn. Every request counts: a response other than 200 is
 an error, and the line says how many there were. A warm-up of ``--clients`` requests comes first, uncounted.
 

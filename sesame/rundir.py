@@ -40,6 +40,13 @@ def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> R
     return RunConfig.parse(data, f"{flag} {run / 'config.json'}")
 
 
+def describe(config: RunConfig) -> dict:
+    """What a run is, as ``sesame serve``'s /info says it: its kind, family, size, whether it is causal, and
+    ``export`` None (a run; an ONNX export's predictor says its format and quantisation there)."""
+    return {"kind": config.kind, "family": config.family, "size": config.size, "causal": config.causal,
+            "export": None}
+
+
 def write_config(run: Path, config: RunConfig) -> None:
     write_json(run / "config.json", config.to_json())
     (run / SETTING_UP).unlink(missing_ok=True)

@@ -11,8 +11,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     from ..apps.serve import ServeSpec
 
     p = spec_command(sub, "serve", ServeSpec, required=("model",),
-                     help="serve a fine-tuned run (POST /v1/predict) or a language model (POST /v1/generate) over "
-                          "HTTP, with a demo page at / (docs/serving.md)")
+                     help="serve a fine-tuned run or its ONNX export (POST /v1/predict) or a language model "
+                          "(POST /v1/generate) over HTTP, with a demo page at / (docs/serving.md)")
     add_runtime_flags(p)
     p.set_defaults(run=run)
 

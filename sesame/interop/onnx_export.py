@@ -8,8 +8,9 @@ The folder holds
 * ``tokenizer.json``: the run's tokenizer with its post-processor (special tokens, GPT's input tokens, ULMFiT's
   document start) and the run's truncation (``max_length``, longest side of a pair first) and right padding
   with the pad token, so ``tokenizers`` alone gives the model's inputs;
-* ``export.json`` (:data:`EXPORT_FILE`): the task, labels, input and output names, max length, and what
-  ``sesame predict`` needs to read it back (``sesame``: the task options, whether the model is causal).
+* ``export.json`` (:data:`EXPORT_FILE`): the task, labels, input and output names, max length, the run's family
+  and size, and what ``sesame predict`` and ``sesame serve`` need to read it back (``sesame``: the task options,
+  whether the model is causal).
 
 ``--quantize int8`` is onnxruntime's post-training dynamic quantisation (``quantize_dynamic``): the weights of the
 matrix products (and embedding tables) stored as int8 with a scale per tensor, the activations quantised to 8 bits
@@ -78,7 +79,8 @@ def read_export(path: str | Path, flag: str) -> dict:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SesameError(f"{flag} {file}: not readable as JSON ({err}); export the run again") from None
-    missing = [k for k in ("format", "task", "labels", "inputs", "output", "max_length", "sesame") if k not in meta]
+    missing = [k for k in ("format", "quantize", "task", "labels", "inputs", "output", "max_length", "family", "sesame")
+               if k not in meta]
     if missing or meta["format"] != "onnx":
         raise SesameError(f"{flag} {file}: not an ONNX export of sesame (missing {', '.join(missing) or 'format'}); "
                           "export the run again with `sesame export`")
@@ -222,7 +224,7 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
         meta = {"format": "onnx", "model": MODEL_FILE, "quantize": quantize, "task": task.name,
                 "labels": predictor.labels, "inputs": list(inputs.values()), "output": task.exported_output,
                 "max_length": config.max_length, "pad_id": predictor.tokenizer.specials.pad,
-                "family": config.family, "opset": OPSET,
+                "family": config.family, "size": config.size, "opset": OPSET,
                 "sesame": {"version": __version__, "task_options": task.options(), "causal": config.causal}}
         (files / EXPORT_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         make_dir(out, "--out")

@@ -16,7 +16,7 @@ from ..errors import SesameError
 from ..models import position_limit
 from ..objectives import OBJECTIVES, build_objective
 from ..objectives.seq2seq import require_sentinels
-from ..rundir import build_backbone, load_tokenizer, read_config
+from ..rundir import build_backbone, describe, load_tokenizer, read_config
 from ..runtime import Runtime
 from ..sources import opened
 from ..specs import RunConfig, check_length
@@ -28,7 +28,9 @@ from .pretrain import lm_metrics, window_length
 class Predictor:
     """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
     loaded for prediction and evaluation. ``options`` override the task options the run was trained
-    with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s)."""
+    with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s).
+    ``about`` says what the model is (:func:`sesame.rundir.describe`: kind, family, size, causal, export), as
+    ``sesame serve``'s /info shows it."""
 
     def __init__(self, run: str | Path, options: dict | None = None, runtime: Runtime | None = None):
         self.run = Path(run)
@@ -43,6 +45,7 @@ class Predictor:
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
         self.max_length, self.causal = self.config.max_length, self.config.causal
+        self.about = describe(self.config)
         self.mixture = self.config.mixture  # a mixture's tasks read their files with options of their own
         self.placement.model(self.model).eval()
         if self.placement.compile:  # infer calls model.outputs
@@ -115,6 +118,9 @@ class ExportedPredictor(Predictor):
         self.tokenizer = load_tokenizer(path, "--model")
         self.tokenizer.backend.no_padding()  # sesame pads its batches itself (the task's collate)
         self.max_length, self.causal = self.export["max_length"], self.export["sesame"]["causal"]
+        self.about = {"kind": "finetuned", "family": self.export["family"],
+                      "size": self.export.get("size"),  # exports written before sesame recorded it have none
+                      "causal": self.causal, "export": {"format": "onnx", "quantize": self.export["quantize"]}}
         self.mixture = None  # export refuses text2text, so a mixture's run
         self.model = OnnxModel(self.run / MODEL_FILE, self.export["inputs"])
 

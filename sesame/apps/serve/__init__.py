@@ -5,7 +5,8 @@ async streaming for server-sent events and a test client, on the ASGI server mos
 add pydantic models and a generated OpenAPI page, which a handful of fixed endpoints does not need (their schema is
 written out, :mod:`.schema`). Prometheus metrics come from ``prometheus_client``.
 
-A fine-tuned run answers ``POST /v1/predict`` through :class:`sesame.pipelines.Predictor`, its inputs micro-batched
+A fine-tuned run answers ``POST /v1/predict`` through :class:`sesame.pipelines.Predictor` (a folder ``sesame export``
+wrote through :class:`sesame.pipelines.evaluate.ExportedPredictor`, run by onnxruntime), its inputs micro-batched
 (:mod:`.worker`); a pre-trained language model (GPT, GPT-2, T5, BART) answers ``POST /v1/generate`` through
 :func:`sesame.apps.generate.generate`, streamed as server-sent events when asked. The routes, limits and metrics are
 in :mod:`.app`.
@@ -27,9 +28,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 class ServeSpec:
     """What ``sesame serve`` serves and its limits (the defaults are text-embeddings-inference's where it has one)."""
 
-    model: str = option(help="a fine-tuned run (or a transformers sequence classifier directory), served at "
-                             "/v1/predict; or a pre-trained language model (gpt, gpt2, t5, bart), served at "
-                             "/v1/generate")
+    model: str = option(help="a fine-tuned run (or a transformers sequence classifier directory, or a folder "
+                             "`sesame export` wrote), served at /v1/predict; or a pre-trained language model (gpt, "
+                             "gpt2, t5, bart), served at /v1/generate")
     host: str = option("127.0.0.1", help="the address to listen on (another than 127.0.0.1 exposes the model to the "
                                          "network: give --api-key)")
     port: int = option(8000, within=(0, 65536), help="the port to listen on (0: any free port)")

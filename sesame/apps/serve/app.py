@@ -32,11 +32,12 @@ from starlette.routing import Route
 from ...decoding import GenerationConfig
 from ...errors import SesameError
 from ...interop import resolve
+from ...interop.onnx_export import is_export
 from ...language_model import LanguageModel
 from ...pipelines import Predictor
-from ...rundir import read_config
+from ...pipelines.evaluate import ExportedPredictor
+from ...rundir import describe, read_config
 from ...runtime import Runtime
-from ...specs import RunConfig
 from ..generate import Transducer, generate, load_generator
 from . import ServeSpec
 from .schema import openapi
@@ -48,20 +49,26 @@ PARAMETERS = {f.name: f for f in fields(GenerationConfig) if f.name != "cache"} 
 
 @dataclass
 class Loaded:
-    """A model ready to serve: a fine-tuned run's predictor, or a language model's generator."""
+    """A model ready to serve: a fine-tuned run's predictor (or an ONNX export's), or a language model's generator;
+    ``about``: what /info says of it (:func:`sesame.rundir.describe`)."""
 
-    config: RunConfig
+    about: dict
     model: Model | None = None
     generator: LanguageModel | Transducer | None = None
 
 
 def load(model: str, *, runtime: Runtime | None = None) -> Loaded:
-    """``--model`` loaded by its kind: a fine-tuned run as a :class:`Predictor`, a pre-trained one for generation."""
+    """``--model`` loaded by its kind: a fine-tuned run as a :class:`Predictor`, a folder ``sesame export`` wrote as
+    an :class:`ExportedPredictor` (the same interface: one worker serves both), a pre-trained run for generation."""
+    if is_export(model):
+        predictor = ExportedPredictor(model, runtime=runtime)
+        return Loaded(predictor.about, model=predictor)
     with resolve(model, "--model") as run:
         config = read_config(run, "--model")
         if config.kind == "finetuned":
-            return Loaded(config, model=Predictor(run, runtime=runtime))
-        return Loaded(config, generator=load_generator(str(run), runtime=runtime))
+            predictor = Predictor(run, runtime=runtime)
+            return Loaded(predictor.about, model=predictor)
+        return Loaded(describe(config), generator=load_generator(str(run), runtime=runtime))
 
 
 class Cancelled(Exception):
@@ -199,8 +206,8 @@ class Server:
     async def generate(self, request: Request) -> Response:
         generator = self.loaded.generator
         if generator is None:
-            raise Refused(404, f"--model {self.spec.model} is a fine-tuned {self.loaded.config.task} run, not a "
-                               "language model: use POST /v1/predict")
+            raise Refused(404, f"--model {self.spec.model} is a fine-tuned {self.loaded.model.task.name} model, not "
+                               "a language model: use POST /v1/predict")
         body = await self.body(request, ("inputs", "parameters", "stream"))
         prompts = self.inputs(body)
         for i, prompt in enumerate(prompts):
@@ -304,7 +311,7 @@ class Server:
         return JSONResponse({"status": "ok"})
 
     async def info(self, request: Request) -> Response:
-        config, model, spec = self.loaded.config, self.loaded.model, self.spec
+        about, model, spec = self.loaded.about, self.loaded.model, self.spec
         limits = {"max_concurrent_requests": spec.max_concurrent_requests, "max_batch_tokens": spec.max_batch_tokens,
                   "max_client_batch_size": spec.max_client_batch_size, "payload_limit": spec.payload_limit,
                   "auto_truncate": spec.auto_truncate, "batch_wait_ms": spec.batch_wait_ms}
@@ -313,8 +320,7 @@ class Server:
         else:
             limits["max_new_tokens"] = spec.max_new_tokens
         return JSONResponse({
-            "model": spec.model, "kind": config.kind, "family": config.family, "size": config.size,
-            "causal": config.causal,
+            "model": spec.model, **about,
             "task": model.task.name if model is not None else None,
             "task_options": model.task.options() if model is not None else None,
             "labels": model.labels if model is not None else None,

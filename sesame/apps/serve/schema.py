@@ -80,7 +80,8 @@ def openapi() -> dict:
                                   stream=True),
             "/health": _get("whether the server can answer", _json({"type": "object"}, "{\"status\": \"ok\"}"),
                             secured=False),
-            "/info": _get("the model (kind, family, size, task, task options, labels) and the server's limits",
+            "/info": _get("the model (kind, family, size, task, task options, labels; export: an ONNX export's "
+                          "format and quantisation, else null) and the server's limits",
                           _json({"type": "object"}, "the model and limits")),
             "/metrics": _get("Prometheus metrics: requests by endpoint and status, latency, queue depth, "
                              "requests in flight, batch sizes and tokens",

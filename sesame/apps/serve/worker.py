@@ -28,8 +28,9 @@ log = logging.getLogger("sesame.serve")
 
 
 class Model(Protocol):
-    """What the server asks of a fine-tuned model: :class:`sesame.pipelines.Predictor` (an exported model's runtime
-    can serve by giving the same: features from the task, outputs from its own forward pass)."""
+    """What the server asks of a fine-tuned model: :class:`sesame.pipelines.Predictor` gives it, and so does an ONNX
+    export's :class:`sesame.pipelines.evaluate.ExportedPredictor` (the task's features and decoding, onnxruntime's
+    forward pass), so one worker micro-batches both."""
 
     task: Task
     labels: list[str]
