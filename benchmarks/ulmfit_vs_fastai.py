@@ -1,12 +1,14 @@
 """ULMFiT traced against fastai: sesame's classifier recipe and fastai's, stage by stage, on airline sentiment.
 
 Both libraries fine-tune an AWD-LSTM classifier (3 layers, sesame's ``--size``: mini is embedding 200, hidden
-400) with ULMFiT's recipe on airline train (text → airline_sentiment), evaluated on airline dev, from two
+400) with ULMFiT's recipe on airline train (text → airline_sentiment), evaluated on airline dev, from three
 starting points:
 
 * ``scratch``: a random AWD-LSTM (both libraries initialise it alike: embeddings U(−0.1, 0.1), PyTorch's LSTMs);
-* ``pretrained``: a language model each library pre-trains on WikiText-2 train for the same wall time
-  (``--lm-minutes``): sesame with ``sesame ulmfit``'s stage (a) (``sesame pretrain --family ulmfit``: AdamW
+* ``fastai-lm`` (the table's "fastai's LM"): both libraries from the same start, fastai's LM below, its encoder
+  renamed into a sesame run for sesame's classifier, so only the classifier recipes differ;
+* ``pretrained`` (the table's "own LM"): a language model each library pre-trains on WikiText-2 train for the
+  same wall time (``--lm-minutes``): sesame with ``sesame ulmfit``'s stage (a) (``sesame pretrain --family ulmfit``: AdamW
   3e-3, linear decay, the family's dropouts, variable-length BPTT), fastai with ``fit_one_cycle`` as its
   ``train_wt103.py`` does (lr 1e-2, drop_mult 0.1, weight decay 0.1, moms 0.8/0.7/0.8, AR/TAR), timed by the
   same clock. Neither fine-tunes the LM on the tweets first (ULMFiT's stage b): the classifier starts from the
@@ -76,6 +78,9 @@ SESAME_EPOCH = {"head only": 1, "+LSTM 3": 2, "+LSTM 2": 3}  # "all": the last e
 FASTAI_STAGES = ((-1, 2e-2), (-2, 1e-2), (-3, 5e-3), (0, 1e-3))
 FASTAI_LM = {"lr": 1e-2, "drop_mult": 0.1, "wd": 0.1}  # fastai's train_wt103.py
 LAYERS = 3
+# the table's starting points: random weights; each library's own LM; fastai's LM for both (converted for sesame)
+STARTS = {"scratch": "scratch", "pretrained": "own LM", "fastai-lm": "fastai's LM"}
+FASTAI_RUN = {"scratch": "scratch", "pretrained": "pretrained", "fastai-lm": "pretrained"}  # fastai's side of each
 OUTPUT_DROPOUT = 0.4  # sesame's classifier output dropout (sesame ulmfit's --dropout), before --drop-mult
 # the real run, and the smoke run: a few hundred tweets and WikiText-2 lines, a tiny model, seconds of LM
 FULL = {"size": "mini", "vocab_size": 30000, "seq_len": 70, "batch_size": 64, "max_length": 128, "classifier_lr": 1e-2}
@@ -211,6 +216,33 @@ def fastai_lm(sesame_run: Path, out: Path, settings: dict, minutes: float, seed:
     return {"dev_loss": loss, "perplexity": float(np.exp(loss)), "seconds": round(seconds_spent, 1), "steps": steps}
 
 
+def sesame_run_of_fastai_lm(sesame_run: Path, encoder: Path, out: Path) -> Path:
+    """A sesame pretrained run (``out``) holding fastai's LM encoder ``encoder``: ``sesame_run``'s configuration and
+    tokenizer (the same vocabulary, sizes and dropouts), the weights renamed (fastai's WeightDropout keeps the LSTM's
+    hidden-to-hidden matrix as ``weight_hh_l0_raw``; the embedding-dropout wrapper's copy is the same tensor). Both
+    are PyTorch LSTMs, so the gate order is the same."""
+    from safetensors.torch import load_file
+
+    from sesame.train.checkpoint import load_weights, save_weights
+
+    if (out / "model.safetensors").is_file():
+        return out
+    fastai = load_file(str(encoder))
+    renamed = {"backbone.embed.tokens.weight": fastai["encoder.weight"]}
+    for key, tensor in fastai.items():
+        if key.startswith("rnns."):
+            layer, name = key.split(".")[1], key.split(".")[-1].removesuffix("_raw")
+            renamed[f"backbone.layers.{layer}.rnn.{name}"] = tensor
+    own = load_weights(sesame_run / "model.safetensors")
+    if {k: v.shape for k, v in renamed.items()} != {k: v.shape for k, v in own.items()}:
+        raise SystemExit(f"{encoder}: fastai's encoder does not map onto {sesame_run}'s weights one to one")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json"):
+        (out / name).write_bytes((sesame_run / name).read_bytes())
+    save_weights(out / "model.safetensors", renamed)
+    return out
+
+
 def fastai_classifier(inputs: dict, encoder: Path | None, settings: dict, epochs: int, seed: int, *,
                       drop_mult: float) -> dict:
     """fastai's ULMFiT classifier recipe (module docstring) on sesame's ``inputs``, from ``encoder`` (a saved
@@ -263,10 +295,11 @@ def table(results: dict, seeds: list[int], majority: float) -> list[str]:
         lm = results.get(f"lm/{side}")
         if lm:
             lines.append(f"| LM ({side}) | WikiText-2 valid perplexity {lm['perplexity']:.0f} | | | | |")
-    for start in ("scratch", "pretrained"):
-        runs = {side: [results[f"{start}/{side}/{s}"] for s in seeds] for side in ("sesame", "fastai")}
+    for start, label in STARTS.items():
+        runs = {side: [results[f"{start if side == 'sesame' else FASTAI_RUN[start]}/{side}/{s}"] for s in seeds]
+                for side in ("sesame", "fastai")}
         for name in STAGES:
-            lines.append(f"| {start} | {name} | {cell(runs['sesame'], name, 'accuracy')} | "
+            lines.append(f"| {label} | {name} | {cell(runs['sesame'], name, 'accuracy')} | "
                          f"{cell(runs['fastai'], name, 'accuracy')} | {cell(runs['sesame'], name, 'seconds')} | "
                          f"{cell(runs['fastai'], name, 'seconds')} |")
     seeds_said = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean ± sd over seeds {', '.join(map(str, seeds))}"
@@ -323,6 +356,10 @@ def main(argv: list[str] | None = None) -> dict:
             stage(results, f"{start}/fastai/{seed}", record,
                   lambda: fastai_classifier(encoded(run, data, settings["max_length"]), encoder, settings,
                                             args.epochs, seed, drop_mult=args.drop_mult))
+    for seed in args.seeds:  # fastai's side from its own LM is the pretrained row's: the same start, the same seed
+        stage(results, f"fastai-lm/sesame/{seed}", record, lambda: sesame_classifier(
+            str(sesame_run_of_fastai_lm(sesame_run, fastai_run / "encoder.safetensors", fastai_run / "as-sesame")),
+            data, out / f"fastai-lm-sesame-{seed}", settings, args.epochs, seed, drop_mult=args.drop_mult))
     lines = table(results, args.seeds, majority_share(data["dev"]))
     command = "python benchmarks/ulmfit_vs_fastai.py --out OUT" + (
         f" --lm-minutes {args.lm_minutes:g} --epochs {args.epochs} --seeds {' '.join(map(str, args.seeds))}"
