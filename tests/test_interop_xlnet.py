@@ -67,7 +67,7 @@ def sesame_lm(run: Path) -> tuple[XLNet, torch.Tensor]:
 
 
 def orders(rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A sampled factorisation order per row: (the rank of each target, −1 elsewhere; targets; predicted positions)."""
+    """A sampled order per row: (the rank of each target, −1 elsewhere; the targets; the predicted positions)."""
     keys = torch.stack([torch.rand(n, generator=torch.Generator().manual_seed(i)) for i in range(rows)])
     rank = factorisation_order(keys, 5)
     target = select_targets(rank, 5, 3)
@@ -125,7 +125,8 @@ def test_xlnets_tokenizer_reads_cls_and_sep_as_sesames_roles_and_comes_back_as_i
     checkpoint(tmp_path / "hf")
     from_hf(tmp_path / "hf", tmp_path / "run")
     tok, auto = load_tokenizer(tmp_path / "run"), transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
-    assert (tok.specials.unk, tok.specials.cls, tok.specials.sep, tok.specials.pad, tok.specials.mask) == (0, 3, 4, 5, 6)
+    specials = tok.specials
+    assert (specials.unk, specials.cls, specials.sep, specials.pad, specials.mask) == (0, 3, 4, 5, 6)
     texts, pairs = sentences(8, seed=3), sentences(8, seed=4)
     for encoding, a, b in zip(tok.encodings(texts, pairs), texts, pairs):
         given = auto(a, b, return_token_type_ids=True)

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints ⇄ sesame runs, for the architectures of :mod:`.architectures` (T5 and BART:
-:mod:`.hf_seq2seq`).
+:mod:`.hf_seq2seq`; XLNet: :mod:`.xlnet`; :data:`ROUTES`).
 
 ``from_hf(DIR, RUN)`` turns a ``transformers`` model directory (config.json; model.safetensors, a
 sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a

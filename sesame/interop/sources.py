@@ -70,7 +70,8 @@ def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[
     if classifier:
         model_type = config.get("model_type")
         own = TASKS.get(model_type)
-        task, why_not = own(config) if own else sequence_task(config, architecture(model_type, str(path / "config.json")))
+        task, why_not = own(config) if own else \
+            sequence_task(config, architecture(model_type, str(path / "config.json")))
         if task is None:
             raise SesameError(f"{flag} {model}: {why_not}, so sesame cannot predict or evaluate with it; "
                               f"fine-tune it first (sesame finetune --from {model} ...) and use that run")

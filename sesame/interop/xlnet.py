@@ -95,7 +95,8 @@ def hf_config(model: dict, *, source: dict, tokens: dict[str, int]) -> dict:
     hf.update({key: model[field] for field, key in KEYS.items()})
     hf.update({k: v for k, (v, _) in REQUIRED.items()}, model_type=MODEL_TYPE, clamp_len=-1,
               d_head=model["hidden"] // model["heads"],
-              ff_activation=EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"]), pad_token_id=tokens["pad"])
+              ff_activation=EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"]),
+              pad_token_id=tokens["pad"])
     for key, role in (("bos_token_id", "cls"), ("eos_token_id", "sep")):  # an imported XLNet's own <s> and </s>
         hf.setdefault(key, tokens[role])
     return hf
@@ -120,8 +121,8 @@ def _table(layers: int) -> list[tuple[str, str, str]]:
 def export_weights(state: dict[str, torch.Tensor], model: dict) -> dict[str, torch.Tensor]:
     """The base model's tensors, named as in ``XLNetModel``, of sesame's backbone state dict ``state``."""
     h, heads = model["hidden"], model["heads"]
-    shaped = {"same": lambda t: t, "in": lambda t: t.t().reshape(h, heads, -1), "out": lambda t: t.reshape(h, heads, -1),
-              "mask": lambda t: t.reshape(1, 1, h)}
+    shaped = {"same": lambda t: t, "in": lambda t: t.t().reshape(h, heads, -1),
+              "out": lambda t: t.reshape(h, heads, -1), "mask": lambda t: t.reshape(1, 1, h)}
     return {theirs: shaped[how](state[ours]).contiguous() for ours, theirs, how in _table(model["layers"])}
 
 
@@ -258,7 +259,8 @@ def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
     record = config.hf.get("tokenizer") if config.hf else None
     tokenizer_json, specials = export_tokenizer(tok, record, drop_aliases=True)
     roles = {"pad": tok.specials.pad, "cls": tok.specials.cls, "sep": tok.specials.sep}
-    hf = {**hf_config(model, source=(config.hf or {}).get("config", {}), tokens=roles), **extra, "architectures": [name]}
+    source = (config.hf or {}).get("config", {})
+    hf = {**hf_config(model, source=source, tokens=roles), **extra, "architectures": [name]}
     out.mkdir(parents=True, exist_ok=True)
     save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")

@@ -18,6 +18,10 @@ E_z [Σ_{t>c} log p(x_{z_t} | x_{z<t})] over factorisation orders z of each sequ
   ends with ``<sep> <cls>`` (XLNet's input ends with them; segment id 2 for ``<cls>``, XLNet's ``SEG_ID_CLS``),
   which stay out of the order (never predicted, visible to all as non-targets) and out of the memory.
 
+Evaluation (:meth:`PermutationLM.token_losses`, ``sesame evaluate``) reads a long text left to right instead: the
+identity order with every token predicted, segment after segment with the memory carried, so the losses sum to
+−log p(text) (perplexity, bits per byte).
+
 Every random draw (the orders) comes from the example's own generator; the masks are built from the ranks in
 batched tensor operations on the model's device.
 

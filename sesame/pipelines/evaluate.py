@@ -214,7 +214,8 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
 def _memory(mem_len: int, config: RunConfig, model: str) -> int:
     """``--mem-len``, checked: a language model with Transformer-XL memory (XLNet's) and a count of states."""
     if config.kind != "pretrained" or "mem_len" not in config.model:
-        what = "a fine-tuned run" if config.kind != "pretrained" else f"a {config.model.get('arch', 'transformer')} model"
+        arch = config.model.get("arch", "transformer")
+        what = "a fine-tuned run" if config.kind != "pretrained" else f"a {arch} model"
         raise SesameError(f"--mem-len {mem_len}: --model {model} is {what}, which reads no memory of earlier "
                           "segments; --mem-len is for an XLNet language model: drop it")
     if mem_len < 0:

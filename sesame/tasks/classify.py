@@ -10,7 +10,8 @@ into its two-block classifier (Howard & Ruder 2018, §3.3).
 
 An encoder-decoder (T5, BART: :class:`EncoderDecoderSequenceModel`) reads, with ``last`` pooling (both families'
 default), the decoder's state at the input's end token with BART's classification head (Lewis et al. 2020, §3.1);
-other poolings read its encoder's states as an encoder's are read.
+other poolings read its encoder's states as an encoder's are read. XLNet reads its final ``<cls>`` through a dense
+layer and tanh (:class:`XLNetSequenceModel`, XLNet's sequence summary).
 
 A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders (BERT, §4.1),
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
