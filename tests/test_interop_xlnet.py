@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,10 +47,10 @@ def checkpoint(folder: Path, kind: str = "lm", **config):
     """A transformers XLNet directory with its tokenizer, every weight moved off its initial value, and the model."""
     vocab = xlnet_tokenizer(folder)
     torch.manual_seed(0)
-    cfg = transformers.XLNetConfig(vocab_size=vocab, d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0,
-                                   mem_len=5, **config)
-    if kind == "lm":
-        model = transformers.XLNetLMHeadModel(cfg)
+    cfg = transformers.XLNetConfig(**{"vocab_size": vocab, "d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 64,
+                                      "dropout": 0.0, "mem_len": 5, **config})
+    if kind in ("lm", "base"):
+        model = (transformers.XLNetLMHeadModel if kind == "lm" else transformers.XLNetModel)(cfg)
     else:
         cfg.id2label, cfg.label2id = dict(enumerate(LABELS)), {name: i for i, name in enumerate(LABELS)}
         model = transformers.XLNetForSequenceClassification(cfg)
@@ -236,3 +236,26 @@ def test_what_sesame_does_not_compute_is_refused_naming_the_key(tmp_path, kind, 
     with pytest.raises(SesameError, match=f"{key} {value!r}"):
         from_hf(tmp_path / "hf", tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_bare_model_imports_without_an_objective_and_an_unbounded_memory_as_sesames_default(tmp_path):
+    theirs = checkpoint(tmp_path / "hf", kind="base", mem_len=None)  # the released checkpoints' mem_len: null
+    summary = from_hf(tmp_path / "hf", tmp_path / "run")
+    assert (summary["kind"], summary["objective"]) == ("pretrained", None) and "mem_len None" in summary["notes"][0]
+    net = load_backbone(tmp_path / "run")
+    assert net.config.mem_len == XLNetConfig.mem_len
+    ids = torch.randint(9, theirs.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(net(ids), theirs(ids).last_hidden_state, atol=1e-4, rtol=1e-4)
+    to_hf(tmp_path / "run", tmp_path / "back")
+    source, back = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("hf", "back"))
+    assert sorted(back) == sorted(source) and all(torch.equal(back[n], source[n]) for n in source)
+
+
+def test_a_tensor_the_configuration_does_not_have_is_refused(tmp_path):
+    checkpoint(tmp_path / "hf")
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    weights["transformer.layer.2.rel_attn.q"] = weights["transformer.layer.1.rel_attn.q"].clone()  # a stray third layer
+    save_file(weights, str(tmp_path / "hf" / "model.safetensors"))
+    with pytest.raises(SesameError, match=r"\(xlnet\): unexpected: layer.2.rel_attn.q"):  # as XLNetModel names it
+        from_hf(tmp_path / "hf", tmp_path / "run")

@@ -78,12 +78,19 @@ def model_config(hf: dict, where: str) -> dict:
         raise SesameError(f"{where}: " + "; ".join(wrong))
     model = {field: given[key] for field, key in KEYS.items() if key != "mem_len"}
     model["activation"] = ACTIVATIONS[model["activation"]]
-    if isinstance(hf.get("mem_len"), int) and hf["mem_len"] > 0:  # null or 0: transformers keeps every state
-        model["mem_len"] = hf["mem_len"]
+    if _bounded(hf):
+        model["mem_len"] = hf.get("mem_len", DEFAULTS["mem_len"])
     try:
         return XLNetConfig(**model).to_dict()
     except ValueError as err:
         raise SesameError(f"{where}: {err}") from None
+
+
+def _bounded(hf: dict) -> bool:
+    """Whether the config.json ``hf`` bounds the memory: ``mem_len`` null or 0 keeps every earlier state in
+    transformers, which sesame does not (its run keeps its default)."""
+    mem_len = hf.get("mem_len", DEFAULTS["mem_len"])
+    return isinstance(mem_len, int) and mem_len > 0
 
 
 def hf_config(model: dict, *, source: dict, tokens: dict[str, int]) -> dict:
@@ -128,13 +135,14 @@ def export_weights(state: dict[str, torch.Tensor], model: dict) -> dict[str, tor
 
 def import_weights(weights: dict[str, torch.Tensor], model: dict, where: str) -> dict[str, torch.Tensor]:
     """sesame's backbone state dict from the base model's tensors ``weights`` (names as in ``XLNetModel``), which must
-    be the configuration's: each in its shape (``where`` names the file in the error)."""
+    be exactly the configuration's, each in its shape (``where`` names the file in the error)."""
     h = model["hidden"]
     with torch.device("meta"):
         expected = export_weights(XLNet(XLNetConfig(**model)).state_dict(), model)
     found = {"missing": [n for n in expected if n not in weights],
              "mis-shaped": [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
-                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape]}
+                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape],
+             "unexpected": [n for n in weights if n not in expected]}
     if any(found.values()):
         raise SesameError(f"{where} does not match config.json (xlnet): "
                           + "; ".join(f"{what}: {', '.join(names)}" for what, names in found.items() if names))
@@ -217,7 +225,7 @@ def xlnet_run(src: Path, out: Path) -> dict:
         if labels:
             write_json(run / "labels.json", labels)
         write_config(run, config)
-    notes = [] if isinstance(hf.get("mem_len"), int) and hf["mem_len"] > 0 else [
+    notes = [] if _bounded(hf) else [
         f"mem_len {hf.get('mem_len')!r} keeps every earlier state in transformers; the run keeps "
         f"{model['mem_len']} (sesame evaluate --mem-len changes it)"]
     return {"model_type": MODEL_TYPE, "family": fam.name, "kind": config.kind, "task": task,
