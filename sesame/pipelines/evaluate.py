@@ -152,6 +152,9 @@ def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None =
     from ..interop.onnx_export import is_export
 
     if is_export(model):
+        if mem_len is not None:
+            raise SesameError(f"--mem-len {mem_len}: --model {model} is an ONNX export of a classifier, which reads no "
+                              "memory of earlier segments; --mem-len is for an XLNet language model: drop it")
         if not isinstance(data, str):
             data = _one_file(data)
         return load(model, text_column=text_column, label_column=label_column, runtime=runtime).evaluate(data)
