@@ -75,7 +75,7 @@ class Family:
     source_bos: bool = False
     sentinels: int = 0  # the tokenizer ends with T5's sentinel tokens, this many (sesame.tokenizer.train_tokenizer)
     intermediate: float = 4.0  # a Transformer's feed-forward width per unit of hidden (T5 v1.1's gated one: 8/3)
-    # transformers' model_type whose checkpoints import as this family's runs (sesame.interop.hf_seq2seq; several
+    # transformers' model_type whose checkpoints import as this family's runs (interop.hf_seq2seq, .xlnet; several
     # rows of one type: the one whose model_options the checkpoint's configuration matches best)
     hf_model_type: str | None = None
     # inputs end with the separator and the class token, ``a <sep> <cls>`` and ``a <sep> b <sep> <cls>``, <cls> in
@@ -134,7 +134,7 @@ FAMILIES: dict[str, Family] = {
                source_bos=True, hf_model_type="bart"),
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
-               cls_last=True),  # its relative positions read any length (sesame.models.xlnet)
+               cls_last=True, hf_model_type="xlnet"),  # its relative positions read any length (sesame.models.xlnet)
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings

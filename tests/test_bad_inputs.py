@@ -201,6 +201,8 @@ ROWS = {
                                                    "{root}/new", *FAST], "garbled-shards", "meta.json"),
     "evaluate: seq-len 0": (["evaluate", "--model", "{root}/pre", "--data", "{root}/corpus.txt", "--seq-len", "0"],
                             "--seq-len 0"),
+    "evaluate: memory for a model without": (["evaluate", "--model", "{root}/pre", "--data", "{root}/corpus.txt",
+                                              "--mem-len", "4"], "--mem-len 4", "reads no memory"),
     "evaluate: weights cut short": (["evaluate", "--model", "{root}/cut", "--data", "{root}/corpus.txt"],
                                     "model.safetensors"),
     "evaluate: config.json not UTF-8": (["evaluate", "--model", "{root}/latin1-run", "--data", "{root}/corpus.txt"],

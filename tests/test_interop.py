@@ -395,8 +395,8 @@ def test_tokenizer_json_with_albert_role_names(tmp_path: Path) -> None:
 
 def test_unknown_model_type(tmp_path: Path) -> None:
     (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text(json.dumps({"model_type": "xlnet"}))
-    with pytest.raises(SesameError, match=r"config.json: model_type 'xlnet' is not supported; sesame converts bert"):
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({"model_type": "funnel"}))
+    with pytest.raises(SesameError, match=r"config.json: model_type 'funnel' is not supported; sesame converts bert"):
         from_hf(tmp_path / "hf", tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -278,8 +278,12 @@ def test_pretrain_evaluate_and_classify_end_to_end(tmp_path, labeled, capsys):
     assert encoding.ids[-2:] == [tok.specials.sep, tok.specials.cls] and tok.specials.cls not in encoding.ids[:-1]
     assert encoding.type_ids[-1] == 2 and set(encoding.type_ids[:-1]) == {0, 1}
     capsys.readouterr()
-    assert main(["evaluate", "--model", str(run), "--data", str(corpus), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["loss"] > 0
+    read = []
+    for memory in ([], ["--mem-len", "0"]):  # the text read left to right, with the run's memory and with none
+        assert main(["evaluate", "--model", str(run), "--data", str(corpus), "--json", *memory]) == 0
+        read.append(json.loads(capsys.readouterr().out))
+    assert [r["mem_len"] for r in read] == [128, 0] and read[0]["tokens"] == read[1]["tokens"]
+    assert read[0]["loss"] != read[1]["loss"] and all(r["bits_per_byte"] > 0 for r in read)
     train, dev = labeled
     tuned = tmp_path / "tuned"
     assert main(q + ["finetune", "--from", str(run), "--task", "classify", "--train", str(train), "--dev", str(dev),

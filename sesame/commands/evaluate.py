@@ -14,6 +14,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text-column")
     p.add_argument("--label-column")
     p.add_argument("--seq-len", type=int, help="language models: window length (default: the run's)")
+    p.add_argument("--mem-len", type=int, help="XLNet language models: states of earlier segments each layer keeps "
+                                               "while reading the text (default: the run's mem_len; 0: no memory)")
     p.add_argument("--json", action="store_true")
     add_runtime_flags(p)
     p.set_defaults(run=run)
@@ -23,4 +25,5 @@ def run(args: argparse.Namespace) -> None:
     from ..pipelines import evaluate
 
     print_metrics(evaluate(args.model, args.data, text_column=args.text_column, label_column=args.label_column,
-                           seq_len=args.seq_len, runtime=runtime_options(args)), args.json)
+                           seq_len=args.seq_len, mem_len=args.mem_len,
+                           runtime=runtime_options(args)), args.json)

@@ -1,6 +1,6 @@
 """``to_hf``: a run → a directory transformers loads (config.json, model.safetensors, tokenizer files); an
 ELECTRA run's generator goes to its ``generator/`` subdirectory; an encoder-decoder run goes through
-:func:`.hf_seq2seq.seq2seq_export`. See docs/interop.md."""
+:func:`.hf_seq2seq.seq2seq_export`, an xlnet run through :func:`.xlnet.xlnet_export`. See docs/interop.md."""
 from __future__ import annotations
 
 import json
@@ -20,10 +20,12 @@ from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, Architecture
 from .hf_seq2seq import seq2seq_export
 from .hf_tokenizer import export_tokenizer
+from .xlnet import xlnet_export
 from .mapping import (CLASSIFY_TASKS, Entry, GENERATOR_NAMES, Rows, check_new, classifier_config, dense_entries,
                      discriminator_entries, export_tensors, identity_projection, lm_entries, meta_backbone, name_plan,
                      pair_entries)
 
+ROUTES = {"encoder_decoder": seq2seq_export, "xlnet": xlnet_export}  # architectures with an exporter of their own
 POOLER_STD = 0.02  # transformers' initializer_range
 PART_HEADS = {"mlm_nsp": "next-sentence (NSP)", "mlm_sop": "sentence-order (SOP)", "span": "span-boundary (SBO)"}
 
@@ -212,8 +214,9 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     run, out = Path(run), Path(out)
     config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
     check_new(out)
-    if config.model.get("arch") == "encoder_decoder":
-        return seq2seq_export(config, run, out)
+    route = ROUTES.get(config.model.get("arch"))
+    if route is not None:
+        return route(config, run, out)
     tok = load_tokenizer(run, "--to-hf")
     weights = load_weights(run / "model.safetensors")
     summary = _write_hf(config, weights, tok, run, out)

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints ⇄ sesame runs, for the architectures of :mod:`.architectures` (T5 and BART:
-:mod:`.hf_seq2seq`).
+:mod:`.hf_seq2seq`; XLNet: :mod:`.xlnet`; :data:`ROUTES`).
 
 ``from_hf(DIR, RUN)`` turns a ``transformers`` model directory (config.json; model.safetensors, a
 sharded model.safetensors.index.json, or pytorch_model.bin read with ``weights_only=True``; and a
@@ -52,11 +52,14 @@ from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architec
 from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
 from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
+from .xlnet import MODEL_TYPE as XLNET, xlnet_run
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, classifier_labels, classifier_max_length,
                      classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
                      import_tensors, is_sequence_classifier, lm_entries, meta_backbone, name_plan, pair_entries,
                      read_weights)
 
+# model types with a converter of their own (not one Transformer stack): model_type → convert --from-hf's route
+ROUTES = {**dict.fromkeys(SEQ2SEQ_TYPES, seq2seq_run), XLNET: xlnet_run}
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
 
@@ -349,11 +352,12 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
     and the run is one ``electra`` run holding both (:func:`_add_generator`). Returns a summary."""
     src, out = Path(src), Path(out)
     check_new(out)
-    if transformers_type(src) in SEQ2SEQ_TYPES:
+    route = ROUTES.get(transformers_type(src))
+    if route is not None:
         if generator is not None:
-            raise SesameError(f"--generator: {src} is an encoder-decoder; --generator pairs an ELECTRA discriminator "
-                              "with its generator. Drop --generator")
-        return seq2seq_run(src, out)
+            raise SesameError(f"--generator: {src} is a {transformers_type(src)} model; --generator pairs an ELECTRA "
+                              "discriminator with its generator. Drop --generator")
+        return route(src, out)
     imported = _import(src, discriminator=generator is not None)
     if generator is not None:
         _add_generator(imported, _import(Path(generator), flag="--generator"),

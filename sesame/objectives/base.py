@@ -35,6 +35,9 @@ class Objective(nn.Module):
     # the one architecture it trains (encoder_decoder: T5's and BART's; xlnet: the permutation LM); an architecture
     # some objective names is trained by those objectives only (trains)
     arch: str | None = None
+    # `sesame evaluate` reads a text whole through ``token_losses(text, seq_len)`` (left to right, with memory across
+    # segments: XLNet's), rather than scoring windows with ``score``
+    reads_text = False
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()

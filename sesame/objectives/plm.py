@@ -18,6 +18,10 @@ E_z [Σ_{t>c} log p(x_{z_t} | x_{z<t})] over factorisation orders z of each sequ
   ends with ``<sep> <cls>`` (XLNet's input ends with them; segment id 2 for ``<cls>``, XLNet's ``SEG_ID_CLS``),
   which stay out of the order (never predicted, visible to all as non-targets) and out of the memory.
 
+Evaluation (:meth:`PermutationLM.token_losses`, ``sesame evaluate``) reads a long text left to right instead: the
+identity order with every token predicted, segment after segment with the memory carried, so the losses sum to
+−log p(text) (perplexity, bits per byte).
+
 Every random draw (the orders) comes from the example's own generator; the masks are built from the ranks in
 batched tensor operations on the model's device.
 
@@ -30,9 +34,10 @@ across training steps (examples are shuffled windows, so a step's memory would c
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import SesameError
-from ..models.xlnet import XLNet
+from ..models.xlnet import Streams, XLNet
 from ..tokenizer import SpecialIds
 from .base import Objective
 from .projection import Workspace, linear_cross_entropy
@@ -84,6 +89,7 @@ class PermutationLM(Objective):
 
     name = "plm"
     arch = "xlnet"
+    reads_text = True
     options = ("k", "perm_size", "segments")
 
     def __init__(self, backbone: XLNet, specials: SpecialIds, k: int = 6, perm_size: int | None = None,
@@ -117,20 +123,46 @@ class PermutationLM(Objective):
         return {"ids": torch.cat([text, ending], -1), "rank": rank, "predict": predict,
                 "targets": text.gather(-1, predict)}
 
+    def segment(self, ids: torch.Tensor, rank: torch.Tensor, predict: torch.Tensor,
+                memory: list[torch.Tensor] | None) -> Streams:
+        """Both streams over one segment ``ids`` (batch, length: text then <sep> <cls>) after ``memory``, under the
+        masks of the ranks ``rank`` and the predicted positions ``predict`` (:func:`permutation_masks`)."""
+        b, length = ids.shape
+        types = torch.zeros(length, dtype=torch.long, device=ids.device)
+        types[-1] = CLS_SEGMENT
+        content, query = permutation_masks(rank, predict, memory[0].shape[1] if memory else 0)
+        return self.backbone.streams(ids, types=types.expand(b, -1), memory=memory, content_mask=content,
+                                     query_mask=query, targets=predict)
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The summed loss of every segment's targets, each segment after the memory of those before it."""
         ids, rank, predict = batch["ids"], batch["rank"], batch["predict"]
-        b, segments, length = ids.shape
-        types = torch.zeros(length, dtype=torch.long, device=ids.device)
-        types[-1] = CLS_SEGMENT
+        segments, length = ids.shape[1:]
         memory, total = None, ids.new_zeros((), dtype=torch.float)
         for s in range(segments):
-            past = memory[0].shape[1] if memory else 0
-            content, query = permutation_masks(rank[:, s], predict[:, s], past)
-            out = self.backbone.streams(ids[:, s], types=types.expand(b, -1), memory=memory, content_mask=content,
-                                        query_mask=query, targets=predict[:, s])
+            out = self.segment(ids[:, s], rank[:, s], predict[:, s], memory)
             total = total + linear_cross_entropy(out.query.flatten(0, 1), self.backbone.embed.tokens.weight,
                                                  batch["targets"][:, s].flatten(), self.bias, workspace=self.workspace)
             if s + 1 < segments:
                 memory = self.backbone.remember(memory, out.layers, length - ENDING)
         return total
+
+    def token_losses(self, text: torch.Tensor, seq_len: int) -> torch.Tensor:
+        """−log p of each token of ``text`` (batch, T), read left to right as a language model: consecutive segments
+        of ``seq_len`` − 2 tokens (the last may be shorter), each followed by <sep> <cls> as in pre-training, every
+        token a target in the identity order (z = 1 … T, one of the factorisation orders the objective averages over,
+        §2.2), each segment after the memory of those before it, up to the backbone's ``mem_len`` (0: none): how
+        Transformer-XL evaluates (Dai et al. 2019, §3.2). Token t reads only the tokens before it, so the sum over a
+        row is −log p(row) by the chain rule: perplexity and bits per byte."""
+        b, n = text.shape[0], seq_len - ENDING
+        ending = torch.tensor([self.specials.sep, self.specials.cls], device=text.device).expand(b, -1)
+        memory, losses = None, []
+        for start in range(0, text.shape[1], n):
+            piece = text[:, start:start + n]
+            order = torch.arange(piece.shape[1], device=text.device).expand(b, -1)
+            rank = torch.cat([order, order.new_full((b, ENDING), -1)], 1)  # <sep> <cls>: context, never predicted
+            out = self.segment(torch.cat([piece, ending], 1), rank, order, memory)
+            logits = (self.tied_logits(out.query) + self.bias).float()
+            losses.append(F.cross_entropy(logits.flatten(0, 1), piece.flatten(), reduction="none").view(piece.shape))
+            memory = self.backbone.remember(memory, out.layers, piece.shape[1])
+        return torch.cat(losses, 1)

@@ -9,20 +9,26 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
+from ..data.shards import Shards
 from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
 from ..models import position_limit
-from ..objectives import OBJECTIVES, build_objective
+from ..metrics import language_model_report
+from ..objectives import OBJECTIVES, Objective, build_objective
 from ..objectives.seq2seq import require_sentinels
 from ..rundir import build_backbone, describe, load_tokenizer, read_config
-from ..runtime import Runtime
+from ..runtime import Runtime, device_of
 from ..sources import opened
 from ..specs import RunConfig, check_length
 from ..tasks import infer, make_task
 from ..train.checkpoint import load_weights, read_json
+from ..train.trainer import all_sum, world
 from .pretrain import lm_metrics, window_length
+
+STREAMS = 8  # rows a long text is read in side by side, with memory (Transformer-XL's evaluation batch)
 
 
 class Predictor:
@@ -139,22 +145,29 @@ def predict(model: str, texts: Sequence[str | dict]) -> list[dict]:
 
 
 def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None = None, label_column: str | None = None,
-             text_field: str = "text", seq_len: int | None = None, runtime: Runtime | None = None) -> dict:
+             text_field: str = "text", seq_len: int | None = None, mem_len: int | None = None,
+             runtime: Runtime | None = None) -> dict:
     """Fine-tuned run: its task's metrics on a labeled file (classifiers: accuracy, macro-F1, MCC,
     per-class P/R/F1); ``text_column``/``label_column`` override the run's. Language model: loss,
     perplexity (and bits per byte for causal models) on text files, folders or a shard directory.
     ``model`` may also be a transformers directory: a sequence classifier, or a model with its pre-training
     head (``*ForMaskedLM``, ``GPT2LMHeadModel``, ...; :func:`sesame.interop.resolve`). ``runtime``: where and how
     the model runs (:class:`sesame.runtime.Runtime`). An ONNX export (``sesame export``) is evaluated as a
-    fine-tuned run is."""
+    fine-tuned run is. An XLNet language model reads the text left to right with memory across segments
+    (:func:`_text_metrics`), keeping ``mem_len`` states of earlier segments (default: the run's; 0: none)."""
     from ..interop.onnx_export import is_export
 
     if is_export(model):
+        if mem_len is not None:
+            raise SesameError(f"--mem-len {mem_len}: --model {model} is an ONNX export of a classifier, which reads no "
+                              "memory of earlier segments; --mem-len is for an XLNet language model: drop it")
         if not isinstance(data, str):
             data = _one_file(data)
         return load(model, text_column=text_column, label_column=label_column, runtime=runtime).evaluate(data)
     with opened(model, "--model") as (_, run):
         config = read_config(run, "--model")
+        if mem_len is not None:
+            config.model = {**config.model, "mem_len": _memory(mem_len, config, model)}
         if config.kind == "finetuned":
             if not isinstance(data, str):
                 data = _one_file(data)
@@ -202,4 +215,36 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
             raise SesameError(f"--data: too little text for one window of {seq_len} tokens")
         warn_if_few(windows, length, "--data")
         with placement.autocast():
+            if obj.reads_text:
+                return _text_metrics(obj, shards, seq_len, length, corpus.size())
             return lm_metrics(obj, shards, windows, length, text=corpus.size())
+
+
+def _memory(mem_len: int, config: RunConfig, model: str) -> int:
+    """``--mem-len``, checked: a language model with Transformer-XL memory (XLNet's) and a count of states."""
+    if config.kind != "pretrained" or "mem_len" not in config.model:
+        arch = config.model.get("arch", "transformer")
+        what = "a fine-tuned run" if config.kind != "pretrained" else f"a {arch} model"
+        raise SesameError(f"--mem-len {mem_len}: --model {model} is {what}, which reads no memory of earlier "
+                          "segments; --mem-len is for an XLNet language model: drop it")
+    if mem_len < 0:
+        raise SesameError(f"--mem-len {mem_len}: use 0 (no memory) or more (states of earlier segments per layer)")
+    return mem_len
+
+
+def _text_metrics(obj: Objective, shards: Shards, seq_len: int, length: int, size: dict | None) -> dict:
+    """Loss, perplexity and bits per byte and character of ``obj`` reading the whole text (``token_losses``: left to
+    right, segments of ``seq_len`` with memory): its tokens in at most :data:`STREAMS` rows of equal length, side by
+    side, each at least :data:`STREAMS` windows of ``length`` tokens long where the text allows, so memory starts
+    afresh only at the start of a row (the last ``rows − 1`` tokens at most are left out). Under torchrun each
+    process reads its share of the rows."""
+    tokens = np.concatenate([np.asarray(a, dtype=np.int64) for a in shards.arrays])
+    rows = max(1, min(STREAMS, len(tokens) // (STREAMS * length)))
+    width = len(tokens) // rows
+    rank, processes = world()
+    text = torch.from_numpy(tokens[: rows * width]).view(rows, width)[rank::processes]
+    with torch.no_grad():
+        losses = obj.token_losses(text.to(device_of(obj)), seq_len) if len(text) else torch.zeros(0)
+    loss_sum, count = all_sum([losses.sum().item(), float(losses.numel())])
+    scored = {unit: n * count / shards.n_tokens for unit, n in size.items()} if size else None
+    return {**language_model_report(loss_sum, int(count), scored), "mem_len": obj.backbone.config.mem_len}

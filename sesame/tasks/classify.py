@@ -10,7 +10,8 @@ into its two-block classifier (Howard & Ruder 2018, §3.3).
 
 An encoder-decoder (T5, BART: :class:`EncoderDecoderSequenceModel`) reads, with ``last`` pooling (both families'
 default), the decoder's state at the input's end token with BART's classification head (Lewis et al. 2020, §3.1);
-other poolings read its encoder's states as an encoder's are read.
+other poolings read its encoder's states as an encoder's are read. XLNet reads its final ``<cls>`` through a dense
+layer and tanh (:class:`XLNetSequenceModel`, XLNet's sequence summary).
 
 A pair is encoded as ``cls a sep b sep``: with segment ids 0 then 1 for encoders (BERT, §4.1),
 without segments for causal decoders, gpt2's separator acting as GPT's delimiter and its final one
@@ -34,7 +35,7 @@ from torch import nn
 from ..data.labeled import read_fields
 from ..errors import SesameError
 from ..metrics import classification_report, regression_report
-from ..models import EncoderDecoder, Transformer
+from ..models import EncoderDecoder, Transformer, XLNet
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, pad, register, shown, texts_of
 
@@ -139,11 +140,24 @@ class EncoderDecoderSequenceModel(SequenceModel):
         return self.pooler(self.dropout(pool(states, real, "last")))
 
 
+class XLNetSequenceModel(SequenceModel):
+    """XLNet's sequence summary (its code's ``summarize_sequence`` with ``summary_type="last"`` and ``use_proj``, as
+    its classifiers are fine-tuned; transformers' ``XLNetSequenceSummary``): with ``last`` pooling (the family's), the
+    state of the final ``<cls>`` through a dense layer and tanh, then dropout and the linear layer. Deviation: rows
+    are padded on the right, where XLNet pads on the left so that ``<cls>`` is the last position; with relative
+    positions and padding masked as keys, the real tokens' states are the same either way."""
+
+    dense_poolings = ("cls", "last")
+
+
+HEADS: dict[type, type[SequenceModel]] = {EncoderDecoder: EncoderDecoderSequenceModel, XLNet: XLNetSequenceModel}
+
+
 def sequence_model(backbone: nn.Module, n_out: int, pooling: str, dropout: float, *,
                    regression: bool = False) -> SequenceModel:
-    """The sequence head for ``backbone``: :class:`EncoderDecoderSequenceModel` on an encoder-decoder."""
-    cls = EncoderDecoderSequenceModel if isinstance(backbone, EncoderDecoder) else SequenceModel
-    return cls(backbone, n_out, pooling, dropout, regression)
+    """The sequence head for ``backbone``: the one :data:`HEADS` names for its class (an encoder-decoder's, XLNet's),
+    else :class:`SequenceModel`."""
+    return HEADS.get(type(backbone), SequenceModel)(backbone, n_out, pooling, dropout, regression)
 
 
 def collate(sequences: list[list[int]], pad_id: int, targets: list | None = None) -> dict[str, torch.Tensor]:
