@@ -44,7 +44,10 @@ def flag_name(f: Field) -> str:
 
 
 def cli_fields(cls: type) -> list[Field]:
-    return [f for f in fields(cls) if f.metadata.get("cli", False)]
+    """The fields of ``cls`` that are flags: declared so, and not among the ``hidden`` names of a subclass that
+    inherits fields it has no use for."""
+    hidden = getattr(cls, "hidden", ())
+    return [f for f in fields(cls) if f.metadata.get("cli", False) and f.name not in hidden]
 
 
 def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from . import __version__
 from .errors import SesameError
+from .objectives.distillation import LOSSES
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
@@ -317,6 +318,56 @@ class FinetuneSpec(RecurrentDropouts):
                               "--dev")
         check_spec(mixture=self.mixture, task=self.task, cap=self.mixing_cap, temperature=self.mixing_temperature,
                    task_options=self.task_options)
+
+
+@dataclass(kw_only=True)
+class DistilSpec(FinetuneSpec):
+    """``sesame distil``: a student (``base``: a run, a transformers directory or ``scratch:FAMILY:SIZE``) trained
+    to match a fine-tuned teacher's outputs on ``unlabeled`` text (and on the text of ``train``, whose gold labels
+    add ``alpha`` × the task loss), with every fine-tuning option; ``task`` and its options default to the
+    teacher's. The loss: :mod:`sesame.objectives.distillation`."""
+    base: str = option(flag="--student", help="the student: a run, a transformers model directory, minilm, or "
+                                              "scratch:FAMILY:SIZE (any family, an LSTM included)")
+    teacher: str = option(help="a fine-tuned run, or a transformers sequence classifier directory")
+    unlabeled: list[str] = option(help="CSV, TSV or JSONL files whose text (the task's text columns) the teacher "
+                                       "labels")
+    train: str | None = option(None, help="labeled examples: the teacher labels their text too, and with --alpha "
+                                          "their gold labels add to the loss")
+    task: str | None = option(None, choices=TASKS, help="the teacher's task, which is the default")
+    loss: str | None = option(None, choices=LOSSES, help="kl: T²·KL(teacher_T ‖ student_T) (Hinton et al. 2015; "
+                                                         "default for classifiers); mse: squared error of the logits "
+                                                         "(the only one for regress)")
+    temperature: float = option(2.0, help="T of the kl loss (Hinton et al. 2015; 2 in DistilBERT)")
+    alpha: float = option(0.0, help="weight of the task loss on --train's gold labels (0: off)")
+
+    hidden: ClassVar[tuple[str, ...]] = ("mixture", "mixing_cap", "mixing_temperature")  # text2text's: no flags here
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.unlabeled = [str(p) for p in ([self.unlabeled] if isinstance(self.unlabeled, (str, Path))
+                                           else self.unlabeled)]
+        self.teacher = str(self.teacher)
+        if self.recipe.lm_weight is None:  # not GPT's default auxiliary LM: the student learns the teacher alone
+            self.recipe = replace(self.recipe, lm_weight=0.0)
+
+    def _validate_files(self) -> None:
+        """--dev (--train is optional); no --mixture: a teacher's outputs are one row per example of one task."""
+        if self.mixture is not None:
+            raise SesameError(f"mixture={self.mixture!r}: distil learns one teacher's task on --unlabeled text; "
+                              "leave out the mixture")
+        if self.dev is None:
+            raise SesameError("--dev: give the labeled dev file that picks the kept epoch")
+
+    def validate(self, *, processes: int = 1) -> None:
+        super().validate(processes=processes)
+        if self.temperature <= 0:
+            raise SesameError(f"--temperature {self.temperature}: must be positive (2 in DistilBERT)")
+        if self.alpha < 0 or self.alpha and self.train is None:
+            raise SesameError(f"--alpha {self.alpha}: weighs the loss on --train's gold labels; give a --train file "
+                              "and an --alpha of 0 or more")
+        if self.recipe.lm_weight:
+            raise SesameError(f"--lm-weight {self.recipe.lm_weight}: the student learns the teacher's outputs alone; "
+                              "drop --lm-weight")
 
 
 # -- the run directory's config.json --------------------------------------------------------------------

@@ -173,17 +173,22 @@ class Trainer:
     method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
-    ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. ``settings.placement``
-    places the model (moved there by the trainer, before the optimizer is made) and sets its precision.
+    ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. Those are the
+    weights of ``keeps`` (default: ``model``), a part of ``model``: a model that wraps another only to compute
+    its loss (distillation's, around the student) keeps the inner one's, and checkpoints them too.
+    ``settings.placement`` places the model (moved there by the trainer, before the optimizer is made) and sets its
+    precision.
     """
 
     def __init__(self, model: nn.Module, settings: RunSettings, batches: Callable[[int, float], list[Batch]], *,
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
-                 param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None):
+                 param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None,
+                 keeps: nn.Module | None = None):
         config = settings.config
         config.validate()
         self.placement = settings.placement
         self.model, self.run, self.config = self.placement.model(model), Path(settings.run), config
+        self.kept = model if keeps is None else keeps
         self.batches, self.evaluate, self.select, self.before_step = batches, evaluate, select, before_step
         self.started, self.progress = settings.started, settings.progress
         self.rank, self.world = world()
@@ -225,7 +230,7 @@ class Trainer:
         if ckpt is None:
             raise SesameError(f"--resume: {self.run} has no checkpoint to resume from; drop --resume to start fresh")
         state = read_json(ckpt / "trainer_state.json")
-        self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
+        self.kept.load_state_dict(load_weights(ckpt / "model.safetensors"))
         load_optimizer(self.optimizer, load_weights(ckpt / "optimizer.safetensors"), read_json(ckpt / "optimizer.json"))
         if self.scaler.is_enabled() and "scaler" in state:  # else fp16 starts a fresh scale (the run was not fp16)
             self.scaler.load_state_dict(state["scaler"])
@@ -252,7 +257,7 @@ class Trainer:
 
     def save(self) -> None:
         if self.rank == 0:
-            save_checkpoint(self.run, self.model.state_dict(), self.optimizer, self.trainer_state())
+            save_checkpoint(self.run, self.kept.state_dict(), self.optimizer, self.trainer_state())
 
     @cached_property
     def metrics_log(self) -> MetricsLog:
@@ -295,7 +300,7 @@ class Trainer:
         if self.select is not None and self._better(metrics):
             self.best = metrics
             if self.rank == 0:
-                save_weights(self.run / "model.safetensors", self.model.state_dict())
+                save_weights(self.run / "model.safetensors", self.kept.state_dict())
 
     def _train_step(self, wrapped: nn.Module) -> tuple[float, int]:
         """One optimizer step; returns (mean loss over the global batch's targets, input tokens)."""
@@ -386,7 +391,7 @@ class Trainer:
             if self.evaluated_at != self.step:
                 self._evaluate()
             if self.select is None and self.rank == 0:
-                save_weights(self.run / "model.safetensors", self.model.state_dict())
+                save_weights(self.run / "model.safetensors", self.kept.state_dict())
             self.save()
         finally:
             bar.close()
