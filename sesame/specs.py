@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from . import __version__
 from .errors import SesameError
-from .objectives.distillation import LOSSES
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
+from .objectives.distillation import LOSSES
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
