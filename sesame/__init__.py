@@ -18,5 +18,5 @@ from .apps.generate import generate  # noqa: E402
 from .decoding import GenerationConfig  # noqa: E402
 from .errors import SesameError  # noqa: E402
 
-__all__ = ["pretrain", "finetune", "distil", "evaluate", "predict", "load", "generate", "GenerationConfig", "prompt_eval",
-           "SesameError", "__version__"]
+__all__ = ["pretrain", "finetune", "distil", "evaluate", "predict", "load", "generate", "GenerationConfig",
+           "prompt_eval", "SesameError", "__version__"]

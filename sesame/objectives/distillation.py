@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 def soft_target_loss(student: torch.Tensor, teacher: torch.Tensor, *, temperature: float) -> torch.Tensor:
-    """T² · Σ_examples KL(softmax(teacher / T) ‖ softmax(student / T)) over logits ``[N, k]`` (module docstring)."""
+    """T² · Σ_examples KL(softmax(teacher / T) ‖ softmax(student / T)) over logits ``[N, k]`` (module
+    docstring)."""
     log_student = F.log_softmax(student.float() / temperature, dim=-1)
     log_teacher = F.log_softmax(teacher.float() / temperature, dim=-1)
     return temperature ** 2 * F.kl_div(log_student, log_teacher, log_target=True, reduction="sum")

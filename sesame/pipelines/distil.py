@@ -110,7 +110,8 @@ class Distillation:
                               "--loss mse")
         labels: list[str] = []
         if job.has_labels:
-            labels = read_json(Path(self.spec.out) / "labels.json") if self.spec.resume else self.teacher.predictor.labels
+            resumed = self.spec.resume
+            labels = read_json(Path(self.spec.out) / "labels.json") if resumed else self.teacher.predictor.labels
         rows = [row for path in self.spec.unlabeled for row in job.read(path, labeled=False)]
         if train is not None:
             gold = job.read(train)
@@ -162,8 +163,8 @@ def teacher_outputs(run: Path, teacher: Teacher, examples: list[dict]) -> torch.
     if (run / RECORD).is_file():
         outputs = load_weights(run / OUTPUTS)["outputs"]
         if len(outputs) != len(examples):
-            raise SesameError(f"{run / OUTPUTS}: the teacher's outputs for {len(outputs)} examples, but --unlabeled and "
-                              f"--train hold {len(examples)} now; restore the files the run was made of, or distil "
+            raise SesameError(f"{run / OUTPUTS}: the teacher's outputs for {len(outputs)} examples, but --unlabeled "
+                              f"and --train hold {len(examples)} now; restore the files the run was made of, or distil "
                               "into a new --out")
         return outputs
     outputs = teacher.outputs(examples)

@@ -6,6 +6,8 @@ model's through the family's hooks (GPT's input tokens; a frozen feature extract
 embeddings), the recipe's techniques (:meth:`sesame.train.recipes.Recipe.techniques`: what the backbone
 carries, what trains, how fast, which losses are added) are driven through one protocol, the task
 (:mod:`sesame.tasks`) reads the files and builds the head, and the trainer keeps the best dev epoch.
+Those steps are :func:`train_task_model`, which ``sesame distil`` shares: a :class:`Teaching` says what the task
+model learns from (here :class:`GoldAnswers`, the training file's).
 """
 from __future__ import annotations
 
