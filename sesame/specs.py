@@ -326,14 +326,16 @@ class DistilSpec(FinetuneSpec):
     to match a fine-tuned teacher's outputs on ``unlabeled`` text (and on the text of ``train``, whose gold labels
     add ``alpha`` × the task loss), with every fine-tuning option; ``task`` and its options default to the
     teacher's. The loss: :mod:`sesame.objectives.distillation`."""
-    base: str = option(flag="--student", help="the student: a run, a transformers model directory, minilm, or "
-                                              "scratch:FAMILY:SIZE (any family, an LSTM included)")
+    base: str = option(flag="--student", metavar="MODEL", help="the student: a run, a transformers model directory, "
+                                                               "minilm, or scratch:FAMILY:SIZE (any family, an LSTM "
+                                                               "included)")
     teacher: str = option(help="a fine-tuned run, or a transformers sequence classifier directory")
     unlabeled: list[str] = option(help="CSV, TSV or JSONL files whose text (the task's text columns) the teacher "
                                        "labels")
     train: str | None = option(None, help="labeled examples: the teacher labels their text too, and with --alpha "
                                           "their gold labels add to the loss")
-    task: str | None = option(None, choices=TASKS, help="the teacher's task, which is the default")
+    task: str | None = option(None, choices=[name for name, task in TASKS.items() if task.distils],
+                              help="the teacher's task, which is the default")
     loss: str | None = option(None, choices=LOSSES, help="kl: T²·KL(teacher_T ‖ student_T) (Hinton et al. 2015; "
                                                          "default for classifiers); mse: squared error of the logits "
                                                          "(the only one for regress)")

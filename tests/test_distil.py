@@ -7,6 +7,7 @@ import csv
 import importlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,8 @@ def inputs(tmp_path_factory) -> Path:
         with open(data / f"{split}.csv", newline="", encoding="utf-8") as f:
             rows = [row for _, row in zip(range(40), csv.DictReader(f))]
         with open(root / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=["text", "airline_sentiment"], extrasaction="ignore")
+            writer = csv.DictWriter(f, fieldnames=["text", "airline_sentiment", "airline_sentiment_confidence"],
+                                    extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
     with open(root / "train.csv", newline="", encoding="utf-8") as f:
@@ -163,7 +165,8 @@ def test_teacher_outputs_are_computed_once_and_reused_on_resume(inputs: Path, tm
     assert (out / OUTPUTS).read_bytes() == before
     assert read_json(out / "checkpoint" / "trainer_state.json")["step"] == 4
     config = read_json(out / "config.json")
-    assert (config["kind"], config["task"], config["setup"]["alpha"]) == ("finetuned", "classify", 0.5)
+    assert (config["kind"], config["task"], config["setup"]["alpha"], config["setup"]["loss"]) == (
+        "finetuned", "classify", 0.5, "kl")
     refused(first + ["--max-steps", "6", "--resume", "--temperature", "4"], capsys, tmp_path,
             "--temperature 4", "2.0")
 
@@ -198,6 +201,40 @@ def test_a_transformers_classifier_distils_into_an_lstm_that_evaluate_and_predic
                      str(tmp_path / "predictions.jsonl")]) == 0
     predictions = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 40 and set(predictions[0]["probabilities"]) == set(SENTIMENTS.values())
+
+
+def test_pair_and_regression_teachers_teach_their_tasks(inputs: Path, tmp_path: Path, one_thread) -> None:
+    """A pair teacher's outputs are its scores of both texts (the student learns ``pair`` with the teacher's columns);
+    a regression teacher's single score is learnt by squared error, the default, and dev scores by Pearson."""
+    from .test_interop import make_hf
+
+    shutil.copytree(inputs / "teacher", tmp_path / "pair-teacher")
+    config = read_json(tmp_path / "pair-teacher" / "config.json")
+    config.update(task="pair", task_options={"text_column": "first", "label_column": "airline_sentiment",
+                                             "pair_column": "second", "symmetric": False})
+    (tmp_path / "pair-teacher" / "config.json").write_text(json.dumps(config))
+    with open(inputs / "dev.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    with open(tmp_path / "pairs.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["first", "second", "airline_sentiment"])
+        writer.writerows([a["text"], b["text"], a["airline_sentiment"]] for a, b in zip(rows, rows[1:]))
+    sesame.distil(str(tmp_path / "pair-teacher"), "scratch:bert:tiny", [str(tmp_path / "pairs.csv")],
+                  str(tmp_path / "pairs.csv"), str(tmp_path / "pair-student"), max_steps=1, max_length=48)
+    assert read_json(tmp_path / "pair-student" / "config.json")["task"] == "pair"
+    examples = [{"text": a["text"], "pair": b["text"]} for a, b in zip(rows, rows[1:])]
+    teacher = sesame.load(tmp_path / "pair-teacher")
+    assert torch.allclose(load_weights(tmp_path / "pair-student" / OUTPUTS)["outputs"],
+                          teacher.outputs(teacher.features(examples)), atol=1e-5)
+
+    make_hf(tmp_path / "hf-regress", "bert", head="AutoModelForSequenceClassification", num_labels=1)
+    metrics = sesame.distil(str(tmp_path / "hf-regress"), "scratch:lstm:tiny", [str(inputs / "unlabeled.jsonl")],
+                            str(inputs / "dev.csv"), str(tmp_path / "regress-student"), max_steps=2,
+                            label_column="airline_sentiment_confidence")
+    assert "pearson" in metrics
+    config = read_json(tmp_path / "regress-student" / "config.json")
+    assert config["task"] == "regress" and config["setup"]["loss"] == "mse"  # the default for regression
+    assert load_weights(tmp_path / "regress-student" / OUTPUTS)["outputs"].shape == (40, 1)
 
 
 def test_a_regression_teacher_refuses_kl(inputs: Path, tmp_path: Path) -> None:

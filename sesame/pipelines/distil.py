@@ -70,14 +70,18 @@ class Teacher:
         return self._predictor
 
     def taught(self, spec: DistilSpec) -> DistilSpec:
-        """``spec`` with the teacher's task, and its task options under the ones given (the teacher's columns are
-        the default)."""
-        config = self.predictor.config
+        """``spec`` with the teacher's task, its task options under the ones given (the teacher's columns are the
+        default), and the loss: ``kl`` for classifiers, ``mse`` for a regression's single score, unless given."""
+        config, task = self.predictor.config, self.predictor.task
         if spec.task is not None and spec.task != config.task:
             raise SesameError(f"--task {spec.task}: the teacher is a {config.task} model, and the student learns its "
                               "task; drop --task")
+        if spec.loss == "kl" and not task.has_labels:
+            raise SesameError(f"--loss kl: a {task.name} teacher gives one score per example, not a distribution; use "
+                              "--loss mse")
         given = {k: v for k, v in spec.task_options.items() if v is not None}
-        return replace(spec, task=config.task, task_options={**config.task_options, **given})
+        return replace(spec, task=config.task, task_options={**config.task_options, **given},
+                       loss=spec.loss or ("kl" if task.has_labels else "mse"))
 
     def outputs(self, examples: list[dict]) -> torch.Tensor:
         """The teacher's outputs for ``examples``, one row each, read a run of examples of the same fields at a time
@@ -96,18 +100,10 @@ class Distillation:
     def __init__(self, spec: DistilSpec, teacher: Teacher):
         self.spec, self.teacher = spec, teacher
         self.outputs: torch.Tensor | None = None
-        self.loss = spec.loss
 
     def examples(self, job: Task, train: str | None) -> tuple[list[dict], list[str]]:
         """The unlabeled examples of every ``--unlabeled`` file, then the labeled ones of ``train`` (``--train``); the
         teacher's labels (the run's own when resumed)."""
-        if not job.distils:
-            raise SesameError(f"--task {job.name}: sesame distil learns one output row per example: classify, pair or "
-                              "regress")
-        self.loss = self.spec.loss or ("kl" if job.has_labels else "mse")
-        if self.loss == "kl" and not job.has_labels:
-            raise SesameError(f"--loss kl: a {job.name} teacher gives one score per example, not a distribution; use "
-                              "--loss mse")
         labels: list[str] = []
         if job.has_labels:
             resumed = self.spec.resume
@@ -121,7 +117,7 @@ class Distillation:
 
     def learner(self, model: TaskModel, run: Path, examples: list[dict]) -> nn.Module:
         self.outputs = teacher_outputs(run, self.teacher, examples)
-        return Distilled(model, loss=self.loss, temperature=self.spec.temperature, alpha=self.spec.alpha)
+        return Distilled(model, loss=self.spec.loss, temperature=self.spec.temperature, alpha=self.spec.alpha)
 
     def collate(self, job: Task, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         """The task's batch with the teacher's rows (``teacher``), which rows have gold labels (``gold``; the others
