@@ -181,6 +181,21 @@ def test_bad_flags_are_refused_naming_themselves(inputs: Path, tmp_path: Path, c
     refused(distil_command(inputs, out, teacher="hf-pre"), capsys, tmp_path, f"--teacher {inputs / 'hf-pre'}")
 
 
+def test_a_mixture_is_no_distil_option(inputs: Path, tmp_path: Path, capsys) -> None:
+    """finetune's text2text --mixture (and its rates) are no flags of distil, whose teacher gives one row per example
+    of one task; the Python API, which takes the spec's fields, refuses a mixture naming it."""
+    with pytest.raises(SystemExit):
+        main(distil_command(inputs, tmp_path / "student", "--mixing-cap", "8"))
+    assert "unrecognized arguments: --mixing-cap 8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["distil", "--help"])
+    assert "--mixture" not in capsys.readouterr().out
+    with pytest.raises(SesameError, match="mixture='tasks.json'"):
+        sesame.distil(str(inputs / "teacher"), "scratch:bert:tiny", [str(inputs / "unlabeled.jsonl")],
+                      str(inputs / "dev.csv"), str(tmp_path / "student"), mixture="tasks.json")
+    assert not (tmp_path / "student").exists()
+
+
 def test_a_transformers_classifier_distils_into_an_lstm_that_evaluate_and_predict_load(inputs: Path, tmp_path: Path,
                                                                                        capsys, one_thread) -> None:
     """A transformers sequence classifier teaches a scratch LSTM (another tokenizer: each reads the raw text) on
