@@ -29,7 +29,8 @@ RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --res
 FINETUNE_SETUP = ("tokenizer", "cased", "drop_mult", "dropout")  # dropout: as given, not as scaled or moved
 SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
          FinetuneSpec: (*FINETUNE_SETUP, "mixture", "mixing_cap", "mixing_temperature"),
-         DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha")}
+         DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha", "hidden_weight",
+                      "layer_map")}  # layer_map: as the run resolved it (sesame.pipelines.distil)
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
          "vectors", "mixture", "teacher", "unlabeled")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own

@@ -341,6 +341,14 @@ class DistilSpec(FinetuneSpec):
                                                          "(the only one for regress)")
     temperature: float = option(2.0, help="T of the kl loss (Hinton et al. 2015; 2 in DistilBERT)")
     alpha: float = option(0.0, help="weight of the task loss on --train's gold labels (0: off)")
+    hidden_weight: float = option(0.0, help="weight of intermediate-layer matching, the hidden states' squared error "
+                                            "through a learned map where widths differ (TinyBERT; 0: off); the student "
+                                            "must read the teacher's token ids (a scratch student: --tokenizer "
+                                            "TEACHER)")
+    layer_map: list[str] | None = option(None, metavar="S:T", help="--hidden-weight's pairs of student:teacher layers "
+                                                                   "(0: the embeddings), e.g. 0:0 1:3 2:6 (default: "
+                                                                   "every student layer, spread evenly over the "
+                                                                   "teacher's)")
 
     hidden: ClassVar[tuple[str, ...]] = ("mixture", "mixing_cap", "mixing_temperature")  # text2text's: no flags here
 
@@ -370,6 +378,25 @@ class DistilSpec(FinetuneSpec):
         if self.recipe.lm_weight:
             raise SesameError(f"--lm-weight {self.recipe.lm_weight}: the student learns the teacher's outputs alone; "
                               "drop --lm-weight")
+        if self.hidden_weight < 0 or self.layer_map is not None and not self.hidden_weight:
+            raise SesameError(f"--hidden-weight {self.hidden_weight}: weighs intermediate-layer matching (which "
+                              "--layer-map maps); give a positive weight, or 0 and no --layer-map")
+        self.layer_pairs()
+
+    def layer_pairs(self) -> list[tuple[int, int]] | None:
+        """--layer-map as (student layer, teacher layer) pairs; None: the default map (or no matching)."""
+        if self.layer_map is None:
+            return None
+        pairs = []
+        for item in self.layer_map:
+            student, sep, teacher = item.partition(":")
+            if not (sep and student.isdigit() and teacher.isdigit()):
+                raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
+                                  "embeddings)")
+            pairs.append((int(student), int(teacher)))
+        if not pairs or len(set(pairs)) < len(pairs):
+            raise SesameError(f"--layer-map {' '.join(self.layer_map)}: give each pair once, at least one")
+        return pairs
 
 
 # -- the run directory's config.json --------------------------------------------------------------------

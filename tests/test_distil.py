@@ -18,7 +18,7 @@ from sesame.cli import main
 from sesame.errors import SesameError
 from sesame.models import build_model
 from sesame.families import backbone_config
-from sesame.objectives.distillation import logit_loss, soft_target_loss
+from sesame.objectives.distillation import LayerMatching, logit_loss, soft_target_loss, uniform_layer_map
 from sesame.pipelines.distil import OUTPUTS, RECORD, Distillation, Distilled
 from sesame.tasks import make_task
 from sesame.train.checkpoint import load_weights, read_json
@@ -82,6 +82,41 @@ def test_alpha_adds_the_task_loss_of_the_gold_rows_only() -> None:
     assert float(parts["gold"]) == pytest.approx(float(expected), abs=1e-5)
 
 
+def test_the_default_layer_map_spreads_the_student_evenly_over_the_teacher() -> None:
+    """TinyBERT's uniform g(m) = m·N/M, embeddings to embeddings and top to top: 6 of 12 layers every other one,
+    DistilBERT-like; 4 of 6 rounded to the nearest (halves up)."""
+    assert uniform_layer_map(6, 12) == [(m, 2 * m) for m in range(7)]
+    assert uniform_layer_map(2, 6) == [(0, 0), (1, 3), (2, 6)]
+    assert uniform_layer_map(4, 6) == [(0, 0), (1, 2), (2, 3), (3, 5), (4, 6)]
+    assert uniform_layer_map(2, 2) == [(0, 0), (1, 1), (2, 2)]
+
+
+def all_states(backbone: torch.nn.Module):
+    return lambda batch: backbone(batch["ids"], padding=batch["padding"], all_layers=True)
+
+
+def test_layer_matching_is_zero_for_a_student_equal_to_its_teacher() -> None:
+    """The teacher's states are the student's own and the widths agree, so every map is the identity and the
+    hidden-state loss is 0; a teacher of other weights gives a positive loss, and one of another width gets learned
+    maps from the student's width to its own."""
+    student = tiny_student(3).eval()
+    batch = a_batch()
+    pairs = uniform_layer_map(2, 2)
+    with torch.no_grad():
+        same = LayerMatching(pairs, [128] * 3, [128] * 3, teacher=all_states(student.backbone), weight=0.5)
+        assert all(isinstance(m, torch.nn.Identity) for m in same.maps)
+        distilled = Distilled(student, loss="kl", temperature=2.0, alpha=0.0, matching=same)
+        assert distilled.part_names == ("distil", "hidden") and distilled.part_weights["hidden"] == 0.5
+        parts = distilled({**batch, "teacher": student.outputs(batch)})
+        assert float(parts["hidden"]) == pytest.approx(0.0, abs=1e-6)
+        other = tiny_student(3).eval()
+        torch.nn.init.normal_(other.backbone.embed.tokens.weight)
+        apart = LayerMatching(pairs, [128] * 3, [128] * 3, teacher=all_states(other.backbone), weight=1.0)
+        assert float(apart(student.backbone(batch["ids"], padding=batch["padding"], all_layers=True), batch)) > 1.0
+    wide = LayerMatching([(0, 0), (2, 1)], [128] * 3, [64, 256], teacher=all_states(student.backbone), weight=1.0)
+    assert [tuple(m.weight.shape) for m in wide.maps] == [(64, 128), (256, 128)]
+
+
 def test_a_batch_carries_each_examples_teacher_row_and_marks_the_gold_ones() -> None:
     teaching = Distillation.__new__(Distillation)  # its collate reads only the teacher's outputs
     teaching.outputs = torch.arange(12, dtype=torch.float).view(4, 3)
@@ -89,7 +124,7 @@ def test_a_batch_carries_each_examples_teacher_row_and_marks_the_gold_ones() -> 
     batch = teaching.collate(make_task("classify"), features, 0)
     assert batch["teacher"].tolist() == [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]]
     assert batch["gold"].tolist() == [False, True] and batch["targets"][1] == 2
-    assert batch["counts"] == {"distil": 2, "gold": 1}
+    assert batch["counts"] == {"distil": 2, "gold": 1, "hidden": 4}  # hidden: the real tokens
 
 
 # -- whole runs --------------------------------------------------------------------------------------------
@@ -261,3 +296,42 @@ def test_a_regression_teacher_refuses_kl(inputs: Path, tmp_path: Path) -> None:
         sesame.distil(str(tmp_path / "teacher"), "scratch:bert:tiny", [str(inputs / "unlabeled.jsonl")],
                       str(inputs / "dev.csv"), str(tmp_path / "student"), loss="kl")
     assert not (tmp_path / "student").exists()
+
+
+def test_layer_matching_records_its_map_and_resume_holds_it(inputs: Path, tmp_path: Path, capsys, monkeypatch,
+                                                            one_thread) -> None:
+    """--hidden-weight with the teacher's tokenizer: the uniform map of the student's 2 layers over the teacher's 2
+    lands in config.json, the checkpoint holds the learned maps (128 → 32 wide) while model.safetensors holds the
+    student alone; a run killed after its step-2 checkpoint refuses another map on --resume, and resumed with the
+    recorded one ends as the uninterrupted run does, maps included."""
+    from .test_interrupted import Killed, kill_at_step
+
+    out, straight = tmp_path / "student", tmp_path / "straight"
+    layers = ["--hidden-weight", "1", "--tokenizer", str(inputs / "teacher"), "--max-steps", "4", "--save-every", "2"]
+    assert main(distil_command(inputs, straight, *layers)) == 0
+    assert read_json(straight / "config.json")["setup"]["layer_map"] == ["0:0", "1:1", "2:2"]
+    whole = load_weights(straight / "checkpoint" / "model.safetensors")
+    assert whole["matching.maps.1.weight"].shape == (32, 128)
+    assert not any(k.startswith(("matching.", "student.")) for k in load_weights(straight / "model.safetensors"))
+    kill_at_step(monkeypatch, 3)
+    with pytest.raises(Killed):
+        main(distil_command(inputs, out, *layers))
+    monkeypatch.undo()
+    halfway = load_weights(out / "checkpoint" / "model.safetensors")
+    assert not torch.equal(halfway["matching.maps.1.weight"], whole["matching.maps.1.weight"])  # the maps learn
+    refused(distil_command(inputs, out, *layers, "--resume", "--layer-map", "2:2"), capsys, tmp_path,
+            "--layer-map 2:2", "0:0 1:1 2:2")
+    assert main(distil_command(inputs, out, *layers, "--resume")) == 0
+    resumed = load_weights(out / "checkpoint" / "model.safetensors")
+    assert resumed.keys() == whole.keys() and all(torch.equal(resumed[k], whole[k]) for k in whole)
+
+
+def test_layer_matching_refuses_what_it_cannot_match(inputs: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "student"
+    refused(distil_command(inputs, out, "--hidden-weight", "1"), capsys, tmp_path, "--hidden-weight",
+            "--tokenizer")  # a scratch student's own tokenizer reads other token ids
+    with_tokenizer = ["--hidden-weight", "1", "--tokenizer", str(inputs / "teacher")]
+    refused(distil_command(inputs, out, *with_tokenizer, "--layer-map", "3:1"), capsys, tmp_path,
+            "--layer-map 3:1", "0 to 2")
+    refused(distil_command(inputs, out, *with_tokenizer, "--layer-map", "1-1"), capsys, tmp_path, "--layer-map 1-1")
+    refused(distil_command(inputs, out, "--layer-map", "1:1"), capsys, tmp_path, "--hidden-weight 0.0")

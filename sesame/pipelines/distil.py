@@ -10,6 +10,13 @@ and an LSTM, say) pair up: the soft labels are per example (the "different token
 TextBrewer users meet). The teacher's outputs are computed once, before the first step, and kept in the run
 directory (:data:`OUTPUTS`, :data:`RECORD`); a resumed run reads them back and never loads the teacher.
 
+With ``--hidden-weight`` the student also learns the teacher's intermediate layers (TinyBERT's hidden-state loss,
+:class:`sesame.objectives.distillation.LayerMatching`): those need the teacher at every step (its states are per
+token, too many to keep), read the student's batch (so the student must read the teacher's token ids, checked
+before the run is written), and the layer map is recorded in config.json's ``setup`` (``layer_map``), which
+``--resume`` holds the command to. Deviation: the student's layers come from a second pass of its backbone beside
+the task model's (the task models give their outputs alone), so dropout draws differ between the two.
+
 Everything else is fine-tuning's (:func:`sesame.pipelines.finetune.train_task_model`): the student's starting
 point, the recipe, budgets and the dev evaluation that keeps the best epoch; the run is a fine-tuned run that
 ``sesame evaluate`` and ``predict`` load. Classify, pair and regress teachers (``Task.distils``: one output row per
@@ -26,10 +33,13 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..objectives.distillation import LOSSES
+from ..models import model_config, position_limit
+from ..objectives.distillation import LOSSES, LayerMatching, uniform_layer_map
 from ..resume import resumed_finetuning
-from ..specs import DistilSpec
+from ..rundir import read_config
+from ..specs import DistilSpec, RunConfig
 from ..tasks import Task, TaskModel
+from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json
 from ..train.trainer import world
 from .evaluate import Predictor
@@ -53,7 +63,7 @@ def distil(spec: DistilSpec) -> dict:
 
 class Teacher:
     """The model ``--teacher`` names (a fine-tuned run or a transformers sequence classifier), loaded when first
-    asked for: a resumed run whose teacher outputs are cached never loads it."""
+    asked for: a resumed run whose teacher outputs are cached never loads it (unless it matches layers)."""
 
     def __init__(self, spec: DistilSpec):
         self.given, self.runtime = spec.teacher, spec.runtime
@@ -94,12 +104,13 @@ class Teacher:
 
 
 class Distillation:
-    """What a student learns from (:class:`sesame.pipelines.finetune.Teaching`): the teacher's outputs on the
+    """What a student learns from (:class:`sesame.pipelines.teaching.Teaching`): the teacher's outputs on the
     unlabeled examples and on ``--train``'s, and, with ``alpha``, ``--train``'s gold labels."""
 
     def __init__(self, spec: DistilSpec, teacher: Teacher):
         self.spec, self.teacher = spec, teacher
         self.outputs: torch.Tensor | None = None
+        self.read: tuple[Task, list[dict], list[str]] | None = None  # the task, examples and labels of examples()
 
     def examples(self, job: Task, train: str | None) -> tuple[list[dict], list[str]]:
         """The unlabeled examples of every ``--unlabeled`` file, then the labeled ones of ``train`` (``--train``); the
@@ -113,11 +124,55 @@ class Distillation:
             gold = job.read(train)
             job.check(gold, labels, train)
             rows += gold
+        self.read = job, rows, labels
         return rows, labels
 
+    def record(self, config: RunConfig, tok: TextTokenizer) -> dict:
+        """With --hidden-weight, the layer map: --layer-map's, or the uniform one over the student's and the teacher's
+        layers (:func:`uniform_layer_map`); refused unless both give every layer's states at the student's lengths
+        and the student reads the teacher's token ids (TinyBERT compares states position by position)."""
+        if not self.spec.hidden_weight:
+            return {}
+        teacher = self.teacher.predictor
+        for flag, model in (("--student", config.model), ("--teacher", teacher.config.model)):
+            if model.get("arch") == "encoder_decoder":
+                raise SesameError(f"--hidden-weight: {flag} is an encoder-decoder (T5, BART), whose layers form two "
+                                  "stacks; match the layers of an encoder, a decoder or a recurrent model, or give "
+                                  "--hidden-weight 0")
+        positions = position_limit(model_config(teacher.config.model))
+        if positions is not None and self.spec.max_length > positions:
+            raise SesameError(f"--max-length {self.spec.max_length}: the teacher reads the student's inputs for "
+                              f"--hidden-weight, and it has {positions} positions; give --max-length {positions}")
+        job, rows, labels = self.read
+        ours = job.features(rows, tok, self.spec.max_length, labels, config.causal)
+        theirs = teacher.features(rows, max_length=self.spec.max_length)
+        if [f["ids"] for f in ours] != [f["ids"] for f in theirs]:
+            raise SesameError(f"--hidden-weight: states are matched token by token, but --student {self.spec.base} "
+                              f"reads other token ids than --teacher {self.spec.teacher}; give a scratch student the "
+                              f"teacher's tokenizer (--tokenizer {self.spec.teacher}), or a student that has it")
+        layers = model_config(config.model).layers, model_config(teacher.config.model).layers
+        pairs = self.spec.layer_pairs() or uniform_layer_map(*layers)
+        wrong = [f"{s}:{t}" for s, t in pairs if s > layers[0] or t > layers[1]]
+        if wrong:
+            raise SesameError(f"--layer-map {' '.join(wrong)}: the student's layers are 0 to {layers[0]}, the "
+                              f"teacher's 0 to {layers[1]} (0: the embeddings)")
+        return {"layer_map": [f"{s}:{t}" for s, t in pairs]}
+
     def learner(self, model: TaskModel, run: Path, examples: list[dict]) -> nn.Module:
+        matching = self.layer_matching(model, run)  # first: the teacher is let go once its outputs are kept
         self.outputs = teacher_outputs(run, self.teacher, examples)
-        return Distilled(model, loss=self.spec.loss, temperature=self.spec.temperature, alpha=self.spec.alpha)
+        return Distilled(model, loss=self.spec.loss, temperature=self.spec.temperature, alpha=self.spec.alpha,
+                         matching=matching)
+
+    def layer_matching(self, student: TaskModel, run: Path) -> LayerMatching | None:
+        """The loss of the layer map the run recorded (None: none), with its maps sized by the two backbones."""
+        recorded = read_config(run, "--out").setup.get("layer_map")
+        if not recorded:
+            return None
+        teacher = self.teacher.predictor.model.backbone.eval().requires_grad_(False)
+        return LayerMatching(replace(self.spec, layer_map=recorded).layer_pairs(), layer_widths(student.backbone),
+                             layer_widths(teacher), teacher=lambda batch: teacher_states(teacher, batch),
+                             weight=self.spec.hidden_weight)
 
     def collate(self, job: Task, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         """The task's batch with the teacher's rows (``teacher``), which rows have gold labels (``gold``; the others
@@ -127,21 +182,23 @@ class Distillation:
         batch = job.collate([f if "target" in f else {**f, "target": stand_in} for f in features], pad_id)
         batch["teacher"] = self.outputs[[f["example"] for f in features]]
         batch["gold"] = torch.tensor(gold)
-        batch["counts"] = {"distil": len(features), "gold": sum(gold)}
+        batch["counts"] = {"distil": len(features), "gold": sum(gold), "hidden": int(batch["padding"].sum())}
         return batch
 
 
 class Distilled(nn.Module):
     """A student task model trained on a teacher's outputs (``batch["teacher"]``) by the ``loss`` of
     :data:`sesame.objectives.distillation.LOSSES`, plus ``alpha`` × its own task loss on the rows with gold labels
-    (``batch["gold"]``) when ``alpha`` is not 0. Returns the summed parts (``distil``, ``gold``), which the
-    trainer divides by their counts and weighs: Hinton et al. 2015's weighted average, the soft part scaled by T²."""
+    (``batch["gold"]``) when ``alpha`` is not 0, plus ``matching.weight`` × the loss of its intermediate layers
+    with ``matching``. Returns the summed parts (``distil``, ``gold``, ``hidden``), which the trainer divides by their
+    counts and weighs: Hinton et al. 2015's weighted average, the soft part scaled by T²."""
 
-    def __init__(self, student: TaskModel, *, loss: str, temperature: float, alpha: float):
+    def __init__(self, student: TaskModel, *, loss: str, temperature: float, alpha: float,
+                 matching: LayerMatching | None = None):
         super().__init__()
-        self.student, self.criterion, self.temperature = student, LOSSES[loss], temperature
-        self.part_names = ("distil", "gold") if alpha else ("distil",)
-        self.part_weights = {"distil": 1.0, "gold": alpha}
+        self.student, self.criterion, self.temperature, self.matching = student, LOSSES[loss], temperature, matching
+        self.part_names = ("distil", *(("gold",) if alpha else ()), *(("hidden",) if matching is not None else ()))
+        self.part_weights = {"distil": 1.0, "gold": alpha, "hidden": matching.weight if matching is not None else 0.0}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         outputs = self.student.outputs(batch)
@@ -149,7 +206,28 @@ class Distilled(nn.Module):
         if "gold" in self.part_names:
             gold = batch["gold"]
             parts["gold"] = self.student.loss(outputs[gold], batch["targets"][gold])
+        if self.matching is not None:
+            layers = self.student.backbone(batch["ids"], batch.get("types"), padding=batch["padding"], all_layers=True)
+            parts["hidden"] = self.matching(layers, batch)
         return parts
+
+
+def layer_widths(backbone: nn.Module) -> list[int]:
+    """The width of each layer's states of ``backbone`` (0: the embeddings), read off one token put through it."""
+    ids = torch.zeros(1, 1, dtype=torch.long, device=next(backbone.parameters()).device)
+    training = backbone.training
+    with torch.no_grad():
+        states = backbone.eval()(ids, padding=torch.ones_like(ids, dtype=torch.bool), all_layers=True)
+    backbone.train(training)
+    return [state.shape[-1] for state in states]
+
+
+def teacher_states(teacher: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Every layer's states of the frozen ``teacher`` backbone for the student's ``batch`` (the same token ids); the
+    teacher follows the batch to its device (once: then it is there)."""
+    with torch.no_grad():
+        return teacher.to(batch["ids"].device)(batch["ids"], batch.get("types"), padding=batch["padding"],
+                                               all_layers=True)
 
 
 def teacher_outputs(run: Path, teacher: Teacher, examples: list[dict]) -> torch.Tensor:

@@ -16,7 +16,6 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import accumulate
 from pathlib import Path
-from typing import Protocol
 
 import torch
 from torch import nn
@@ -39,6 +38,7 @@ from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
 from ..train.trainer import micro_batches, world
+from .teaching import GoldAnswers, Teaching
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
 
@@ -50,36 +50,6 @@ def finetune(spec: FinetuneSpec) -> dict:
     if spec.resume:
         spec = resumed_finetuning(spec)  # as the run was made, with the budget given now
     return train_task_model(spec, GoldAnswers(), started=started)
-
-
-class Teaching(Protocol):
-    """What a task model learns from in :func:`train_task_model`: fine-tuning's gold answers (:class:`GoldAnswers`)
-    or a teacher's outputs (:class:`sesame.pipelines.distil.Distillation`)."""
-
-    def examples(self, job: Task, train: str | None) -> tuple[list[dict], list[str]]:
-        """The training examples, read by ``job`` (``train``: the --train file, or a --mixture task's), and the label
-        vocabulary."""
-
-    def learner(self, model: TaskModel, run: Path, examples: list[dict]) -> nn.Module:
-        """What the trainer trains (called before :meth:`collate`): ``model``, or a module around it that computes
-        another loss (the run keeps ``model``'s weights alone)."""
-
-    def collate(self, job: Task, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-        """The training batch of ``features`` (the task's features of :meth:`examples`)."""
-
-
-class GoldAnswers:
-    """Fine-tuning: the task's loss on the gold answers of ``--train``, whose labels are the vocabulary."""
-
-    def examples(self, job: Task, train: str | None) -> tuple[list[dict], list[str]]:
-        rows = job.read(train)
-        return rows, job.labels(rows, train)
-
-    def learner(self, model: TaskModel, run: Path, examples: list[dict]) -> nn.Module:
-        return model
-
-    def collate(self, job: Task, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-        return job.collate(features, pad_id)
 
 
 def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) -> dict:
@@ -124,7 +94,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
             pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
             mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=asdict(cfg),
-            setup=setup_record(spec)))
+            setup={**setup_record(spec), **teaching.record(config, tok)}))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
@@ -287,8 +257,13 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
             reports[name] = part.job.score(part.dev, dev_features[name], outputs, part.labels)
         return data.scores(reports)
 
+    groups = techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ours = {id(p) for p in model.parameters()}
+    added = [p for p in learner.parameters() if id(p) not in ours]  # the learner's own (distillation's layer maps)
+    if groups is not None and added:  # else AdamW's default groups take the learner's parameters whole
+        groups = [*groups, {"params": added, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": cfg.weight_decay}]
     return Trainer(learner, settings, batches, evaluate=evaluate_dev, select=data.select, keeps=model,
-                   param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
+                   param_groups=groups,
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
 
 

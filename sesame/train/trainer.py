@@ -175,7 +175,8 @@ class Trainer:
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
     ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. Those are the
     weights of ``keeps`` (default: ``model``), a part of ``model``: a model that wraps another only to compute
-    its loss (distillation's, around the student) keeps the inner one's, and checkpoints them too.
+    its loss (distillation's, around the student) keeps the inner one's; checkpoints hold the whole ``model``'s
+    (the student's and what the loss trains beside it, distillation's layer maps).
     ``settings.placement`` places the model (moved there by the trainer, before the optimizer is made) and sets its
     precision.
     """
@@ -230,7 +231,7 @@ class Trainer:
         if ckpt is None:
             raise SesameError(f"--resume: {self.run} has no checkpoint to resume from; drop --resume to start fresh")
         state = read_json(ckpt / "trainer_state.json")
-        self.kept.load_state_dict(load_weights(ckpt / "model.safetensors"))
+        self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
         load_optimizer(self.optimizer, load_weights(ckpt / "optimizer.safetensors"), read_json(ckpt / "optimizer.json"))
         if self.scaler.is_enabled() and "scaler" in state:  # else fp16 starts a fresh scale (the run was not fp16)
             self.scaler.load_state_dict(state["scaler"])
@@ -257,7 +258,7 @@ class Trainer:
 
     def save(self) -> None:
         if self.rank == 0:
-            save_checkpoint(self.run, self.kept.state_dict(), self.optimizer, self.trainer_state())
+            save_checkpoint(self.run, self.model.state_dict(), self.optimizer, self.trainer_state())
 
     @cached_property
     def metrics_log(self) -> MetricsLog:
