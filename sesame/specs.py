@@ -350,7 +350,7 @@ class DistilSpec(FinetuneSpec):
                                                                    "every student layer, spread evenly over the "
                                                                    "teacher's)")
 
-    hidden: ClassVar[tuple[str, ...]] = ("mixture", "mixing_cap", "mixing_temperature")  # text2text's: no flags here
+    no_flags: ClassVar[tuple[str, ...]] = ("mixture", "mixing_cap", "mixing_temperature")  # text2text's
 
     def __post_init__(self) -> None:
         super().__post_init__()
