@@ -13,10 +13,10 @@ The Python API mirrors the command line::
 """
 __version__ = "0.1.0"
 
-from .api import evaluate, finetune, load, predict, pretrain, prompt_eval  # noqa: E402
+from .api import distil, evaluate, finetune, load, predict, pretrain, prompt_eval  # noqa: E402
 from .apps.generate import generate  # noqa: E402
 from .decoding import GenerationConfig  # noqa: E402
 from .errors import SesameError  # noqa: E402
 
-__all__ = ["pretrain", "finetune", "evaluate", "predict", "load", "generate", "GenerationConfig", "prompt_eval",
-           "SesameError", "__version__"]
+__all__ = ["pretrain", "finetune", "distil", "evaluate", "predict", "load", "generate", "GenerationConfig",
+           "prompt_eval", "SesameError", "__version__"]

@@ -15,7 +15,7 @@ from .apps import prompting
 from .options import split_known
 from .pipelines import Predictor, evaluate, load, predict
 from .runtime import Runtime, given_runtime
-from .specs import FinetuneSpec, PretrainSpec
+from .specs import DistilSpec, FinetuneSpec, PretrainSpec
 
 
 def pretrain(corpus: Sequence[str] | str, out: str, **options: Any) -> dict:
@@ -34,6 +34,16 @@ def finetune(base: str, train: str | None, dev: str | None, out: str, **options:
     return pipelines.finetune(FinetuneSpec.of(base, train, dev, out, **options))
 
 
+def distil(teacher: str, student: str, unlabeled: Sequence[str] | str, dev: str, out: str, *, train: str | None = None,
+           **options: Any) -> dict:
+    """Distil the fine-tuned ``teacher`` into ``student`` (a run, a transformers directory or ``scratch:FAMILY:SIZE``)
+    on the ``unlabeled`` files' text (and ``train``'s, whose gold labels count with ``alpha``), keeping the best epoch
+    on ``dev``, into run ``out``; e.g. ``distil("runs/teacher", "scratch:bert:mini", ["train.csv"], "dev.csv",
+    "runs/student", temperature=2.0)``. Takes :func:`finetune`'s keywords and :class:`sesame.specs.DistilSpec`'s
+    (``loss``, ``temperature``, ``alpha``, ``hidden_weight``, ``layer_map``). Returns the kept weights' dev metrics."""
+    return pipelines.distil(DistilSpec.of(student, train, dev, out, teacher=teacher, unlabeled=unlabeled, **options))
+
+
 def prompt_eval(model: str, data: str, **options: Any) -> dict:
     """Zero- and few-shot in-context classification accuracy of the causal language model ``model`` on the labeled
     file ``data``; e.g. ``prompt_eval("runs/gpt2", "dev.csv", train="train.csv", ks=(0, 4))``. Returns the accuracy
@@ -44,4 +54,4 @@ def prompt_eval(model: str, data: str, **options: Any) -> dict:
     return prompting.prompt_eval(prompting.PromptSpec(model=model, data=data, **spec, runtime=runtime))
 
 
-__all__ = ["Predictor", "evaluate", "finetune", "load", "predict", "pretrain", "prompt_eval"]
+__all__ = ["Predictor", "distil", "evaluate", "finetune", "load", "predict", "pretrain", "prompt_eval"]

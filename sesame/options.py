@@ -44,7 +44,10 @@ def flag_name(f: Field) -> str:
 
 
 def cli_fields(cls: type) -> list[Field]:
-    return [f for f in fields(cls) if f.metadata.get("cli", False)]
+    """The fields of ``cls`` that are flags: declared so, and not among the ``no_flags`` names of a subclass that
+    inherits fields it has no use for."""
+    no_flags = getattr(cls, "no_flags", ())
+    return [f for f in fields(cls) if f.metadata.get("cli", False) and f.name not in no_flags]
 
 
 def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,

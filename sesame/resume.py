@@ -18,7 +18,7 @@ from .errors import SesameError
 from .options import flag_name
 from .rundir import read_config, setup_killed, write_config
 from .runtime import Runtime
-from .specs import FinetuneSpec, PretrainSpec, RunConfig
+from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig
 from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -26,11 +26,13 @@ from .train.recipes import Recipe
 
 RESUMABLE = ("max_steps", "max_minutes", "epochs")  # the budget: all that --resume may change
 # set-up options recorded in config.json's "setup", for --resume to check (paths resolved)
+FINETUNE_SETUP = ("tokenizer", "cased", "drop_mult", "dropout")  # dropout: as given, not as scaled or moved
 SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "text_field", "drop_mult"),
-         FinetuneSpec: ("tokenizer", "cased", "drop_mult", "dropout",  # dropout: as given, not as scaled or moved
-                        "mixture", "mixing_cap", "mixing_temperature")}
+         FinetuneSpec: (*FINETUNE_SETUP, "mixture", "mixing_cap", "mixing_temperature"),
+         DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha", "hidden_weight",
+                      "layer_map")}  # layer_map: as the run resolved it (sesame.pipelines.distil)
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
-         "vectors", "mixture")
+         "vectors", "mixture", "teacher", "unlabeled")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
 MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime holds now
 

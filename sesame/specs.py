@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
+from .objectives.distillation import LOSSES
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
@@ -317,6 +318,85 @@ class FinetuneSpec(RecurrentDropouts):
                               "--dev")
         check_spec(mixture=self.mixture, task=self.task, cap=self.mixing_cap, temperature=self.mixing_temperature,
                    task_options=self.task_options)
+
+
+@dataclass(kw_only=True)
+class DistilSpec(FinetuneSpec):
+    """``sesame distil``: a student (``base``: a run, a transformers directory or ``scratch:FAMILY:SIZE``) trained
+    to match a fine-tuned teacher's outputs on ``unlabeled`` text (and on the text of ``train``, whose gold labels
+    add ``alpha`` × the task loss), with every fine-tuning option; ``task`` and its options default to the
+    teacher's. The loss: :mod:`sesame.objectives.distillation`."""
+    base: str = option(flag="--student", metavar="MODEL", help="the student: a run, a transformers model directory, "
+                                                               "minilm, or scratch:FAMILY:SIZE (any family, an LSTM "
+                                                               "included)")
+    teacher: str = option(help="a fine-tuned run, or a transformers sequence classifier directory")
+    unlabeled: list[str] = option(help="CSV, TSV or JSONL files whose text (the task's text columns) the teacher "
+                                       "labels")
+    train: str | None = option(None, help="labeled examples: the teacher labels their text too, and with --alpha "
+                                          "their gold labels add to the loss")
+    task: str | None = option(None, choices=[name for name, task in TASKS.items() if task.distils],
+                              help="the teacher's task, which is the default")
+    loss: str | None = option(None, choices=LOSSES, help="kl: T²·KL(teacher_T ‖ student_T) (Hinton et al. 2015; "
+                                                         "default for classifiers); mse: squared error of the logits "
+                                                         "(the only one for regress)")
+    temperature: float = option(2.0, help="T of the kl loss (Hinton et al. 2015; 2 in DistilBERT)")
+    alpha: float = option(0.0, help="weight of the task loss on --train's gold labels (0: off)")
+    hidden_weight: float = option(0.0, help="weight of intermediate-layer matching, the hidden states' squared error "
+                                            "through a learned map where widths differ (TinyBERT; 0: off); the student "
+                                            "must read the teacher's token ids (a scratch student: --tokenizer "
+                                            "TEACHER)")
+    layer_map: list[str] | None = option(None, metavar="S:T", help="--hidden-weight's pairs of student:teacher layers "
+                                                                   "(0: the embeddings), e.g. 0:0 1:3 2:6 (default: "
+                                                                   "every student layer, spread evenly over the "
+                                                                   "teacher's)")
+
+    no_flags: ClassVar[tuple[str, ...]] = ("mixture", "mixing_cap", "mixing_temperature")  # text2text's
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.unlabeled = [str(p) for p in ([self.unlabeled] if isinstance(self.unlabeled, (str, Path))
+                                           else self.unlabeled)]
+        self.teacher = str(self.teacher)
+        if self.recipe.lm_weight is None:  # not GPT's default auxiliary LM: the student learns the teacher alone
+            self.recipe = replace(self.recipe, lm_weight=0.0)
+
+    def _validate_files(self) -> None:
+        """--dev (--train is optional); no --mixture: a teacher's outputs are one row per example of one task."""
+        if self.mixture is not None:
+            raise SesameError(f"mixture={self.mixture!r}: distil learns one teacher's task on --unlabeled text; "
+                              "leave out the mixture")
+        if self.dev is None:
+            raise SesameError("--dev: give the labeled dev file that picks the kept epoch")
+
+    def validate(self, *, processes: int = 1) -> None:
+        super().validate(processes=processes)
+        if self.temperature <= 0:
+            raise SesameError(f"--temperature {self.temperature}: must be positive (2 in DistilBERT)")
+        if self.alpha < 0 or self.alpha and self.train is None:
+            raise SesameError(f"--alpha {self.alpha}: weighs the loss on --train's gold labels; give a --train file "
+                              "and an --alpha of 0 or more")
+        if self.recipe.lm_weight:
+            raise SesameError(f"--lm-weight {self.recipe.lm_weight}: the student learns the teacher's outputs alone; "
+                              "drop --lm-weight")
+        if self.hidden_weight < 0 or self.layer_map is not None and not self.hidden_weight:
+            raise SesameError(f"--hidden-weight {self.hidden_weight}: weighs intermediate-layer matching (which "
+                              "--layer-map maps); give a positive weight, or 0 and no --layer-map")
+        self.layer_pairs()
+
+    def layer_pairs(self) -> list[tuple[int, int]] | None:
+        """--layer-map as (student layer, teacher layer) pairs; None: the default map (or no matching)."""
+        if self.layer_map is None:
+            return None
+        pairs = []
+        for item in self.layer_map:
+            student, sep, teacher = item.partition(":")
+            if not (sep and student.isdigit() and teacher.isdigit()):
+                raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
+                                  "embeddings)")
+            pairs.append((int(student), int(teacher)))
+        if not pairs or len(set(pairs)) < len(pairs):
+            raise SesameError(f"--layer-map {' '.join(self.layer_map)}: give each pair once, at least one")
+        return pairs
 
 
 # -- the run directory's config.json --------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .conftest import refused
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST = ["--max-steps", "1", "--batch-size", "8"]
 FT = ["--train", "{root}/train.csv", "--dev", "{root}/dev.csv"]
+DI = ["--student", "scratch:bert:tiny", "--unlabeled", "{root}/train.csv", "--dev", "{root}/dev.csv"]
 
 ROWS = {
     # tokenizer
@@ -110,6 +111,13 @@ ROWS = {
                                      "--lr", "0.5"], "--lr 0.5", "made with 0.001"),
     "finetune: resume a pretrained run": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out",
                                            "{root}/pre"], "--out", "holds a 'pretrained' run"),
+    # distil
+    "distil: a pretrained teacher": (["distil", "--teacher", "{root}/pre", *DI, "--out", "{root}/new"], "--teacher",
+                                     "a finetuned run is needed"),
+    "distil: alpha without labels": (["distil", "--teacher", "{root}/clf", *DI, "--alpha", "0.5", "--out",
+                                      "{root}/new"], "--alpha 0.5", "--train"),
+    "distil: a missing student": (["distil", "--teacher", "{root}/clf", *DI[2:], "--student", "{root}/nothing",
+                                   "--out", "{root}/new"], "--student", "no such run"),
     # evaluate
     "evaluate: missing run": (["evaluate", "--model", "{root}/nothing", "--data", "{root}/dev.csv"], "--model",
                               "nothing"),

@@ -11,11 +11,14 @@ from dataclasses import fields
 from ..errors import SesameError
 from ..options import add_flags, given, parse_value
 from ..runtime import Runtime
+from ..specs import FinetuneSpec
+from ..tasks import TASKS
 from ..train import TrainConfig
+from ..train.recipes import Recipe
 
-COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "evaluate", "predict", "export", "convert",
-            "neighbors", "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit", "compare", "report",
-            "demo", "serve")
+COMMANDS = ("tokenizer", "vectors", "prepare", "pretrain", "finetune", "distil", "evaluate", "predict", "export",
+            "convert", "neighbors", "decontaminate", "generate", "prompt_eval", "cove", "translate", "ulmfit",
+            "compare", "report", "demo", "serve")
 
 
 def spec_command(sub: argparse._SubParsersAction, name: str, spec: type, *, help: str,
@@ -47,6 +50,35 @@ def add_runtime_flags(p: argparse.ArgumentParser) -> None:
 def runtime_options(args: argparse.Namespace) -> Runtime:
     """The runtime the command line asks for (its flags not given keep their defaults)."""
     return Runtime(**given(args, Runtime))
+
+
+def add_finetuning_flags(p: argparse.ArgumentParser, spec: type[FinetuneSpec], *, required: tuple[str, ...]) -> None:
+    """The flags of ``sesame finetune`` (and of the commands that fine-tune too, ``distil``): ``spec``'s fields, the
+    task's options, the recipe's, ``--json``, training and runtime."""
+    add_flags(p, spec, required=required)
+    t = p.add_argument_group("the task's options")
+    t.add_argument("--text-column", help="default: text (classify, regress), sentence1 (pair); numbers pick "
+                                         "columns of a file without a header row")
+    t.add_argument("--label-column", help="default: label")
+    t.add_argument("--pair-column", help="the second text of a pair (default for --task pair: sentence2)")
+    t.add_argument("--symmetric", action="store_true",
+                   help="pairs without an order (similarity): score both orders and add them (GPT)")
+    t.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other option of the task, e.g. doc_stride=128 (repeatable)")
+    add_flags(p.add_argument_group("recipe: which parameters move and how fast"), Recipe)
+    p.add_argument("--json", action="store_true")
+    add_training_flags(p)
+    add_runtime_flags(p)
+
+
+def finetuning_spec(args: argparse.Namespace, spec: type[FinetuneSpec]) -> FinetuneSpec:
+    """The ``spec`` (FinetuneSpec or a subclass) of the flags :func:`add_finetuning_flags` declared."""
+    task_options = {"text_column": args.text_column, "label_column": args.label_column,
+                    "pair_column": args.pair_column, "symmetric": args.symmetric or None,
+                    **key_values(args.task_option, "--task-option", "doc_stride=128", TASKS.get(args.task))}
+    typed, recipe = given(args, spec), given(args, Recipe)
+    return spec(**typed, task_options=task_options, recipe=Recipe(**recipe), training=training_options(args),
+                runtime=runtime_options(args), explicit=frozenset({*typed, *recipe}), progress=not args.no_progress)
 
 
 def key_values(items: list[str], flag: str, example: str, cls: type | None = None) -> dict:

@@ -34,20 +34,21 @@ STREAMS = 8  # rows a long text is read in side by side, with memory (Transforme
 class Predictor:
     """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
     loaded for prediction and evaluation. ``options`` override the task options the run was trained
-    with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s).
-    ``about`` says what the model is (:func:`sesame.rundir.describe`: kind, family, size, causal, export), as
-    ``sesame serve``'s /info shows it."""
+    with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s); ``flag``
+    names the model in errors. ``about`` says what the model is (:func:`sesame.rundir.describe`: kind, family, size,
+    causal, export), as ``sesame serve``'s /info shows it."""
 
-    def __init__(self, run: str | Path, options: dict | None = None, runtime: Runtime | None = None):
+    def __init__(self, run: str | Path, options: dict | None = None, runtime: Runtime | None = None, *,
+                 flag: str = "--model"):
         self.run = Path(run)
         self.placement = (runtime or Runtime()).place()
-        with opened(run, "--model", classifier=True) as (_, path):
-            self.config = read_config(path, "--model", ("finetuned",))
+        with opened(run, flag, classifier=True) as (_, path):
+            self.config = read_config(path, flag, ("finetuned",))
             given = {k: v for k, v in (options or {}).items() if v is not None}
             self.task = make_task(self.config.task, {**self.config.task_options, **given})
             self.task.check_model(self.config.model)  # what options given here ask of it (text2text's lengths)
             self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
-            self.tokenizer = load_tokenizer(path, "--model")
+            self.tokenizer = load_tokenizer(path, flag)
             self.model = self.task.build(build_backbone(self.config), len(self.labels), self.config.pooling, 0.0)
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
         self.max_length, self.causal = self.config.max_length, self.config.causal

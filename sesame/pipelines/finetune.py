@@ -6,20 +6,24 @@ model's through the family's hooks (GPT's input tokens; a frozen feature extract
 embeddings), the recipe's techniques (:meth:`sesame.train.recipes.Recipe.techniques`: what the backbone
 carries, what trains, how fast, which losses are added) are driven through one protocol, the task
 (:mod:`sesame.tasks`) reads the files and builds the head, and the trainer keeps the best dev epoch.
+Those steps are :func:`train_task_model`, which ``sesame distil`` shares: a :class:`Teaching` says what the task
+model learns from (here :class:`GoldAnswers`, the training file's).
 """
 from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields, replace
 from itertools import accumulate
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading_features
 from ..models import model_config, position_limit
+from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
                       write_config)
@@ -34,6 +38,7 @@ from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
 from ..train.trainer import micro_batches, world
+from .teaching import GoldAnswers, Teaching
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
 
@@ -44,20 +49,28 @@ def finetune(spec: FinetuneSpec) -> dict:
     started = time.time()
     if spec.resume:
         spec = resumed_finetuning(spec)  # as the run was made, with the budget given now
+    return train_task_model(spec, GoldAnswers(), started=started)
+
+
+def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) -> dict:
+    """A task model trained as ``spec`` says on what ``teaching`` gives (:func:`finetune`, and ``sesame distil``), from
+    the command's start ``started``: the run is set up (or resumed), the starting weights loaded, the recipe's
+    techniques applied, and the weights with the best dev ``select`` metric kept. Returns their dev metrics with the
+    trainable and total parameter counts."""
     spec.validate(processes=world()[1])
     placement = spec.runtime.place()
     resumed = from_checkpoint(spec.out, spec.resume)
-    source = None if resumed else resolve_source(spec.base, "--from")
+    source = None if resumed else resolve_source(spec.base, base_flag(spec))
     family, size, scratch = _trained_model(spec, source)
     cfg = spec.train_config(family, size=size, scratch=scratch)
     job = make_task(spec.task, spec.task_options)
-    data = _read(spec, job)
+    data = _read(spec, job, teaching)
     labels = data.labels
     check_batch(cfg)
 
     def setup(run: Path) -> None:
-        config, tok = starting_point(source, base_dir, spec, _texts([r for p in data.parts.values() for r in p.train]))
-        config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"--from {source.given}",
+        config, tok = starting_point(source, base_dir, spec, _texts(data.train))
+        config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"{source.flag} {source.given}",
                                                     arch=config.model.get("arch", "transformer")))
         pooling = spec.pooling or config.pooling
         config.model.update(head_dropouts(config.model, head_drops=job.head_drops))  # recurrent: the head's, once
@@ -68,7 +81,7 @@ def finetune(spec: FinetuneSpec) -> dict:
         fam = FAMILIES.get(config.family)
         data.for_family(fam)  # the task options left to the family, recorded below
         recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
-        recipe.techniques().configure(config.model, source=f"--from {source.given} is a {config.family} model")
+        recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
         _word_vectors(config, recipe, source)
         positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
         if positions is not None and spec.max_length > positions:
@@ -81,7 +94,7 @@ def finetune(spec: FinetuneSpec) -> dict:
             pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
             mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=asdict(cfg),
-            setup=setup_record(spec)))
+            setup={**setup_record(spec), **teaching.record(config, tok)}))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
             claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
@@ -95,14 +108,15 @@ def finetune(spec: FinetuneSpec) -> dict:
         coverage = {}
         if not resumed:
             if not source.scratch:
-                load_pretrained(model, base_dir)
+                load_pretrained(model, base_dir, flag=source.flag)
             if recipe.vectors:
                 coverage["vectors_coverage"] = _embed_vectors(model.backbone, recipe.vectors, tok)
         recipes.freeze_features(model.backbone)
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
-        trainer, epochs = _trainer(model, settings, spec, data, tok, techniques)
+        trainer, epochs = _trainer(teaching.learner(model, run, data.train), model, settings, spec, data, tok,
+                                   techniques)
         if world()[0] == 0:  # the epochs and steps the training set's size decided, or a resume's budget
             record_training(run, config, cfg, epochs, runtime=spec.runtime.record(placement))
         metrics = trainer.fit(resume=resumed)
@@ -115,7 +129,7 @@ def finetune(spec: FinetuneSpec) -> dict:
 
 @dataclass
 class _Part:
-    """One task's labeled examples: the task (its options), the training and dev examples, its labels."""
+    """One task's training examples and labeled dev examples: the task (its options), the examples, its labels."""
     job: Task
     train: list[dict]
     dev: list[dict]
@@ -124,13 +138,19 @@ class _Part:
 
 @dataclass
 class _Data:
-    """What fine-tuning reads: the task that builds the model (``job``) and the labeled examples, of --train and
-    --dev (one part, named "") or of each task of a --mixture (its parts, by name, with the files they came from),
-    and the dev metric that picks the kept weights."""
+    """What fine-tuning reads: the task that builds the model (``job``) and the examples, of --train and --dev (one
+    part, named "") or of each task of a --mixture (its parts, by name, with the files they came from), the dev metric
+    that picks the kept weights, and what the training examples teach (``teaching``)."""
     job: Task
     parts: dict[str, _Part]
     select: str
     mixture: dict[str, dict] | None
+    teaching: Teaching
+
+    @property
+    def train(self) -> list[dict]:
+        """Every part's training examples, in order."""
+        return [row for part in self.parts.values() for row in part.train]
 
     @property
     def labels(self) -> list[str]:
@@ -160,16 +180,17 @@ class _Data:
         return mixture_scores(reports, {name: part.job.select for name, part in self.parts.items()})
 
 
-def _read(spec: FinetuneSpec, job: Task) -> _Data:
-    """The labeled examples of --train and --dev, read by ``job``; or of each task of --mixture, read by the task
-    its entry's options make over the shared ones (:mod:`sesame.tasks.mixing`); labels checked, --select checked."""
+def _read(spec: FinetuneSpec, job: Task, teaching: Teaching) -> _Data:
+    """The training examples ``teaching`` gives of --train, and --dev's labeled ones, read by ``job``; or of each task
+    of --mixture, read by the task its entry's options make over the shared ones (:mod:`sesame.tasks.mixing`); labels
+    checked, --select checked."""
     mixture = read_mixture(spec.mixture) if spec.mixture else None
     files = mixture or {"": {"train": spec.train, "dev": spec.dev, "options": {}}}
     parts = {}
     for name, entry in files.items():
         task = make_task(spec.task, {**spec.task_options, **entry["options"]}) if mixture else job
-        train, dev = task.read(entry["train"]), task.read(entry["dev"])
-        labels = task.labels(train, entry["train"])
+        train, labels = teaching.examples(task, entry["train"])
+        dev = task.read(entry["dev"])
         task.check(dev, labels, entry["dev"])
         parts[name] = _Part(task, train, dev, labels)
     if mixture:
@@ -180,16 +201,17 @@ def _read(spec: FinetuneSpec, job: Task) -> _Data:
     if select not in choices:
         raise SesameError(f"--select {select!r}: choose one of {', '.join(choices)} for --task {spec.task}"
                           + (f" over --mixture {spec.mixture}" if mixture else ""))
-    return _Data(job, parts, select, mixture)
+    return _Data(job, parts, select, mixture, teaching)
 
 
-def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: _Data, tok: TextTokenizer,
-             techniques: Techniques) -> tuple[Trainer, int]:
-    """The trainer over length-bucketed (or shuffled) batches of the training features, or a mixture's draws
-    (:func:`sesame.tasks.mixing.mixture_example`, at the rates of T5's mixing), evaluating on dev after every epoch
-    and saving a checkpoint then (or every ``--save-every`` steps), with the recipe's parameter groups, per-step
-    actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training
-    set's size and the time budget; a mixture's epoch is as many examples as its tasks hold together)."""
+def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: _Data,
+             tok: TextTokenizer, techniques: Techniques) -> tuple[Trainer, int]:
+    """The trainer of ``learner`` (``model``, or a module computing another loss around it) over length-bucketed (or
+    shuffled) batches of the training features, or a mixture's draws (:func:`sesame.tasks.mixing.mixture_example`,
+    at the rates of T5's mixing), evaluating ``model`` on dev after every epoch and saving a checkpoint then (or every
+    ``--save-every`` steps), with the recipe's parameter groups, per-step actions and loss counts; and its epochs
+    (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's size and the time budget; a
+    mixture's epoch is as many examples as its tasks hold together)."""
     job, cfg = data.job, settings.config
     causal = model.backbone.config.causal
     features = {name: p.job.features(p.train, tok, spec.max_length, p.labels, causal)
@@ -200,7 +222,7 @@ def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: 
     first = dict(zip(features, accumulate([0, *map(len, features.values())])))  # each task's first feature
     sizes = {name: len(part) for name, part in features.items()}
     rates = mixing_rates(sizes, cap=spec.mixing_cap, temperature=spec.mixing_temperature) if data.mixture else None
-    collate = data.parts[next(iter(data.parts))].job.collate  # a mixture's tasks frame and batch alike
+    first_job = data.parts[next(iter(data.parts))].job  # a mixture's tasks frame and batch alike
     per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
     lengths = [job.length(f) for f in train_features]
 
@@ -214,8 +236,8 @@ def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: 
                                 window=BATCHINGS[spec.batching])[k]
 
     def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
-        micro = micro_batches(order(step), cfg.accumulate,
-                              lambda part: collate([train_features[i] for i in part], tok.specials.pad))
+        micro = micro_batches(order(step), cfg.accumulate, lambda part: data.teaching.collate(
+            first_job, [train_features[i] for i in part], tok.specials.pad))
         for batch in micro:
             techniques.count(batch)
         return micro
@@ -228,16 +250,26 @@ def _trainer(model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: 
     if "save_every" not in spec.training:  # else checkpoints inside epochs too: batches are a function of the step
         cfg.save_every = per_epoch
 
-    def evaluate_dev(m: TaskModel) -> dict:
+    def evaluate_dev(_: nn.Module) -> dict:  # the task model's, not the learner's around it
         reports = {}
         for name, part in data.parts.items():
-            outputs = infer(m, part.job, dev_features[name], tok.specials.pad)
+            outputs = infer(model, part.job, dev_features[name], tok.specials.pad)
             reports[name] = part.job.score(part.dev, dev_features[name], outputs, part.labels)
         return data.scores(reports)
 
-    return Trainer(model, settings, batches, evaluate=evaluate_dev, select=data.select,
-                   param_groups=techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay),
+    groups = techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ours = {id(p) for p in model.parameters()}
+    added = [p for p in learner.parameters() if id(p) not in ours]  # the learner's own (distillation's layer maps)
+    if groups is not None and added:  # else AdamW's default groups take the learner's parameters whole
+        groups = [*groups, {"params": added, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": cfg.weight_decay}]
+    return Trainer(learner, settings, batches, evaluate=evaluate_dev, select=data.select, keeps=model,
+                   param_groups=groups,
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
+
+
+def base_flag(spec: FinetuneSpec) -> str:
+    """The flag that names the model a task model starts from: ``--from`` (finetune), ``--student`` (distil)."""
+    return next(flag_name(f) for f in fields(spec) if f.name == "base")
 
 
 def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | None, str | None, bool]:
@@ -261,8 +293,8 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
     if source.scratch:
         if fam.feature_extractor:
             how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
-            raise SesameError(f"--from {source.given}: {fam.name} gives a task model pretrained features; make a run "
-                              f"first (`{how}`) and fine-tune from it")
+            raise SesameError(f"{source.flag} {source.given}: {fam.name} gives a task model pretrained features; "
+                              f"make a run first (`{how}`) and fine-tune from it")
         if spec.tokenizer and spec.cased:
             raise SesameError(f"--cased: --tokenizer {spec.tokenizer} has its case decided; drop --cased")
         tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else \
@@ -276,12 +308,12 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
     if spec.tokenizer or spec.cased:
         flag = "--tokenizer" if spec.tokenizer else "--cased"
         raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
-    config = read_config(base_dir, "--from")
+    config = read_config(base_dir, source.flag)
     config.model["dropout"] = spec.dropout
     fam = FAMILIES.get(config.family)
     if fam is not None and fam.feature_extractor and config.model.get("arch") == fam.arch:  # the extractor's own run
         config = replace(config, pooling=fam.pooling, model=reading_features(config.model, config.size, spec.dropout))
-    return config, load_tokenizer(base_dir, "--from")
+    return config, load_tokenizer(base_dir, source.flag)
 
 
 def _word_vectors(config: RunConfig, recipe: Recipe, source: Source) -> None:
@@ -295,11 +327,11 @@ def _word_vectors(config: RunConfig, recipe: Recipe, source: Source) -> None:
             raise SesameError(f"--vectors {recipe.vectors}: a {fam.name} task model reads the extractor's own word "
                               f"vectors; give the vectors to `sesame {fam.command} --vectors` instead")
         raise SesameError(f"--vectors {recipe.vectors}: initialises the word embedding of a new recurrent task "
-                          "model; use it with --from scratch:lstm|gru|bilstm:SIZE or an elmo run")
+                          f"model; use it with {source.flag} scratch:lstm|gru|bilstm:SIZE or an elmo run")
     config.model["embedding_size"] = load_vectors(recipe.vectors).dim
 
 
-def load_pretrained(model: TaskModel, run: Path) -> None:
+def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> None:
     """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind; an ELMo or
     CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
     and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
@@ -322,7 +354,7 @@ def load_pretrained(model: TaskModel, run: Path) -> None:
                 model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
             missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
             if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
-                raise SesameError(f"--from {run}: its {part} does not fit this model (missing {missing[:3]}, "
+                raise SesameError(f"{flag} {run}: its {part} does not fit this model (missing {missing[:3]}, "
                                   f"unexpected {loaded.unexpected_keys[:3]})")
 
 

@@ -59,6 +59,7 @@ class Task:
     reads_encoder_decoders: ClassVar[bool] = False  # its head also reads an encoder-decoder (T5, BART)
     exported_output: ClassVar[str | None] = None  # its outputs' name in an ONNX export (None: `sesame export` refuses)
     windows: ClassVar[bool] = False  # an input longer than ``max_length`` is read in several windows, not cut
+    distils: ClassVar[bool] = False  # one output row per example and a task loss of rows (`sesame distil`)
 
     def options(self) -> dict:
         return asdict(self)

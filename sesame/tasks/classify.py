@@ -106,10 +106,14 @@ class SequenceModel(TaskModel):
         return self.head(self.dropout(pooled))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.outputs(batch)
+        return self.loss(self.outputs(batch), batch["targets"])
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The summed task loss of ``outputs`` (rows of :meth:`outputs`) against gold ``targets``: cross-entropy, or
+        squared error for regression."""
         if self.regression:
-            return F.mse_loss(out[:, 0], batch["targets"], reduction="sum")
-        return F.cross_entropy(out, batch["targets"], reduction="sum")
+            return F.mse_loss(outputs[:, 0], targets, reduction="sum")
+        return F.cross_entropy(outputs, targets, reduction="sum")
 
 
 class EncoderDecoderSequenceModel(SequenceModel):
@@ -178,6 +182,7 @@ class Classify(Task):
     name: ClassVar[str] = "classify"
     reads_encoder_decoders: ClassVar[bool] = True
     exported_output: ClassVar[str | None] = "logits"  # [batch, labels]: softmax gives the probabilities
+    distils: ClassVar[bool] = True
     text_column: str = "text"
     label_column: str = "label"
     pair_column: str | None = None

@@ -173,17 +173,23 @@ class Trainer:
     method is told the progress before each step.
     ``evaluate(model)`` returns dev metrics; with ``select`` set, the weights with the best value of
     that metric (higher is better, or lower for names ending in ``loss``/``perplexity``) are the
-    ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. ``settings.placement``
-    places the model (moved there by the trainer, before the optimizer is made) and sets its precision.
+    ones written to ``model.safetensors`` of ``settings.run``; otherwise the last weights are. Those are the
+    weights of ``keeps`` (default: ``model``), a part of ``model``: a model that wraps another only to compute
+    its loss (distillation's, around the student) keeps the inner one's; checkpoints hold the whole ``model``'s
+    (the student's and what the loss trains beside it, distillation's layer maps).
+    ``settings.placement`` places the model (moved there by the trainer, before the optimizer is made) and sets its
+    precision.
     """
 
     def __init__(self, model: nn.Module, settings: RunSettings, batches: Callable[[int, float], list[Batch]], *,
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
-                 param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None):
+                 param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None,
+                 keeps: nn.Module | None = None):
         config = settings.config
         config.validate()
         self.placement = settings.placement
         self.model, self.run, self.config = self.placement.model(model), Path(settings.run), config
+        self.kept = model if keeps is None else keeps
         self.batches, self.evaluate, self.select, self.before_step = batches, evaluate, select, before_step
         self.started, self.progress = settings.started, settings.progress
         self.rank, self.world = world()
@@ -295,7 +301,7 @@ class Trainer:
         if self.select is not None and self._better(metrics):
             self.best = metrics
             if self.rank == 0:
-                save_weights(self.run / "model.safetensors", self.model.state_dict())
+                save_weights(self.run / "model.safetensors", self.kept.state_dict())
 
     def _train_step(self, wrapped: nn.Module) -> tuple[float, int]:
         """One optimizer step; returns (mean loss over the global batch's targets, input tokens)."""
@@ -386,7 +392,7 @@ class Trainer:
             if self.evaluated_at != self.step:
                 self._evaluate()
             if self.select is None and self.rank == 0:
-                save_weights(self.run / "model.safetensors", self.model.state_dict())
+                save_weights(self.run / "model.safetensors", self.kept.state_dict())
             self.save()
         finally:
             bar.close()
