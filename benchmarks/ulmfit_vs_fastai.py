@@ -34,13 +34,12 @@ interrupted run continues; ``--write-docs`` writes the table into docs/ulmfit.md
 markers (the one table there: the default's).
 
     pip install -c constraints.txt -e '.[fastai]'
-    python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai --write-docs    # about 75 minutes on 2 cores
+    python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai --seeds 0 1 --write-docs   # about 65 minutes
     python benchmarks/ulmfit_vs_fastai.py --out runs/ulmfit-vs-fastai-dm1 --drop-mult 1    # the dropouts unscaled
     python benchmarks/ulmfit_vs_fastai.py --out /tmp/smoke --smoke                    # tiny data (see below)
 
-The 75 minutes are an estimate, not yet measured: two LMs of ``--lm-minutes`` 20 each, then per seed four
-classifiers of 5 epochs on 11,712 tweets (sesame's took 3.6 minutes on mini, docs/ulmfit.md; fastai's took
-about twice sesame's time in the smoke run). The smoke run takes about 30 s of one core (4 minutes of wall time
+Measured on 2 quiet cores (2026-11-27): the two LMs of ``--lm-minutes`` 20 each, then per seed five
+classifiers of 5 epochs on 11,712 tweets of about 2 to 3 minutes each (sesame's and fastai's alike). The smoke run takes about 30 s of one core (4 minutes of wall time
 on a loaded 2-core machine).
 """
 from __future__ import annotations
