@@ -412,7 +412,7 @@ def test_missing_unexpected_and_misshaped_tensors(tmp_path: Path) -> None:
     with pytest.raises(SesameError) as err:
         from_hf(tmp_path / "hf", tmp_path / "run")
     message = str(err.value)
-    assert message.startswith(f"{path} does not match {tmp_path / 'hf' / 'config.json'} (bert)")
+    assert message.startswith(f"{path} (bert): the tensors do not match config.json")
     assert "missing: encoder.layer.1.attention.self.key.bias" in message
     assert f"mis-shaped: pooler.dense.bias ({HIDDEN + 1},) (config.json implies ({HIDDEN},))" in message
     assert "unexpected: encoder.layer.0.extra.weight" in message

@@ -32,7 +32,7 @@ from torch import nn
 from ..errors import SesameError
 from ..models.encoder_decoder import STYLES, EncoderDecoderConfig
 from .architectures import EXPORTED_ACTIVATIONS, HF_ACTIVATIONS
-from .mapping import Entry, dense_entries, joined, split
+from .mapping import Entry, check_tensors, dense_entries, joined, split
 
 # a sequence classifier's head: sesame's module → transformers' (dense → tanh, then out_proj; both classes alike)
 CLASSIFIER_HEAD = {"pooler.0": "classification_head.dense", "head": "classification_head.out_proj"}
@@ -295,13 +295,7 @@ def import_weights(model_type: str, weights: dict[str, torch.Tensor], model: nn.
     expected = export_weights(model_type, model.state_dict(), model)
     shared = weights.get(modules(model_type)["embed.tokens"] + ".weight")
     known = {*expected, *types.copies, *types.ignored}
-    found = {"missing": [n for n in expected if n not in weights and n != types.bias],
-             "mis-shaped": [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
-                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape],
-             "unexpected": [n for n in weights if n not in known]}
-    if any(found.values()):
-        raise SesameError(f"the weights do not match config.json ({model_type}): "
-                          + "; ".join(f"{what}: {', '.join(names)}" for what, names in found.items() if names))
+    check_tensors(weights, expected, where=f"the {model_type} checkpoint", known=known, optional=(types.bias,))
     untied = [n for n in types.copies if n in weights and n not in expected and not torch.equal(weights[n], shared)]
     if untied:
         raise SesameError(f"the checkpoint's {', '.join(untied)} differ from the shared token table, and {UNTIED}; "

@@ -53,7 +53,7 @@ from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
 from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
 from .xlnet import MODEL_TYPE as XLNET, xlnet_run
-from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, classifier_labels, classifier_max_length,
+from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, check_tensors, classifier_labels, classifier_max_length,
                      classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
                      import_tensors, is_sequence_classifier, lm_entries, meta_backbone, name_plan, pair_entries,
                      read_weights)
@@ -113,18 +113,13 @@ def _model_config(hf: dict, arch: Architecture, where: str) -> dict:
 
 
 def _check_tensors(weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], arch: Architecture,
-                   path: Path, config_path: Path) -> list[str]:
-    """Fail on missing, mis-shaped or unknown tensors; return the heads left behind."""
-    missing = [n for n in expected if n not in weights]
-    shapes = [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
-              for n, t in expected.items() if n in weights and weights[n].shape != t.shape]
+                   path: Path) -> list[str]:
+    """Fail on missing, mis-shaped or unknown tensors (:func:`check_tensors`; buffers and the architecture's heads
+    are known); return the heads left behind."""
     others = [n for n in weights if n not in expected and not BUFFERS.search(n)]
-    unexpected = [n for n in others if n.split(".")[0] not in arch.heads]
-    if missing or shapes or unexpected:
-        problems = [f"{what}: {', '.join(names)}" for what, names in
-                    (("missing", missing), ("mis-shaped", shapes), ("unexpected", unexpected)) if names]
-        raise SesameError(f"{path} does not match {config_path} ({arch.model_type}); " + "; ".join(problems)
-                          + ". Check that config.json describes these weights")
+    heads = [n for n in others if n.split(".")[0] in arch.heads]
+    check_tensors(weights, expected, where=f"{path} ({arch.model_type})",
+                  known={*expected, *heads, *(n for n in weights if BUFFERS.search(n))})
     return sorted({n.split(".")[0] for n in others})
 
 
@@ -270,7 +265,7 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
         if is_sequence_classifier(hf_config):
             notes.insert(0, f"{why_not}; its backbone alone is imported")
     expected.update({e.hf[0]: shapes[e.sesame] for e in extra + checked})
-    dropped = _check_tensors(weights, expected, arch, path, config_path)
+    dropped = _check_tensors(weights, expected, arch, path)
     state = {"backbone." + k: v for k, v in import_tensors(weights, plan, rows).items()}
     state.update({e.sesame: weights[e.hf[0]].contiguous() for e in extra})
     if "bias" in state:  # the output bias has a row per token, like the embeddings: appended tokens copy theirs

@@ -103,6 +103,22 @@ def export_tensors(state: dict[str, torch.Tensor], plan: list[Entry], rows: Rows
     return split(state, plan)
 
 
+def check_tensors(weights: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], *, where: str,
+                  known: set[str] | None = None, optional: tuple[str, ...] = ()) -> None:
+    """A :class:`SesameError` naming every tensor of ``weights`` that ``expected`` (the configuration's, by name)
+    lacks (``known``: also allowed, e.g. tied copies; default ``expected``'s names), every expected one that is
+    missing (but ``optional``) and every one in another shape; ``where``: what the weights are, for the message."""
+    known = set(expected) if known is None else known
+    found = {"missing": [n for n in expected if n not in weights and n not in optional],
+             "mis-shaped": [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
+                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape],
+             "unexpected": [n for n in weights if n not in known]}
+    if any(found.values()):
+        raise SesameError(f"{where}: the tensors do not match config.json: "
+                          + "; ".join(f"{what}: {', '.join(names)}" for what, names in found.items() if names)
+                          + "; check that config.json describes these weights")
+
+
 def dense_entries(module: str, hf_module: str) -> list[Entry]:
     """A dense layer outside the backbone (pooler, classifier head), kept as it is."""
     return [Entry(f"{module}.{p}", (f"{hf_module}.{p}",)) for p in ("weight", "bias")]

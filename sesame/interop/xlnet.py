@@ -34,7 +34,7 @@ from .encoder_decoder import ACTIVATIONS
 from .architectures import EXPORTED_ACTIVATIONS
 from .hf_seq2seq import EVAL_SEQ_LEN
 from .hf_tokenizer import export_tokenizer, import_tokenizer
-from .mapping import (CLASSIFY_TASKS, classifier_config, classifier_labels, classifier_max_length,
+from .mapping import (CLASSIFY_TASKS, check_tensors, classifier_config, classifier_labels, classifier_max_length,
                       classifier_task, is_sequence_classifier, read_weights)
 
 MODEL_TYPE = "xlnet"
@@ -139,13 +139,7 @@ def import_weights(weights: dict[str, torch.Tensor], model: dict, where: str) ->
     h = model["hidden"]
     with torch.device("meta"):
         expected = export_weights(XLNet(XLNetConfig(**model)).state_dict(), model)
-    found = {"missing": [n for n in expected if n not in weights],
-             "mis-shaped": [f"{n} {tuple(weights[n].shape)} (config.json implies {tuple(t.shape)})"
-                            for n, t in expected.items() if n in weights and weights[n].shape != t.shape],
-             "unexpected": [n for n in weights if n not in expected]}
-    if any(found.values()):
-        raise SesameError(f"{where} does not match config.json (xlnet): "
-                          + "; ".join(f"{what}: {', '.join(names)}" for what, names in found.items() if names))
+    check_tensors(weights, expected, where=f"{where} (xlnet)")
     shaped = {"same": lambda t: t, "in": lambda t: t.reshape(h, h).t(), "out": lambda t: t.reshape(h, h),
               "mask": lambda t: t.reshape(h)}
     return {ours: shaped[how](weights[theirs]).contiguous() for ours, theirs, how in _table(model["layers"])}
