@@ -31,7 +31,7 @@ from torch.autograd.function import FunctionCtx
 # autocast a bf16 copy adds half as much): large enough that the output matrix is streamed only a few
 # times per batch, small enough to be a bounded workspace. On a GPU, where each chunk's dozen kernel
 # launches and its smaller matrix products cost more than memory does (an H100 profile of the GPT-mini
-# step: 13 chunks of 315 rows, 525 kernels a step against transformers' 257), 1 GB in fp32: a 32 x 128
+# step: 13 chunks of 316 rows, 525 kernels a step against transformers' 257), 1 GB in fp32: a 32 x 128
 # batch of a 50k vocabulary is one chunk, still less than the logits and their gradient that an
 # unfused loss holds.
 CHUNK_ELEMENTS = {"cpu": 1 << 24}
