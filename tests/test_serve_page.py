@@ -72,6 +72,14 @@ class Chromium:
         target = self.send("Target.createTarget", url=url)["targetId"]
         self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
 
+    def submit(self, url: str, text: str, fields: str = "") -> None:
+        """Open the demo page at ``url``, wait for its form, type ``text`` (and run ``fields``, JavaScript setting
+        other inputs) and press submit."""
+        self.open(url + "/")
+        self.wait("document.getElementById('form')?.hidden === false")
+        self.evaluate(f"document.getElementById('text').value = {json.dumps(text)};{fields}"
+                      "document.getElementById('submit').click()")
+
     def evaluate(self, expression: str):
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
         assert "exceptionDetails" not in result, result
@@ -102,10 +110,7 @@ def test_the_demo_page_shows_a_label_with_a_bar_per_class_and_streams_a_generati
     try:
         with background(create_app(ServeSpec(model="classify"), load(str(runs / "classify")))) as url:
             expected = httpx.post(f"{url}/v1/predict", json={"inputs": text}).json()["predictions"][0]
-            chromium.open(url + "/")
-            chromium.wait("document.getElementById('form')?.hidden === false")
-            chromium.evaluate(f"document.getElementById('text').value = {json.dumps(text)};"
-                              "document.getElementById('submit').click()")
+            chromium.submit(url, text)
             label = chromium.wait("document.getElementById('label')?.textContent")
             shown = chromium.evaluate("[...document.querySelectorAll('.bar')].map(b => [b.dataset.label, "
                                       "b.querySelector('.p').textContent, "
@@ -121,11 +126,7 @@ def test_the_demo_page_shows_a_label_with_a_bar_per_class_and_streams_a_generati
         with background(create_app(ServeSpec(model="gpt"), load(str(runs / "gpt")))) as url:
             expected = httpx.post(f"{url}/v1/generate", json={"inputs": "The cat",
                                                               "parameters": {"max_new_tokens": 8}}).json()
-            chromium.open(url + "/")
-            chromium.wait("document.getElementById('form')?.hidden === false")
-            chromium.evaluate("document.getElementById('text').value = 'The cat';"
-                              "document.getElementById('max_new_tokens').value = '8';"
-                              "document.getElementById('submit').click()")
+            chromium.submit(url, "The cat", "document.getElementById('max_new_tokens').value = '8';")
             finish = chromium.wait("document.getElementById('output')?.dataset.finish")
             generated = chromium.evaluate("document.getElementById('generated').textContent")
             error = chromium.evaluate("document.getElementById('error').textContent")
