@@ -1,0 +1,98 @@
+"""SST-2 and RTE as text to text against the same pre-trained encoder-decoder with a classification head.
+
+For each run (``t5``, ``bart``) and task, two fine-tunes with the same steps, batch, learning rate and length:
+``--task text2text`` with ``cast=classify``/``pair`` (T5's inputs: ``sst2 sentence: …``, ``rte sentence1: …
+sentence2: …``; the answer is the label's word, Raffel et al. 2020, Appendix D) and ``--task classify``/``pair``
+with the family's head (the encoder's pooled state for ``t5``, BART's last decoder state, Lewis et al. 2020
+§3.1). Reported: dev accuracy after the last step (no selection) and at the kept evaluation (the best of
+``--evals`` dev evaluations, which selects on the dev set it is scored on: read it as an upper bound), and the
+minutes each took. Rows are appended to ``OUT/rows.jsonl``; ``OUT/results.md`` tables them.
+
+    python scripts/text_vs_head.py --run t5=runs/compare-20min/pretrain/t5-mini \\
+        --run bart=runs/compare-20min/pretrain/bart-mini --out runs/text-vs-head
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sesame.apps.compare.tasks import SHORTCUTS, default_data
+
+WORDS = {"sst2": '{"0": "negative", "1": "positive"}', "rte": None}  # RTE's labels are words already
+STEPS = {"sst2": 600, "rte": 350}  # about a third of an SST-2 epoch and five of RTE's at batch 32
+LENGTHS = {"sst2": 64, "rte": 128}
+
+
+def finetune(out: Path, start: str, task: str, way: str, args: argparse.Namespace) -> dict:
+    """One fine-tune of ``start`` on ``task`` as ``way`` (``text`` or ``head``); its dev accuracies."""
+    files = SHORTCUTS[task]
+    paired = "pair_column" in files
+    steps = args.steps or STEPS[task]
+    common = ["--from", start, "--train", str(args.data / files["train"]), "--dev", str(args.data / files["dev"]),
+              "--max-steps", str(steps), "--eval-every", str(max(1, steps // args.evals)), "--batch-size", "32",
+              "--lr", str(args.lr), "--max-length", str(LENGTHS[task]), "--out", str(out)]
+    if way == "text":
+        cast = ["--task", "text2text", "--task-option", f"cast={'pair' if paired else 'classify'}",
+                "--task-option", f"prefix={task}", "--task-option", f"source_column={files['text_column']}",
+                "--task-option", f"target_column={files['label_column']}", "--task-option", "max_target_length=8"]
+        cast += ["--task-option", f"pair_column={files['pair_column']}"] if paired else []
+        cast += ["--task-option", f"label_words={WORDS[task]}"] if WORDS[task] else []
+    else:
+        cast = ["--task", "pair" if paired else "classify", "--text-column", files["text_column"],
+                "--label-column", files["label_column"]]
+        cast += ["--pair-column", files["pair_column"]] if paired else []
+    started = time.time()
+    print("$ sesame finetune", " ".join(common + cast), flush=True)
+    subprocess.run([sys.executable, "-m", "sesame", "finetune", *common, *cast], check=True)
+    evals = [row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if row.get("split") == "dev" and "accuracy" in row]
+    return {"steps": steps, "last": evals[-1]["accuracy"], "kept": max(row["accuracy"] for row in evals),
+            "minutes": round((time.time() - started) / 60, 1)}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| run | task | as | steps | dev accuracy, last step | dev accuracy, kept | minutes |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['task']} | {r['way']} | {r['steps']} | {r['last']:.4f} | {r['kept']:.4f} "
+              f"| {r['minutes']} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run", action="append", required=True, metavar="NAME=RUN",
+                        help="a pre-trained encoder-decoder run and its row name (repeat)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", nargs="+", choices=sorted(STEPS), default=sorted(STEPS))
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--steps", type=int, help="steps of every fine-tune (default: 600 for SST-2, 350 for RTE)")
+    parser.add_argument("--evals", type=int, default=3, help="dev evaluations per fine-tune")
+    parser.add_argument("--data", type=Path, default=Path(default_data()))
+    args = parser.parse_args(argv)
+    runs = dict(item.split("=", 1) for item in args.run)
+    rows_file = args.out / "rows.jsonl"
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = {(r["run"], r["task"], r["way"]) for r in map(json.loads, rows_file.read_text().splitlines())} \
+        if rows_file.exists() else set()
+    for name, start in runs.items():
+        for task in args.tasks:
+            for way in ("text", "head"):
+                if (name, task, way) in done:  # a rerun continues where an interrupted one stopped
+                    continue
+                out = args.out / f"{name}-{task}-{way}"
+                if out.exists():
+                    parser.error(f"{out} exists without a row: remove it to run it again")
+                row = {"run": name, "task": task, "way": way, **finetune(out, start, task, way, args)}
+                with open(rows_file, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    (args.out / "results.md").write_text(table(rows), encoding="utf-8")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
