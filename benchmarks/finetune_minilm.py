@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
+from train_step_timing import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 import sesame  # noqa: E402
 from sesame.commands import key_values  # noqa: E402

@@ -55,9 +55,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
-                        first_plain_id, generators, machine_busy_seconds, make_step, matmul_peak, measure,
-                        own_cpu_seconds, sesame_model)
+from train_step_contenders import first_plain_id, sesame_model  # noqa: E402
+from train_step_core import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
+                             generators, make_step)
+from train_step_timing import machine_busy_seconds, matmul_peak, measure, own_cpu_seconds  # noqa: E402
 
 from sesame.runtime import native_bf16_cpu  # noqa: E402
 from sesame.train.optim import adamw  # noqa: E402

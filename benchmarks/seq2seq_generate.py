@@ -40,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from encoder_decoder_pair import SPECIALS, build_pair  # noqa: E402
 from generate import busy_share  # noqa: E402
-from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
+from train_step_timing import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from sesame.decoding import GenerationConfig  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
