@@ -1,18 +1,19 @@
 """Training-step throughput of sesame against Hugging Face transformers on the same config, batch and precision.
 
-Four comparisons (``--which``: mlm and clm by default; all: every one), each one full training step (forward,
+Five comparisons (``--which``: mlm and clm by default; all: every one), each one full training step (forward,
 backward, AdamW step) on one batch, sesame's model and transformers' of the same configuration:
 
 * ``mlm``: BERT-mini's masked LM against ``BertForMaskedLM``;
 * ``clm``: a GPT-2-style causal LM of the same size against ``GPT2LMHeadModel``;
 * ``t5``: T5's span corruption against ``T5ForConditionalGeneration``;
-* ``bart``: BART's denoising against ``BartForConditionalGeneration``.
+* ``bart``: BART's denoising against ``BartForConditionalGeneration``;
+* ``xlnet``: XLNet's permutation LM, two segments with memory, against ``XLNetLMHeadModel`` (``train_step_xlnet.py``).
 
-The script is in parts: what is measured, the steps and their contenders (``train_step_contenders.py``); what a
-comparison is made of, its shapes, variants (precision, torch.compile, device), the training step both sides take
-and the FLOP count MFU reads (``train_step_core.py``); how it is timed, the matmul peak, the rounds, peak memory and
-the busy-machine check (``train_step_timing.py``); and what is reported (``train_step_report.py``: the JSON lines
-and the summary). This file is the command line.
+The script is in parts: what is measured, the steps and their contenders (``train_step_contenders.py``, XLNet's in
+``train_step_xlnet.py``); what a comparison is made of, its shapes, variants (precision, torch.compile, device), the
+training step both sides take and the FLOP count MFU reads (``train_step_core.py``); how it is timed, the matmul
+peak, the rounds, peak memory and the busy-machine check (``train_step_timing.py``); and what is reported
+(``train_step_report.py``: the JSON lines and the summary). This file is the command line.
 
 Devices. ``--device cpu`` (the default) or ``cuda``/``cuda:N``: both sides' models, batches and the matmul peak on that
 device (it must run every ``--precision``, as sesame's flags require); on CUDA the JSON lines add each side's peak
@@ -28,15 +29,18 @@ measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step f
     python benchmarks/train_step.py --precision fp32      # the fp32 comparison alone: about 2-5 minutes
     python benchmarks/train_step.py --which clm --rounds 4 --steps 2 --json-only
     python benchmarks/train_step.py --which t5 bart       # the encoder-decoders, fp32 and bf16 (not yet timed)
-    python benchmarks/train_step.py --which all           # all four steps
+    python benchmarks/train_step.py --which xlnet         # the permutation LM, fp32 and bf16 (not yet timed)
+    python benchmarks/train_step.py --which all           # all five steps
     python benchmarks/train_step.py --size tiny --rounds 2 --threads 1    # smoke test: seconds of CPU time
     python benchmarks/train_step.py --device cuda --precision fp32 bf16   # on a GPU (scripts/gpu_check.sh)
     python benchmarks/train_step.py --device cuda --size base --which all  # base size: mini leaves a GPU idle
 
-The encoder-decoder steps have not been timed here. By the FLOP count above (a pencil estimate, not a
-measurement) a t5 step is about 0.4x the causal step's work (its decoder reads some 30 targets a row: ~170 GFLOP
-against ~400) and a bart step about 1.25x (~500 GFLOP, two thirds of it the 50265-token projection of 128 targets a
-row), so with the causal step's times ``--which t5 bart`` should take minutes, like the default's mlm and clm.
+The encoder-decoder and XLNet steps have not been timed here. By the FLOP count (``train_step_core.py``; a pencil
+estimate, not a measurement) a t5 step is about 0.4x the causal step's work (its decoder reads some 30 targets a row:
+~170 GFLOP against ~400), a bart step about 1.25x (~500 GFLOP, two thirds of it the 50265-token projection of 128
+targets a row) and an xlnet step about 0.75x for sesame (~300 GFLOP: two segments of 128 tokens, the second after 126
+of memory) and 0.9x for transformers (~360), so with the causal step's times ``--which t5 bart`` and ``--which
+xlnet`` should take minutes, like the default's mlm and clm.
 """
 from __future__ import annotations
 
@@ -57,9 +61,10 @@ from train_step_contenders import clm_contenders, mlm_contenders, seq2seq_conten
 from train_step_core import PEAK_N, PRECISIONS, Variant, bench_config  # noqa: E402
 from train_step_report import compare  # noqa: E402
 from train_step_timing import matmul_peak, native_bf16  # noqa: E402
+from train_step_xlnet import xlnet_contenders  # noqa: E402
 
 CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders, "t5": partial(seq2seq_contenders, "t5"),
-              "bart": partial(seq2seq_contenders, "bart")}
+              "bart": partial(seq2seq_contenders, "bart"), "xlnet": xlnet_contenders}
 DEFAULT_STEPS = ("mlm", "clm")  # the steps of the commands docs/results.md records, which the default still runs
 
 

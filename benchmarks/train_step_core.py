@@ -36,10 +36,11 @@ with L layers, h hidden, I feed-forward width, V vocabulary, T sequence length a
 projects all of them and ignores the unselected ones in the loss), only the selected ~15% for sesame
 (the real work it does). Attention is counted in full for the causal model too: with attention
 dropout in training both implementations compute the whole T x T score matrix. Embedding look-ups,
-LayerNorm, GELU, softmax, dropout and the optimizer are not counted.
+LayerNorm, GELU, softmax, dropout and the optimizer are not counted. XLNet's count: ``train_step_xlnet.py``.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,8 +53,10 @@ from sesame.train.optim import adamw
 LR, WEIGHT_DECAY = 1e-4, 0.01
 PRECISIONS = ("fp32", "bf16")  # the CPU's (fp16 autocast is CUDA-only in sesame)
 PEAK_N = {"base": 4096, "mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
-MODELS = {"mlm": "bert", "clm": "gpt2", "t5": "t5", "bart": "bart"}
-VOCABULARIES = {"mlm": 30522, "clm": 50257, "t5": 32128, "bart": 50265}  # bert-base-uncased's, GPT-2's, T5's, BART's
+MODELS = {"mlm": "bert", "clm": "gpt2", "t5": "t5", "bart": "bart", "xlnet": "xlnet"}
+# bert-base-uncased's, GPT-2's, T5's, BART's and xlnet-base-cased's vocabulary
+VOCABULARIES = {"mlm": 30522, "clm": 50257, "t5": 32128, "bart": 50265, "xlnet": 32000}
+SEGMENTS = {"xlnet": 2}  # the plm objective's default: a second segment read after the first's memory; others 1
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,12 @@ class BenchConfig:
     dropout: float = 0.1
     batch: int = 32
     seq_len: int = 128
+    segments: int = 1  # consecutive segments of ``seq_len`` tokens per row, read one after another (XLNet's)
 
     @property
     def tokens(self) -> int:
-        return self.batch * self.seq_len
+        """The input tokens of one step."""
+        return self.batch * self.segments * self.seq_len
 
     def block_flops(self, length: int | None = None) -> float:
         """Training FLOPs of a block stack (matrices and attention) for one batch of rows of ``length`` tokens (the
@@ -90,16 +95,17 @@ class BenchConfig:
 
 
 def bench_config(step: str, size: str) -> BenchConfig:
-    """``step``'s (mlm, clm, t5 or bart) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds,
+    """``step``'s (mlm, clm, t5, bart or xlnet) shape: ``mini`` is the benchmark, ``tiny`` a smoke test in seconds,
     ``base`` the papers' base size (hidden 768, 12 layers per stack, 12 heads), for a GPU, where mini's steps are
     too small to keep it busy."""
-    model = MODELS[step] + "-" + size
+    model, segments = MODELS[step] + "-" + size, SEGMENTS.get(step, 1)
     if size == "mini":
-        return BenchConfig(model, vocab_size=VOCABULARIES[step])
+        return BenchConfig(model, vocab_size=VOCABULARIES[step], segments=segments)
     if size == "base":
-        return BenchConfig(model, vocab_size=VOCABULARIES[step], hidden=768, layers=12, heads=12, intermediate=3072)
+        return BenchConfig(model, vocab_size=VOCABULARIES[step], hidden=768, layers=12, heads=12, intermediate=3072,
+                           segments=segments)
     return BenchConfig(model, vocab_size=512, hidden=32, layers=2, heads=2, intermediate=64, max_positions=64,
-                       batch=4, seq_len=16)
+                       batch=4, seq_len=16, segments=segments)
 
 
 @dataclass(frozen=True)
@@ -181,3 +187,15 @@ def check_same_size(sesame: nn.Module, hf: nn.Module, unused: int = 0) -> None:
         raise AssertionError(f"parameter counts differ: sesame {counts[0]}, transformers {counts[1]} "
                              f"({unused} of them unused)")
 
+
+def check_same_loss(*sides: tuple[nn.Module, Callable[[Callable], torch.Tensor]], rel: float = 1e-4) -> None:
+    """Both sides compute one function: each (model, loss of a forward) without dropout (eval mode), gradients or
+    autocast gives the same loss on the step's batch, within ``rel``; the models are left training."""
+    losses = []
+    for model, loss in sides:
+        model.eval()
+        with torch.no_grad():
+            losses.append(loss(model).item())
+        model.train()
+    if not math.isclose(*losses, rel_tol=rel):
+        raise AssertionError(f"losses differ without dropout: sesame {losses[0]:.6f}, transformers {losses[1]:.6f}")

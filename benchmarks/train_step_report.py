@@ -2,8 +2,9 @@
 memory per variant, as JSON lines and a human-readable summary.
 
 Output: one JSON line per variant, ``bench`` naming the step and variant (``mlm-fp32``, ``mlm-bf16``,
-``clm-bf16-compile``, ``t5-fp32``, ``bart-bf16``), ``ratio`` = sesame's tokens/s over transformers' (the
-encoder-decoders' tokens are the encoder's batch x 128 positions); then, when fp32 is among the
+``clm-bf16-compile``, ``t5-fp32``, ``bart-bf16``, ``xlnet-fp32``), ``ratio`` = sesame's tokens/s over
+transformers' (the encoder-decoders' tokens are the encoder's batch x 128 positions, XLNet's every segment's batch x
+128); then, when fp32 is among the
 precisions, one line per other variant with sesame's own speed-up over its fp32 step (``bench``
 ``mlm-bf16-vs-fp32``, ``ratio``, ``peak_ratio`` = that precision's matmul peak over fp32's, measured in
 the same run, ``share_of_peak_ratio`` = ratio / peak_ratio, ``transformers_ratio`` the same speed-up
@@ -101,7 +102,8 @@ def speedups(step: str, pairs: list[tuple[Contender, Contender]], seconds: dict[
 def print_summary(step: str, cfg: BenchConfig, contenders: list[Contender], results: list[dict],
                   seconds: dict[str, float], peaks: dict[str, float], others: float | None,
                   memory: dict[str, float | None]) -> None:
-    print(f"{step}: {cfg.model}, batch {cfg.batch} x {cfg.seq_len}, vocabulary {cfg.vocab_size}, "
+    segments = f" x {cfg.segments} segments" if cfg.segments > 1 else ""
+    print(f"{step}: {cfg.model}, batch {cfg.batch} x {cfg.seq_len}{segments}, vocabulary {cfg.vocab_size}, "
           f"{results[0]['config']['params'] / 1e6:.1f}M parameters")
     for c in contenders:
         s, peak = seconds[c.key], peaks[c.variant.precision]
