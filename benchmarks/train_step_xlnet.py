@@ -100,9 +100,8 @@ def hf_loss(forward: Callable, segments: list[dict[str, torch.Tensor]]) -> torch
 def xlnet_flops(cfg: BenchConfig, *, predicted: int, mem_len: int, every_query: bool, positions_per_row: bool
                 ) -> float:
     """Training FLOPs of one step (the module docstring's count): ``predicted`` targets a segment, at most ``mem_len``
-    states of memory; ``every_query``:
-    the query stream attends at every position (transformers'); ``positions_per_row``: the position keys are
-    projected for each row of the batch (transformers')."""
+    states of memory; ``every_query``: the query stream attends at every position (transformers');
+    ``positions_per_row``: the position keys are projected for each row of the batch (transformers')."""
     h, t, rows = cfg.hidden, cfg.seq_len, cfg.batch
     text, memory, flops = t - ENDING, 0, 0.0
     for _ in range(cfg.segments):
