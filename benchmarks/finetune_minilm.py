@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
+from train_step_timing import cpu_clock, others_share  # noqa: E402
 
 import sesame  # noqa: E402
 from sesame.commands import key_values  # noqa: E402
@@ -114,12 +114,9 @@ def run_sesame(data: Path, args: argparse.Namespace, precision: str) -> dict:
 
 
 def timed(name: str, fn, *fn_args) -> dict:
-    wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
+    start = cpu_clock()
     result = fn(*fn_args)
-    seconds = time.perf_counter() - wall
-    others = None
-    if busy is not None:
-        others = max(0.0, (machine_busy_seconds() - busy - (own_cpu_seconds() - own)) / (seconds * os.cpu_count()))
+    seconds, others = time.perf_counter() - start[0], others_share(start)
     return {"name": name, "seconds": round(seconds, 1), **result, "other_processes_cpu_share": others}
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
+from train_step_timing import cpu_clock, others_share  # noqa: E402
 
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import SIZES  # noqa: E402
@@ -127,15 +126,6 @@ def transformers_run(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: 
     return out[:, prompts.shape[1]:].tolist()
 
 
-def busy_share(start: tuple[float, float | None, float]) -> float | None:
-    """The share of the machine's CPUs other processes used since ``start`` = (wall, machine busy, own CPU)."""
-    wall, busy, own = start
-    if busy is None:
-        return None
-    others = machine_busy_seconds() - busy - (own_cpu_seconds() - own)
-    return max(0.0, others / ((time.perf_counter() - wall) * os.cpu_count()))
-
-
 def bench(size: str, batch: int, lm: LanguageModel, model: torch.nn.Module, prompts: torch.Tensor,
           args: argparse.Namespace) -> list[dict]:
     """Warm-up, then ``--repeats`` alternating rounds of the four contenders; a result dict per contender."""
@@ -147,7 +137,7 @@ def bench(size: str, batch: int, lm: LanguageModel, model: torch.nn.Module, prom
     runs = {(impl, cache): contender(impl, cache) for impl, cache in IMPLS}
     best = {key: float("inf") for key in runs}
     tokens: dict[tuple[str, bool], list[list[int]]] = {}
-    start = (time.perf_counter(), machine_busy_seconds(), own_cpu_seconds())
+    start = cpu_clock()
     with torch.inference_mode():
         for key, fn in runs.items():
             tokens[key] = fn()  # warm-up; its tokens are the ones compared
@@ -156,7 +146,7 @@ def bench(size: str, batch: int, lm: LanguageModel, model: torch.nn.Module, prom
                 t0 = time.perf_counter()
                 runs[key]()
                 best[key] = min(best[key], time.perf_counter() - t0)
-    others = busy_share(start)
+    others = others_share(start)
     check_parity(size, batch, tokens, model, prompts)
     results = []
     for (impl, cache), seconds in best.items():

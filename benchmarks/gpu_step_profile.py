@@ -20,7 +20,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import PEAK_N, Variant, bench_config, clm_contenders, mlm_contenders  # noqa: E402
+from train_step_contenders import clm_contenders, mlm_contenders  # noqa: E402
+from train_step_core import PEAK_N, Variant, bench_config  # noqa: E402
 
 CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders}
 

@@ -38,7 +38,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import BenchConfig, Variant, bench_config, first_plain_id, generators, make_step, sesame_model  # noqa: E402
+from train_step_contenders import first_plain_id, sesame_model  # noqa: E402
+from train_step_core import BenchConfig, Variant, bench_config, generators, make_step  # noqa: E402
 
 from sesame.train import TrainConfig  # noqa: E402
 from sesame.train.trainer import loss_counts  # noqa: E402

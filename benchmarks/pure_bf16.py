@@ -43,10 +43,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -55,9 +53,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_step import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
-                        first_plain_id, generators, machine_busy_seconds, make_step, matmul_peak, measure,
-                        own_cpu_seconds, sesame_model)
+from train_step_contenders import first_plain_id, sesame_model  # noqa: E402
+from train_step_core import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
+                             generators, make_step)
+from train_step_timing import cpu_clock, matmul_peak, measure, others_share  # noqa: E402
 
 from sesame.runtime import native_bf16_cpu  # noqa: E402
 from sesame.train.optim import adamw  # noqa: E402
@@ -124,12 +123,9 @@ def contenders(step: str, cfg: BenchConfig, seed: int) -> dict[str, Contender]:
 def run(step: str, cfg: BenchConfig, peaks: dict[str, float], args: argparse.Namespace) -> list[dict]:
     """Time the three variants of ``step`` alternating in one loop; one result per variant."""
     named = contenders(step, cfg, args.seed)
-    wall, busy, own = time.perf_counter(), machine_busy_seconds(), own_cpu_seconds()
+    start = cpu_clock()
     times, _ = measure(list(named.values()), args.rounds, args.steps, args.warmup)  # (no peak memory on a CPU)
-    others = None  # share of the machine's CPUs that other processes used meanwhile
-    if busy is not None:
-        others_seconds = machine_busy_seconds() - busy - (own_cpu_seconds() - own)
-        others = max(0.0, others_seconds / ((time.perf_counter() - wall) * os.cpu_count()))
+    others = others_share(start)  # share of the machine's CPUs that other processes used meanwhile
     seconds = {name: statistics.median(times[c.key]) for name, c in named.items()}
     config = {**asdict(cfg), "params": sum(p.numel() for p in named["fp32"].model.parameters()), "optimizer": "AdamW",
               "threads": args.threads, "rounds": args.rounds, "warmup_rounds": args.warmup,

@@ -39,8 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from encoder_decoder_pair import SPECIALS, build_pair  # noqa: E402
-from generate import busy_share  # noqa: E402
-from train_step import machine_busy_seconds, own_cpu_seconds  # noqa: E402
+from train_step_timing import cpu_clock, others_share  # noqa: E402
 
 from sesame.decoding import GenerationConfig  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
@@ -80,7 +79,7 @@ def bench(style: str, size: str, batch: int, sources: torch.Tensor, pair: tuple[
     runs = {"sesame": lambda: sesame_run(ours, sources, args.new_tokens),
             "transformers": lambda: transformers_run(hf, sources, args.new_tokens, style)}
     best = dict.fromkeys(runs, float("inf"))
-    start = (time.perf_counter(), machine_busy_seconds(), own_cpu_seconds())
+    start = cpu_clock()
     with torch.inference_mode():
         tokens = {name: run() for name, run in runs.items()}  # warm-up; its tokens are the ones compared
         for r in range(args.repeats):
@@ -88,7 +87,7 @@ def bench(style: str, size: str, batch: int, sources: torch.Tensor, pair: tuple[
                 t0 = time.perf_counter()
                 runs[name]()
                 best[name] = min(best[name], time.perf_counter() - t0)
-    others = busy_share(start)
+    others = others_share(start)
     name = f"seq2seq-generate-{style}-{size}-b{batch}-s{sources.shape[1]}"
     for row, (got, want) in enumerate(zip(tokens["sesame"], tokens["transformers"])):
         if got != want:

@@ -26,7 +26,8 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pure_bf16 import contenders  # noqa: E402
-from train_step import PEAK_N, bench_config, matmul_peak  # noqa: E402
+from train_step_core import PEAK_N, bench_config  # noqa: E402
+from train_step_timing import matmul_peak  # noqa: E402
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 ATTENTION = "scaled_dot_product"  # the fused attention kernels' names contain it (forward and backward)

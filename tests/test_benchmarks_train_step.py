@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+from sesame.objectives.plm import permutation_masks  # noqa: E402
 from sesame.runtime import native_bf16_cpu  # noqa: E402
 
 from .conftest import load_script  # noqa: E402
@@ -29,7 +30,7 @@ def train_step():
 def test_each_precision_against_transformers_and_against_fp32(capsys) -> None:
     train_step().main([*TINY, "--rounds", "2", "--which", "all", "--json-only"])
     rows = json_lines(capsys.readouterr().out)
-    assert [r["bench"] for r in rows] == [f"{step}-{variant}" for step in ("mlm", "clm", "t5", "bart")
+    assert [r["bench"] for r in rows] == [f"{step}-{variant}" for step in ("mlm", "clm", "t5", "bart", "xlnet")
                                           for variant in ("fp32", "bf16", "bf16-vs-fp32")]
     for row in (r for r in rows if "config" in r):
         assert row["config"]["precision"] == row["bench"].split("-")[1] and row["config"]["compile"] is False
@@ -57,6 +58,45 @@ def test_both_sides_of_an_encoder_decoder_step_compute_one_function(style: str) 
         losses = [side.loss().item() for side in (ours, theirs)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-4)
     assert ours.flops == theirs.flops > 0
+
+
+def test_xlnets_step_gives_transformers_sesames_permutations_and_memory_and_checks_the_loss_before_timing() -> None:
+    """XLNetLMHeadModel is fed the orders sesame sampled: each target's perm_mask row is the complement of sesame's
+    query mask, target_mapping picks the predicted positions, the text of a segment is kept as memory (reuse_len);
+    both compute one loss without dropout (checked as the contenders are made, and failing on a changed weight), both
+    train, and each is credited its own work over two segments of tokens."""
+    script = train_step()
+    cfg = script.bench_config("xlnet", "tiny")
+    ours, theirs = script.CONTENDERS["xlnet"](cfg, 0, script.Variant("fp32"))
+    assert cfg.segments == 2 and cfg.tokens == cfg.batch * 2 * cfg.seq_len
+    assert theirs.model.config.reuse_len == cfg.seq_len - 2 and theirs.model.config.mem_len == 128
+
+    from train_step_core import check_same_loss  # importable once the script put benchmarks/ on the path
+    from train_step_xlnet import hf_segments
+    windows = torch.randint(9, cfg.vocab_size, (cfg.batch, ours.model.window_length(cfg.seq_len)))
+    batch = ours.model.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(cfg.batch)])
+    for s, inputs in enumerate(hf_segments(batch)):
+        predict = batch["predict"][:, s]
+        _, query = permutation_masks(batch["rank"][:, s], predict)
+        hidden = inputs["perm_mask"].gather(1, predict[:, :, None].expand(-1, -1, cfg.seq_len)).bool()
+        assert torch.equal(query, ~hidden) and torch.equal(inputs["target_mapping"].argmax(-1), predict)
+        assert torch.equal(inputs["labels"], inputs["input_ids"].gather(1, predict))
+
+    for side in (ours, theirs):
+        side.model.eval()
+    with torch.no_grad():
+        losses = [side.loss().item() for side in (ours, theirs)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4) and losses[0] > 1
+    with torch.no_grad():
+        theirs.model.lm_loss.bias.add_(0.1 * torch.randn_like(theirs.model.lm_loss.bias))
+    with pytest.raises(AssertionError, match="losses differ without dropout"):
+        check_same_loss((ours.model, lambda _: ours.loss()), (theirs.model, lambda _: theirs.loss()))
+    for side in (ours, theirs):
+        side.model.train()
+        before = [p.detach().clone() for p in side.model.parameters()]
+        side.step()
+        assert any(not torch.equal(a, b) for a, b in zip(before, side.model.parameters()))
+    assert 0 < ours.flops < theirs.flops
 
 
 def test_without_fp32_there_is_no_line_against_it(capsys) -> None:
