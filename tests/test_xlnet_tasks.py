@@ -39,6 +39,15 @@ def backbone(tok, seed: int = 0) -> XLNet:
     return net
 
 
+def visible(model):
+    """``model`` in evaluation with N(0, 1) head weights (0.02 at initialisation), so what reaches them shows."""
+    with torch.no_grad():
+        for layer in (model.head, *getattr(model, "pooler", ())):
+            if isinstance(layer, torch.nn.Linear):
+                layer.weight.normal_()
+    return model.eval()
+
+
 def conll(rows: list[str]) -> str:
     """Sentences as CoNLL columns ``word tag``: ANIMAL for an animal, O otherwise."""
     return "\n\n".join("\n".join(f"{w} {'ANIMAL' if w.lower() in ANIMALS else 'O'}" for w in s.rstrip(".").split())
@@ -56,7 +65,7 @@ def test_tag_reads_xlnets_template_and_predicts_one_tag_per_word(tok):
         assert len(feature["first"]) == len(row["words"]) and max(feature["first"]) < len(feature["ids"]) - 2
         labeled = [p for p, t in enumerate(feature["targets"]) if t != IGNORE]
         assert labeled == sorted(feature["first"])  # a target at each word's first subword, none at <sep> <cls>
-    model = task.build(backbone(tok), 2, "last", 0.0).eval()
+    model = visible(task.build(backbone(tok), 2, "last", 0.0))
     batch = task.collate(features, tok.specials.pad)
     outputs = model.outputs(batch)
     unsegmented = model.head(model.backbone(batch["ids"], None, padding=batch["padding"]))
@@ -103,8 +112,9 @@ def test_span_qa_puts_the_context_first_and_cls_last_and_its_targets_index_the_c
     model = task.build(backbone(tok), 0, "last", 0.0).eval()
     outputs = model.outputs(batch)
     logits = torch.full_like(outputs, -5.0)  # the decoder reads the context positions of each window
-    f = next(f for f in features if f["target"][0] != f["null"])
-    logits[features.index(f), f["target"][0], 0] = logits[features.index(f), f["target"][1], 1] = 5.0
+    for j, f in enumerate(features):
+        if f["target"][0] != f["null"]:  # each window holding the answer points at it
+            logits[j, f["target"][0], 0] = logits[j, f["target"][1], 1] = 5.0
     assert task.predictions([example], features, logits, [])[0]["answer"] == "the green river"
     assert outputs.shape[:2] == batch["ids"].shape and outputs.shape[2] == 2
 
@@ -112,7 +122,7 @@ def test_span_qa_puts_the_context_first_and_cls_last_and_its_targets_index_the_c
 def test_a_choices_score_reads_its_own_cls_and_no_other_choice(tok):
     task = make_task("multiple_choice")
     net = backbone(tok)
-    model = task.build(net, 0, "last", 0.0).eval()
+    model = visible(task.build(net, 0, "last", 0.0))
     assert isinstance(model, XLNetChoiceModel) and isinstance(model.pooler[0], torch.nn.Linear)  # the summary
     row = {"text": "The cat sleeps near the river.", "choices": ["the cat", "a dog runs", "old stone"]}
     changed = {**row, "choices": ["the cat", "a green bird sings quickly over the old house", "old stone"]}
