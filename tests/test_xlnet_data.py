@@ -61,9 +61,9 @@ def test_span_lengths_follow_one_over_l_and_spans_cover_one_kth_of_each_context(
     shares = torch.bincount(kept, minlength=6)[1:].float() / len(kept)
     expected = (1.0 / torch.arange(1, 6)) / (1.0 / torch.arange(1, 6)).sum()
     assert (kept > 0).all() and (shares - expected).abs().max() < 0.015  # p(L) ∝ 1/L, as _sample_mask draws
-    runs = (span_targets(600, 6, 5, 40, draw(1)).diff(dim=-1).int() == -1).sum(-1).float().mean()
+    runs = (span_targets(600, 6, 5, 40, draw(1)).int().diff(dim=-1) == -1).sum(-1).float().mean()
     order = select_targets(factorisation_order(torch.rand(40, 600, generator=draw(2)), 600), 600, 6)
-    assert runs < 0.75 * (order.diff(dim=-1).int() == -1).sum(-1).float().mean()  # fewer, longer runs than singles
+    assert runs < 0.75 * (order.int().diff(dim=-1) == -1).sum(-1).float().mean()  # fewer, longer runs than singles
 
 
 def test_the_family_pretrains_with_spans_and_both_directions_and_the_objective_default_is_the_order():
