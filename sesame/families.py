@@ -134,7 +134,8 @@ FAMILIES: dict[str, Family] = {
                source_bos=True, hf_model_type="bart"),
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
-               cls_last=True, hf_model_type="xlnet"),  # its relative positions read any length (sesame.models.xlnet)
+               cls_last=True, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
+               objective_options={"max_span": 5, "bi_data": True}),  # §3.1's pre-training: spans, both directions
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings

@@ -102,12 +102,13 @@ def assert_same_lm(net: XLNet, bias: torch.Tensor, theirs, vocab: int) -> None:
             torch.testing.assert_close(kept, given.transpose(0, 1), atol=1e-4, rtol=1e-4)
 
 
-def test_an_lm_checkpoint_imports_with_transformers_outputs_and_comes_back_tensor_for_tensor(tmp_path):
-    theirs = checkpoint(tmp_path / "hf")
+@pytest.mark.parametrize("clamp_len", [-1, 3])  # 3: distances up to 15 are clamped, as transformers clamps them
+def test_an_lm_checkpoint_imports_with_transformers_outputs_and_comes_back_tensor_for_tensor(tmp_path, clamp_len):
+    theirs = checkpoint(tmp_path / "hf", clamp_len=clamp_len)
     summary = from_hf(tmp_path / "hf", tmp_path / "run")
     assert (summary["family"], summary["kind"], summary["objective"]) == ("xlnet", "pretrained", "plm")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert config["model"]["mem_len"] == 5 and config["pooling"] == "last"
+    assert config["model"]["mem_len"] == 5 and config["pooling"] == "last" and config["model"]["clamp_len"] == clamp_len
     assert_same_lm(*sesame_lm(tmp_path / "run"), theirs, theirs.config.vocab_size)
 
     assert to_hf(tmp_path / "run", tmp_path / "back")["architecture"] == "XLNetLMHeadModel"
@@ -226,7 +227,7 @@ def test_a_sesame_pair_classifier_exports_to_what_transformers_loads_with_its_lo
 
 
 @pytest.mark.parametrize("kind, key, value", [("lm", "attn_type", "uni"), ("lm", "bi_data", True),
-                                              ("lm", "clamp_len", 8), ("lm", "same_length", True),
+                                              ("lm", "same_length", True),
                                               ("classify", "summary_use_proj", False),
                                               ("classify", "summary_type", "first")])
 def test_what_sesame_does_not_compute_is_refused_naming_the_key(tmp_path, kind, key, value):

@@ -9,7 +9,7 @@ import torch
 from sesame.cli import main
 from sesame.families import FAMILIES, backbone_config
 from sesame.models import XLNet, XLNetConfig, build_model
-from sesame.models.xlnet import distances, relative_shift, sinusoids, target_mapping
+from sesame.models.xlnet import distances, relative_encodings, relative_shift, sinusoids, target_mapping
 from sesame.objectives import OBJECTIVES
 from sesame.objectives.plm import PermutationLM, factorisation_order, permutation_masks, select_targets
 from sesame.rundir import load_tokenizer
@@ -60,7 +60,7 @@ def test_attention_scores_are_transformer_xl_and_segment_terms_brute_force():
     mask[:, torch.arange(4), 3 + torch.arange(4)] = True  # each sees itself
     positions = torch.arange(4)[None]
     context = torch.cat([memory, x], 1)
-    relative = sinusoids(distances(4, 7, x.device), 16)
+    relative = relative_encodings(4, 7, 16)  # (1, R, hidden)
     different = types[:, :, None] != torch.cat([torch.zeros(2, 3, dtype=torch.long), types], 1)[:, None, :]
     out = att(x, att.keys_of(context, relative), positions, different, mask)
 

@@ -43,13 +43,14 @@ PREFIX = "transformer."  # XLNetPreTrainedModel's base_model_prefix
 # XLNetConfig field → config.json key
 KEYS = {"vocab_size": "vocab_size", "hidden": "d_model", "layers": "n_layer", "heads": "n_head",
         "intermediate": "d_inner", "dropout": "dropout", "layer_norm_eps": "layer_norm_eps",
-        "activation": "ff_activation", "mem_len": "mem_len"}
+        "activation": "ff_activation", "mem_len": "mem_len", "clamp_len": "clamp_len"}
 DEFAULTS = {"vocab_size": 32000, "d_model": 1024, "n_layer": 24, "n_head": 16, "d_inner": 4096, "dropout": 0.1,
             "layer_norm_eps": 1e-12, "ff_activation": "gelu", "mem_len": 512, "attn_type": "bi", "bi_data": False,
             "clamp_len": -1, "same_length": False, "summary_type": "last", "summary_use_proj": True,
             "summary_activation": "tanh"}  # transformers' XLNetConfig's, for keys a config.json leaves out
 REQUIRED = {"attn_type": ("bi", "XLNet's two-way attention; 'uni' is Transformer-XL's one-way"),
-            "bi_data": (False, "sesame reads each sequence in one direction"),
+            "bi_data": (False, "transformers then reads the second half of every batch right to left, when "
+                               "fine-tuning too; sesame's is the plm objective's bi_data"),
             "same_length": (False, "every query sees all of the memory")}
 SUMMARY = {"summary_type": ("last", "the classifier reads the final <cls>"),
            "summary_use_proj": (True, "a dense layer before the classifier"),
@@ -67,8 +68,6 @@ def model_config(hf: dict, where: str) -> dict:
     line that lists each key sesame does not compute."""
     given = {**DEFAULTS, **{k: v for k, v in hf.items() if v is not None and k != "mem_len"}}
     wrong = [f"{k} {given[k]!r} (sesame supports {v!r}: {why})" for k, (v, why) in REQUIRED.items() if given[k] != v]
-    if given["clamp_len"] > 0:
-        wrong.append(f"clamp_len {given['clamp_len']!r} (sesame supports -1: distances are not clamped)")
     heads = given["n_head"]
     if given.get("d_head", given["d_model"] // heads) * heads != given["d_model"]:
         wrong.append(f"d_head {given['d_head']!r} (sesame supports d_model / n_head, {given['d_model'] // heads})")
@@ -100,7 +99,7 @@ def hf_config(model: dict, *, source: dict, tokens: dict[str, int]) -> dict:
     hf = {k: v for k, v in source.items() if k not in ("architectures", "transformers_version", "_name_or_path",
                                                         "id2label", "label2id", "num_labels", "problem_type")}
     hf.update({key: model[field] for field, key in KEYS.items()})
-    hf.update({k: v for k, (v, _) in REQUIRED.items()}, model_type=MODEL_TYPE, clamp_len=-1,
+    hf.update({k: v for k, (v, _) in REQUIRED.items()}, model_type=MODEL_TYPE,
               d_head=model["hidden"] // model["heads"],
               ff_activation=EXPORTED_ACTIVATIONS.get(model["activation"], model["activation"]),
               pad_token_id=tokens["pad"])

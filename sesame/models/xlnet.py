@@ -15,6 +15,10 @@
   the query mask (it never sees its own content). The two streams share every weight. The query stream runs only
   at the predicted positions (``targets``, indices; HF's ``target_mapping`` is their one-hot, :func:`target_mapping`).
 * Post-LayerNorm residual sublayers and a GELU feed-forward of width 4·hidden, as XLNet's.
+* **Bidirectional data** (Yang et al., §3.1; its code's ``relative_positional_encoding`` with ``bi_data``): a row
+  that ``backward`` marks holds its text right to left and counts its relative distances the other way, R_{−(i−j)}
+  (:func:`relative_encodings`), so it gets the same encodings, and the same states mirrored, as the text read left to
+  right; ``clamp_len`` (> 0) clamps every distance to ±clamp_len, as the code does (−1, its default: no clamping).
 
 Fine-tuning and encoding read the content stream with every position visible (``forward``), as XLNet does.
 
@@ -29,8 +33,8 @@ and ``attention.N.norm`` = ``rel_attn``'s of the same names (``layer_norm``); ``
 Deviations: a query that may see no key at all (the first target in the order with no context and no memory)
 attends to nothing and gets a zero attention output, where transformers' additive −1e30 mask spreads it
 uniformly over every key, its own content included; dropout is not applied inside the feed-forward after the
-activation nor on the last layer's output (the other Transformers' placement); positions are not clamped
-(``clamp_len``) and there is no bidirectional-data option (``bi_data``).
+activation nor on the last layer's output (the other Transformers' placement); the direction is per row
+(``backward``), where the code's ``bi_data`` reverses the second half of every batch.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ class XLNetConfig(TransformerConfig):
 
     arch: str = "xlnet"  # written to config.json with the rest (sesame.models.ARCHITECTURES)
     mem_len: int = 128  # the most states of earlier segments a layer keeps as memory (Dai et al. 2019, §3.2)
+    clamp_len: int = -1  # relative distances clamped to ±clamp_len when > 0 (XLNet's code; −1: not clamped)
     type_vocab_size: int = 0  # segments are compared, not embedded
     embedding_norm: bool = False  # no LayerNorm on the embeddings
 
@@ -81,6 +86,19 @@ def distances(length: int, keys: int, device: torch.device) -> torch.Tensor:
     """The query − key distances of ``length`` queries after ``keys − length`` memory keys, largest first:
     keys − 1, …, −(length − 1) (``keys + length − 1`` of them; the order :func:`relative_shift` reads)."""
     return torch.arange(keys - 1, -length, -1, device=device)
+
+
+def relative_encodings(length: int, keys: int, width: int, *, clamp_len: int = -1,
+                       backward: torch.Tensor | None = None, device: torch.device | None = None) -> torch.Tensor:
+    """The sinusoids R of :func:`distances` (clamped to ±``clamp_len`` when it is above 0), (1, R, width); with
+    ``backward`` (batch,), one row per example, R_{−d} for the rows it marks (read right to left: XLNet's ``bi_data``
+    counts their distances the other way, ``bwd_pos_seq = −fwd_pos_seq``, clamped alike)."""
+    d = distances(length, keys, device)
+    if clamp_len > 0:
+        d = d.clamp(-clamp_len, clamp_len)
+    if backward is None:
+        return sinusoids(d, width)[None]
+    return torch.stack([sinusoids(d, width), sinusoids(-d, width)])[backward.long()]
 
 
 def relative_shift(scores: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
@@ -149,8 +167,8 @@ class RelativeAttention(nn.Module):
 
     def keys_of(self, context: torch.Tensor, relative: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The content keys and values of ``context`` (memory then segment) and the position keys of the
-        sinusoids ``relative`` (R, hidden), (1, heads, R, head size)."""
-        return self.split(self.k(context)), self.split(self.v(context)), self.split(self.r(relative)[None])
+        sinusoids ``relative`` (1 or batch, R, hidden), (1 or batch, heads, R, head size)."""
+        return self.split(self.k(context)), self.split(self.v(context)), self.split(self.r(relative))
 
 
 class XLNet(nn.Module):
@@ -189,16 +207,18 @@ class XLNet(nn.Module):
 
     def streams(self, ids: torch.Tensor, *, content_mask: torch.Tensor, types: torch.Tensor | None = None,
                 memory: list[torch.Tensor] | None = None, query_mask: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None) -> Streams:
+                targets: torch.Tensor | None = None, backward: torch.Tensor | None = None) -> Streams:
         """Both streams over one segment ``ids`` (batch, length) after ``memory`` (per layer, (batch, M, hidden):
         that layer's input states of earlier segments; memory counts as segment 0 and is visible wherever the
         masks say). ``content_mask`` (batch, length, M + length) and ``query_mask`` (batch, P, M + length): True
         where the content stream of a position, or the query stream of predicted position ``targets`` (batch, P),
-        may attend. Without ``targets`` only the content stream runs."""
+        may attend. Without ``targets`` only the content stream runs. ``backward`` (batch,): True for the rows that
+        hold their text right to left (:func:`relative_encodings`)."""
         b, length = ids.shape
         past = memory[0].shape[1] if memory else 0
         device = ids.device
-        relative = self.pos_dropout(sinusoids(distances(length, past + length, device), self.config.hidden))
+        relative = self.pos_dropout(relative_encodings(length, past + length, self.config.hidden, device=device,
+                                                       clamp_len=self.config.clamp_len, backward=backward))
         different = different_g = None
         if types is not None:
             keys = torch.cat([types.new_zeros(b, past), types], 1)

@@ -10,6 +10,23 @@ E_z [Σ_{t>c} log p(x_{z_t} | x_{z<t})] over factorisation orders z of each sequ
   it in the order and itself, its query stream the same without itself (:func:`permutation_masks`). Choosing the
   last 1/K per block rather than of the whole order is the order "all non-targets first, then each block's
   targets in order", which is a factorisation order whose last 1/K is predicted.
+* **Span-based targets** (§3.1: "we first sample a length L ∈ [1, · · · , 5], and then randomly select a consecutive
+  span of L tokens as prediction targets within a context of (KL) tokens"), with ``max_span`` = 5
+  (:func:`span_targets`): contexts of K·L tokens follow one another along the segment, each holding one span at a
+  uniform place; L is drawn with p(L) ∝ 1/L, as the code's ``_sample_mask`` draws it. As the code's ``num_predict``,
+  each segment predicts exactly round(n/K) tokens: the spans in order up to that count (the last cut short), then,
+  where the contexts ran out first, single tokens drawn uniformly from the rest. The targets take their places in
+  the factorisation order last, in the sampled order among themselves. The ``xlnet`` family's row sets 5: the paper
+  pre-trains so and the released models learned so, at the same number of predictions (compute) as the order's last
+  1/K. The objective's own default stays 0 (the last 1/K of the order, §2.3's definition), so a run made before the
+  option, whose config.json records only the options it was given, resumes as it began. (The code's loop advances by
+  L + ``mask_alpha``·L per span, 1/7 of the tokens, and reaches 1/6 by its top-up; the paper's K·L is followed here.)
+* **Bidirectional data** (§3.1: "each of the forward and backward directions takes half of the batch size"), with
+  ``bi_data``: an example is read right to left with probability 1/2 (drawn from its own generator): its whole
+  window reversed, then cut into segments, each still ending with ``<sep> <cls>`` (the code reverses the token stream
+  before building segments), and the backbone counts its relative distances the other way
+  (:func:`sesame.models.xlnet.relative_encodings`). The row sets it too (the paper's pre-training); the objective's
+  default, off, keeps earlier runs as they were.
 * **Two streams** (§2.3): the LM head (the tied word embedding plus a bias, XLNet's ``lm_loss``) reads the
   query stream at the predicted positions only, batch × P rows, P = the predicted count per segment.
 * **Memory** (§2.4, Transformer-XL recurrence): an example is ``segments`` consecutive segments of the text;
@@ -26,7 +43,8 @@ Every random draw (the orders) comes from the example's own generator; the masks
 batched tensor operations on the model's device.
 
 Deviations: one text part per segment (XLNet's pre-training input is ``A <sep> B <sep> <cls>``, B sometimes from
-another document, with no loss on it); no span-based target selection (targets are the order's last 1/K); XLNet's
+another document, with no loss on it); a span starts anywhere, where the code moves it to the next word's first
+piece; each example draws its direction, where the code reverses exactly the second half of each batch; XLNet's
 code applies one within-block order to every block and lets ``<sep>``/``<cls>`` take places in the order, here each
 block draws its own and the two are plain context; memory is carried across the segments of one example, not
 across training steps (examples are shuffled windows, so a step's memory would come from unrelated text).
@@ -46,13 +64,19 @@ CLS_SEGMENT = 2  # XLNet's segment id of the final <cls> (SEG_ID_CLS); text and 
 ENDING = 2  # <sep> <cls> end each segment
 
 
-def check_options(*, k: int = 6, perm_size: int | None = None, segments: int = 2) -> None:
+def check_options(*, k: int = 6, perm_size: int | None = None, segments: int = 2, max_span: int = 0,
+                  bi_data: bool = False) -> None:
     """Refuse options the objective cannot use, naming the flag."""
-    for name, value, least in (("k", k, 1), ("perm_size", perm_size, 1), ("segments", segments, 1)):
-        if value is not None and (not isinstance(value, int) or value < least):
+    for name, value, least in (("k", k, 1), ("perm_size", perm_size, 1), ("segments", segments, 1),
+                               ("max_span", max_span, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
             raise SesameError(f"--objective-option {name}={value}: give a whole number of at least {least} (k: 1/k of "
                               "each order is predicted, XLNet's 6; perm_size: positions per permuted block, default "
-                              "the whole segment; segments: consecutive segments per example, read with memory)")
+                              "the whole segment; segments: consecutive segments per example, read with memory; "
+                              "max_span: the longest target span, XLNet's 5, 0 for none)")
+    if not isinstance(bi_data, bool):
+        raise SesameError(f"--objective-option bi_data={bi_data}: give true (half the examples read right to left, "
+                          "XLNet's pre-training) or false")
 
 
 def factorisation_order(keys: torch.Tensor, perm_size: int) -> torch.Tensor:
@@ -70,6 +94,34 @@ def select_targets(rank: torch.Tensor, perm_size: int, k: int) -> torch.Tensor:
     start = torch.arange(n, device=rank.device) // perm_size * perm_size
     size = (n - start).clamp(max=perm_size)
     return rank - start >= size - (size / k).round().clamp(min=1).long()
+
+
+def sample_spans(n: int, k: int, max_span: int, rows: int, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The spans of ``rows`` segments of ``n`` tokens, (rows, S) each: their contexts' starts, and the spans' starts
+    and lengths. Lengths L ∈ 1..``max_span`` are drawn with p ∝ 1/L, each context is K·L tokens, contexts follow one
+    another, and a span sits at a uniform place inside its context. Lengths are cut so that the spans hold at most
+    round(n/K) tokens (the first that would pass it is cut short, later ones get 0), and a span past the end gets 0."""
+    goal, spans = max(1, round(n / k)), n // k + 1  # no more contexts of ≥ K tokens fit
+    lengths = torch.multinomial((1.0 / torch.arange(1, max_span + 1)).expand(rows, -1), spans, replacement=True,
+                                generator=generator) + 1
+    contexts = k * lengths
+    begins = contexts.cumsum(-1) - contexts
+    starts = begins + (torch.rand(rows, spans, generator=generator) * (contexts - lengths + 1)).long()  # [0, KL − L]
+    kept = (goal - (lengths.cumsum(-1) - lengths)).clamp(min=0).minimum(lengths)
+    return begins, starts, torch.where(starts + kept <= n, kept, 0)
+
+
+def span_targets(n: int, k: int, max_span: int, rows: int, generator: torch.Generator) -> torch.Tensor:
+    """Whether each of ``rows`` segments' ``n`` positions is predicted (rows, n): the tokens of
+    :func:`sample_spans`' spans, topped up with single tokens drawn uniformly from the rest to exactly round(n/K)
+    (at least 1), as the code tops up to ``num_predict``."""
+    _, starts, lengths = sample_spans(n, k, max_span, rows, generator)
+    position = torch.arange(n)
+    covered = ((position >= starts[..., None]) & (position < (starts + lengths)[..., None])).any(1)
+    keys = torch.rand(rows, n, generator=generator).masked_fill(covered, 2.0)  # the rest, in a random order
+    order = keys.argsort(-1).argsort(-1)
+    return covered | (order < (max(1, round(n / k)) - covered.sum(-1, keepdim=True)))
 
 
 def permutation_masks(rank: torch.Tensor, targets: torch.Tensor, past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,13 +142,13 @@ class PermutationLM(Objective):
     name = "plm"
     arch = "xlnet"
     reads_text = True
-    options = ("k", "perm_size", "segments")
+    options = ("k", "perm_size", "segments", "max_span", "bi_data")
 
     def __init__(self, backbone: XLNet, specials: SpecialIds, k: int = 6, perm_size: int | None = None,
-                 segments: int = 2):
+                 segments: int = 2, max_span: int = 0, bi_data: bool = False):
         super().__init__(backbone, specials)
-        check_options(k=k, perm_size=perm_size, segments=segments)
-        self.k, self.perm_size, self.segments = k, perm_size, segments
+        check_options(k=k, perm_size=perm_size, segments=segments, max_span=max_span, bi_data=bi_data)
+        self.k, self.perm_size, self.segments, self.max_span, self.bi_data = k, perm_size, segments, max_span, bi_data
         self.bias = torch.nn.Parameter(torch.zeros(backbone.config.vocab_size))
         self.workspace = Workspace()
 
@@ -111,28 +163,37 @@ class PermutationLM(Objective):
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``ids`` (batch, segments, length): each segment's text then <sep> <cls>; ``rank`` (same shape): a target's
         place in its segment's order, −1 elsewhere; ``predict`` (batch, segments, P): the predicted positions, in
-        position order; ``targets``: their tokens."""
+        position order; ``targets``: their tokens; with ``bi_data``, ``backward`` (batch,): the examples whose window
+        is read right to left."""
         b, n = windows.shape[0], windows.shape[1] // self.segments
-        text = windows.view(b, self.segments, n)
         keys = torch.stack([torch.rand(self.segments, n, generator=g) for g in generators])
         rank = factorisation_order(keys, self.perm_size or n)
-        target = select_targets(rank, self.perm_size or n, self.k)
+        if self.max_span:
+            target = torch.stack([span_targets(n, self.k, self.max_span, self.segments, g) for g in generators])
+        else:
+            target = select_targets(rank, self.perm_size or n, self.k)
+        extra = {}
+        if self.bi_data:
+            extra["backward"] = torch.stack([torch.rand((), generator=g) < 0.5 for g in generators])
+            windows = torch.where(extra["backward"][:, None], windows.flip(-1), windows)
+        text = windows.view(b, self.segments, n)
         ending = torch.tensor([self.specials.sep, self.specials.cls], dtype=windows.dtype).expand(b, self.segments, -1)
         predict = target.nonzero()[:, -1].view(b, self.segments, -1)
         rank = torch.cat([torch.where(target, rank, -1), torch.full((b, self.segments, ENDING), -1)], -1)
         return {"ids": torch.cat([text, ending], -1), "rank": rank, "predict": predict,
-                "targets": text.gather(-1, predict)}
+                "targets": text.gather(-1, predict), **extra}
 
     def segment(self, ids: torch.Tensor, rank: torch.Tensor, predict: torch.Tensor,
-                memory: list[torch.Tensor] | None) -> Streams:
+                memory: list[torch.Tensor] | None, backward: torch.Tensor | None = None) -> Streams:
         """Both streams over one segment ``ids`` (batch, length: text then <sep> <cls>) after ``memory``, under the
-        masks of the ranks ``rank`` and the predicted positions ``predict`` (:func:`permutation_masks`)."""
+        masks of the ranks ``rank`` and the predicted positions ``predict`` (:func:`permutation_masks`), the rows
+        ``backward`` marks read right to left."""
         b, length = ids.shape
         types = torch.zeros(length, dtype=torch.long, device=ids.device)
         types[-1] = CLS_SEGMENT
         content, query = permutation_masks(rank, predict, memory[0].shape[1] if memory else 0)
         return self.backbone.streams(ids, types=types.expand(b, -1), memory=memory, content_mask=content,
-                                     query_mask=query, targets=predict)
+                                     query_mask=query, targets=predict, backward=backward)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The summed loss of every segment's targets, each segment after the memory of those before it."""
@@ -140,7 +201,7 @@ class PermutationLM(Objective):
         segments, length = ids.shape[1:]
         memory, total = None, ids.new_zeros((), dtype=torch.float)
         for s in range(segments):
-            out = self.segment(ids[:, s], rank[:, s], predict[:, s], memory)
+            out = self.segment(ids[:, s], rank[:, s], predict[:, s], memory, batch.get("backward"))
             total = total + linear_cross_entropy(out.query.flatten(0, 1), self.backbone.embed.tokens.weight,
                                                  batch["targets"][:, s].flatten(), self.bias, workspace=self.workspace)
             if s + 1 < segments:

@@ -11,6 +11,12 @@ denotes a score for each choice which is normalized with a softmax layer"; GPT, 
 softmax layer"). A question (RACE) joins the context in the first segment, ``[z; q; $; a_k]`` as in
 GPT §3.3. Training minimises the cross-entropy of that softmax; the metric is accuracy.
 
+XLNet (Yang et al. 2019, §3.3, RACE) reads each pair as ``context <sep> choice <sep> <cls>`` (its tokenizer's
+template, segments 0, 1 and 2) and scores the final ``<cls>``'s content state through its sequence summary (dense +
+tanh) and a linear layer to one score (its code's ``run_race.py``; transformers' ``XLNetForMultipleChoice``):
+:class:`XLNetChoiceModel`, which :data:`CHOICE_HEADS` picks for an XLNet backbone. A choice's score reads only its
+own pair, so the other candidates' texts never change it.
+
 The data are JSON Lines: one object per line with the context, a list of candidate strings and the
 gold answer, given as the index of the right candidate or as its text. Examples may have different
 numbers of candidates: a batch is padded to its largest count with dummy candidates scored −∞.
@@ -28,10 +34,10 @@ import torch.nn.functional as F
 from ..data.labeled import FORMATS, json_lines
 from ..errors import SesameError
 from ..metrics import accuracy
-from ..models import Transformer
+from ..models import Transformer, XLNet
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, pad, register, shown
-from .classify import SequenceModel, collate
+from .classify import SequenceModel, XLNetSequenceModel, collate
 
 
 class ChoiceModel(SequenceModel):
@@ -48,6 +54,14 @@ class ChoiceModel(SequenceModel):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(self.outputs(batch), batch["targets"], reduction="sum")
+
+
+class XLNetChoiceModel(ChoiceModel, XLNetSequenceModel):
+    """:class:`ChoiceModel` through XLNet's sequence summary: with ``last`` pooling (the family's) the final
+    ``<cls>``'s state → dense → tanh → dropout → linear, one score per pair (``XLNetForMultipleChoice``)."""
+
+
+CHOICE_HEADS: dict[type, type[ChoiceModel]] = {XLNet: XLNetChoiceModel}  # keyed as classify.HEADS
 
 
 @register
@@ -166,7 +180,7 @@ class MultipleChoice(Task):
         return batch
 
     def build(self, backbone: Transformer, n_labels: int, pooling: str, dropout: float) -> TaskModel:
-        return ChoiceModel(backbone, pooling, dropout)
+        return CHOICE_HEADS.get(type(backbone), ChoiceModel)(backbone, pooling, dropout)
 
     def _probabilities(self, examples: list[dict], outputs: torch.Tensor) -> list[torch.Tensor]:
         """The softmax over each example's own candidates (``outputs`` may hold more columns)."""

@@ -16,6 +16,12 @@ position, [CLS] at position 0 (for a causal decoder, whose position 0 sees nothi
 separator: the one token that has read the whole input). A span may only start at a token in its
 window of maximum context (``run_squad.py``'s ``_check_is_max_context``).
 
+XLNet (``cls_last``, the family's; Yang et al. 2019, §3.3; its code's ``run_squad.py``) reads ``context <sep>
+question <sep> <cls>`` (segments 0, 1, 2; the paragraph first, "because during pretraining, B is always shorter than
+A"), no answer at the final ``<cls>``, with the linear start/end head above on the content stream (transformers'
+``XLNetForQuestionAnsweringSimple``). Deviation: XLNet's beam-searched SQuAD head (end logits conditioned on the
+start, answerability from ``<cls>``) is not built.
+
 Decoding: over all windows of a question, the best span with end ≥ start and at most
 ``max_answer_length`` tokens among the top ``n_best`` start and top ``n_best`` end logits, scored
 start + end; its text is the context between the tokens' character offsets. v2.0: the no-answer
@@ -33,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -43,70 +49,14 @@ from ..data.labeled import decode
 from ..errors import SesameError
 from ..metrics import answer_scores, tune_null_threshold
 from ..models import Transformer
-from ..tokenizer import TextTokenizer
+from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Task, TaskModel, pad, register, shown
+from .qa_windows import answer_tokens, context_windows, max_context, trimmed_offsets, window_candidates
+
+if TYPE_CHECKING:
+    from ..families import Family
 
 VERSIONS = ("auto", "1.1", "2.0")
-
-
-# -- windows ---------------------------------------------------------------------------------------
-
-def trimmed_offsets(text: str, offsets: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Character spans of tokens without surrounding whitespace (byte-level BPE and Metaspace pieces
-    carry the space before a word)."""
-    out = []
-    for start, end in offsets:
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        out.append((start, end))
-    return out
-
-
-def context_windows(n_tokens: int, room: int, doc_stride: int) -> list[tuple[int, int]]:
-    """(first token, token count) of each window over a context of ``n_tokens``: ``room`` tokens wide,
-    starting ``doc_stride`` tokens apart (never more than a window), the last ending at the context's
-    end (``run_squad.py``'s doc spans)."""
-    windows, start = [], 0
-    while True:
-        length = min(n_tokens - start, room)
-        windows.append((start, length))
-        if start + length >= n_tokens:
-            return windows
-        start += min(length, doc_stride)
-
-
-def max_context(windows: list[tuple[int, int]]) -> list[list[bool]]:
-    """Per window, per token: whether this window gives the token its maximum context, min(tokens
-    left, tokens right) + 0.01 · window length, the first window winning ties (``_check_is_max_context``)."""
-    best: dict[int, tuple[float, int]] = {}
-    for w, (start, length) in enumerate(windows):
-        for t in range(start, start + length):
-            score = min(t - start, start + length - 1 - t) + 0.01 * length
-            if t not in best or score > best[t][0]:
-                best[t] = (score, w)
-    return [[best[t][1] == w for t in range(start, start + length)] for w, (start, length) in enumerate(windows)]
-
-
-def answer_tokens(offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
-    """First and last context token overlapping the characters [start, end), or None."""
-    covered = [t for t, (s, e) in enumerate(offsets) if s < end and e > start]
-    return (covered[0], covered[-1]) if covered else None
-
-
-def window_candidates(context: str, feature: dict, logits: list[list[float]], n_best: int,
-                      max_answer_length: int) -> list[dict]:
-    """Spans of one window (BERT's ``write_predictions``): a start among the ``n_best`` highest start
-    logits of context tokens in their window of maximum context, an end among the ``n_best`` highest
-    end logits of context tokens, end ≥ start, at most ``max_answer_length`` tokens; score start + end."""
-    k, offsets = feature["context_start"], feature["offsets"]
-    start = [logits[k + t][0] for t in range(len(offsets))]
-    end = [logits[k + t][1] for t in range(len(offsets))]
-    starts = sorted((t for t in range(len(offsets)) if feature["max_context"][t]), key=lambda t: -start[t])[:n_best]
-    ends = sorted(range(len(offsets)), key=lambda t: -end[t])[:n_best]
-    return [{"text": context[offsets[s][0]: offsets[e][1]], "score": start[s] + end[e], "start": offsets[s][0]}
-            for s in starts for e in ends if s <= e < s + max_answer_length]
 
 
 # -- model -----------------------------------------------------------------------------------------
@@ -154,7 +104,8 @@ class SpanQA(Task):
     none), or "auto": decided by the first file read (its "version" field, or any ``is_impossible``)
     and then kept, so the run records it. ``null_threshold`` (v2.0): no answer when s_null − best span
     score exceeds it; None (the default until a run saves its tuned value) scores with the threshold
-    tuned on the scored file and predicts with 0, BERT's default."""
+    tuned on the scored file and predicts with 0, BERT's default. ``cls_last``: XLNet's layout, context first and
+    ``<cls>`` last (None: the family's, :attr:`Family.cls_last`, set by :meth:`for_family`)."""
 
     name: ClassVar[str] = "span_qa"
     select: ClassVar[str] = "f1"
@@ -168,6 +119,7 @@ class SpanQA(Task):
     max_answer_length: int = 30
     n_best: int = 20
     null_threshold: float | None = None
+    cls_last: bool | None = None
 
     def __post_init__(self) -> None:
         self.version = str(self.version).lstrip("v")
@@ -179,6 +131,11 @@ class SpanQA(Task):
                 raise SesameError(f"--task-option {key}={value}: must be a positive whole number")
         if self.null_threshold is not None and not isinstance(self.null_threshold, (int, float)):
             raise SesameError(f"--task-option null_threshold={self.null_threshold}: must be a number")
+
+    def for_family(self, family: Family | None) -> None:
+        """``cls_last`` not given: the family's; an explicit ``--task-option cls_last=...`` is kept."""
+        if self.cls_last is None:
+            self.cls_last = bool(family and family.cls_last)
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:
         return ("f1", "exact")
@@ -253,14 +210,13 @@ class SpanQA(Task):
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
-        """Windows of each example: ``ids``, ``types`` (encoders), ``context_start`` (position of the first
-        context token), ``offsets`` (characters of each context token), ``max_context``, ``null`` (the
+        """Windows of each example (:meth:`layout`): ``ids``, ``types`` (encoders), ``context_start`` (position of the
+        first context token), ``offsets`` (characters of each context token), ``max_context``, ``null`` (the
         no-answer position) and, for labeled examples, ``target`` (start, end positions)."""
         questions = tok.encodings([e["question"] for e in examples], special=False)
         contexts = list(dict.fromkeys(e["context"] for e in examples))
         encoded = {c: (e.ids, trimmed_offsets(c, e.offsets))
                    for c, e in zip(contexts, tok.encodings(contexts, special=False))}
-        cls, sep = tok.specials.cls, tok.specials.sep
         features = []
         for i, example in enumerate(examples):
             question = questions[i].ids[: self.max_query_length]
@@ -272,18 +228,28 @@ class SpanQA(Task):
             answer = self._answer_tokens(example, offsets) if "answers" in example else None
             windows = context_windows(len(ids), room, self.doc_stride)
             for (start, length), best in zip(windows, max_context(windows)):
-                k = len(question) + 2
-                feature = {"example": i, "ids": [cls, *question, sep, *ids[start: start + length], sep],
-                           "context_start": k, "offsets": offsets[start: start + length], "max_context": best}
-                feature["null"] = len(feature["ids"]) - 1 if causal else 0
-                if not causal:
-                    feature["types"] = [0] * k + [1] * (length + 1)
+                feature = {"example": i, **self.layout(question, ids[start: start + length], tok.specials, causal),
+                           "offsets": offsets[start: start + length], "max_context": best}
+                k = feature["context_start"]
                 if "answers" in example:
                     inside = answer is not None and start <= answer[0] and answer[1] < start + length
                     feature["target"] = ((k + answer[0] - start, k + answer[1] - start) if inside
                                          else (feature["null"], feature["null"]))
                 features.append(feature)
         return features
+
+    def layout(self, question: list[int], context: list[int], specials: SpecialIds, causal: bool) -> dict:
+        """One window's ``ids``, ``types`` (not for causal decoders), ``context_start`` and ``null`` (module doc)."""
+        cls, sep = specials.cls, specials.sep
+        if self.cls_last:
+            ids = [*context, sep, *question, sep, cls]
+            types = [0] * (len(context) + 1) + [1] * (len(question) + 1) + [2]
+            window = {"ids": ids, "context_start": 0, "null": len(ids) - 1}
+        else:
+            ids = [cls, *question, sep, *context, sep]
+            types = [0] * (len(question) + 2) + [1] * (len(context) + 1)
+            window = {"ids": ids, "context_start": len(question) + 2, "null": len(ids) - 1 if causal else 0}
+        return window if causal else {**window, "types": types}
 
     def _answer_tokens(self, example: dict, offsets: list[tuple[int, int]]) -> tuple[int, int] | None:
         """The context tokens of the first gold answer (BERT trains on it), None when unanswerable."""

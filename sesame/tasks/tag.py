@@ -5,10 +5,12 @@ Files are CoNLL columns: one word per line with its annotations separated by whi
 documents (skipped). ``token_column`` and ``label_column`` pick the columns (0 is the first, -1 the
 last: NER in CoNLL-2003; 1 is its POS tag).
 
-A sentence is encoded from its words (``cls w1 … wn sep``), so every subword knows its word. As in
-BERT's NER (Devlin et al. 2019, §5.3), the head is a linear layer on the final hidden state of each
+A sentence is encoded from its words (``cls w1 … wn sep``; XLNet's ``w1 … wn <sep> <cls>``), so every subword
+knows its word; encoders also read the template's segment ids (XLNet's ``<cls>`` is segment 2, as it pre-trained).
+As in BERT's NER (Devlin et al. 2019, §5.3), the head is a linear layer on the final hidden state of each
 word's first subword: the loss reads only those positions; continuation subwords and special tokens
-are ignored. Words cut off by ``max_length`` (or that a tokenizer turns into nothing) are predicted
+are ignored. XLNet gets the same head on its content stream (transformers' ``XLNetForTokenClassification``; the
+XLNet paper reports no tagging task). Words cut off by ``max_length`` (or that a tokenizer turns into nothing) are predicted
 ``O`` and still count as gold in evaluation, so truncation cannot inflate a score.
 
 Dev metrics are those of the CoNLL-2000/2003 ``conlleval`` script (Tjong Kim Sang & Buchholz 2000;
@@ -60,7 +62,7 @@ class TokenModel(TaskModel):
         nn.init.zeros_(self.head.bias)
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.head(self.dropout(self.backbone(batch["ids"], None, padding=batch["padding"])))
+        return self.head(self.dropout(self.backbone(batch["ids"], batch.get("types"), padding=batch["padding"])))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy summed over the labeled positions (``targets`` ≠ -100)."""
@@ -191,14 +193,17 @@ class Tag(Task):
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
-        """Per sentence: ``ids``, ``first`` (each word's first subword position, -1 if cut off) and, when
-        labeled, ``targets`` (the word's tag index at its first subword, -100 everywhere else)."""
+        """Per sentence: ``ids``, ``types`` (encoders: the template's segment ids), ``first`` (each word's first
+        subword position, -1 if cut off) and, when labeled, ``targets`` (the word's tag index at its first subword,
+        -100 everywhere else)."""
         encodings = encode_words([row["words"] for row in examples], tok, max_length)
         index = {name: i for i, name in enumerate(labels)}
         features = []
         for i, (row, encoding) in enumerate(zip(examples, encodings)):
             first = first_subwords(encoding.word_ids, len(row["words"]))
             feature = {"example": i, "ids": encoding.ids, "first": first}
+            if not causal:
+                feature["types"] = encoding.type_ids
             if "tags" in row:
                 targets = [IGNORE] * len(encoding.ids)
                 for position, tag in zip(first, row["tags"]):
@@ -210,6 +215,8 @@ class Tag(Task):
 
     def collate(self, features: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         batch = collate([f["ids"] for f in features], pad_id)
+        if "types" in features[0]:
+            batch["types"] = pad([f["types"] for f in features], 0)
         if "targets" in features[0]:
             batch["targets"] = pad([f["targets"] for f in features], IGNORE)
             batch["counts"] = {"loss": int((batch["targets"] != IGNORE).sum())}
