@@ -97,8 +97,8 @@ def bench(style: str, size: str, batch: int, sources: torch.Tensor, pair: tuple[
     rate = {impl: batch * args.new_tokens / seconds for impl, seconds in best.items()}
     result = {"bench": name, "ratio": round(rate["sesame"] / rate["transformers"], 3), "style": style, "size": size,
               "batch": batch, "source_tokens": sources.shape[1], "new_tokens": args.new_tokens,
-              "sesame_tokens_per_s": round(rate["sesame"], 1),
-              "transformers_tokens_per_s": round(rate["transformers"], 1),
+              "sesame_tokens_per_s": float(f"{rate['sesame']:.4g}"),  # 4 digits: a tiny run makes a few a second
+              "transformers_tokens_per_s": float(f"{rate['transformers']:.4g}"),
               "parity": tokens["sesame"] == tokens["transformers"], "threads": torch.get_num_threads(),
               "other_processes_cpu_share": None if others is None else round(others, 3)}
     print(json.dumps(result), flush=True)
