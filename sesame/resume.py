@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import SesameError
 from .options import flag_name
 from .rundir import read_config, setup_killed, write_config
 from .runtime import Runtime
-from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig
+from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig, layer_pairs
 from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -35,6 +35,8 @@ PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "t
          "vectors", "mixture", "teacher", "unlabeled")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
 MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime holds now
+# settings whose written forms differ where their meanings agree, compared as read: a layer map is a set of pairs
+READ = {"layer_map": lambda items: sorted(layer_pairs(items))}
 
 
 def _resolved(value: object) -> object:
@@ -79,14 +81,19 @@ def _refuse(flag: str, given: object, recorded: object, spec: PretrainSpec | Fin
                       "new --out")
 
 
+def _as_given(value: object) -> object:
+    return value
+
+
 def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec, *,
-           path: bool = False) -> None:
+           path: bool = False, read: Callable[[Any], object] = _as_given) -> None:
+    """Refuse ``given`` unless it agrees with ``recorded`` (paths: once resolved; others: as ``read`` reads them)."""
     if recorded is None or given is None:
         return
     if path:
         same = given == recorded or _resolved(given) == _resolved(recorded)
     else:
-        same = given == recorded
+        same = read(given) == read(recorded)
     if not same:
         _refuse(flag, given, recorded, spec)
 
@@ -119,7 +126,7 @@ def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: s
     flags = {f.name: flag_name(f) for f in fields(spec)}
     for name, value in recorded.items():
         if name in explicit and (name in PATHS) == paths:
-            _check(flags[name], getattr(spec, name), value, spec, path=paths)
+            _check(flags[name], getattr(spec, name), value, spec, path=paths, read=READ.get(name, _as_given))
 
 
 def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:

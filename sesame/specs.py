@@ -385,18 +385,23 @@ class DistilSpec(FinetuneSpec):
 
     def layer_pairs(self) -> list[tuple[int, int]] | None:
         """--layer-map as (student layer, teacher layer) pairs; None: the default map (or no matching)."""
-        if self.layer_map is None:
-            return None
-        pairs = []
-        for item in self.layer_map:
-            student, sep, teacher = item.partition(":")
-            if not (sep and student.isdigit() and teacher.isdigit()):
-                raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
-                                  "embeddings)")
-            pairs.append((int(student), int(teacher)))
-        if not pairs or len(set(pairs)) < len(pairs):
-            raise SesameError(f"--layer-map {' '.join(self.layer_map)}: give each pair once, at least one")
-        return pairs
+        return None if self.layer_map is None else layer_pairs(self.layer_map)
+
+
+def layer_pairs(items: list[str]) -> list[tuple[int, int]]:
+    """``--layer-map``'s items (``S:T``, separated by spaces or commas) as (student layer, teacher layer) pairs."""
+    pairs = []
+    for item in (piece.strip() for text in items for piece in text.split(",")):
+        student, sep, teacher = item.partition(":")
+        if not item:
+            continue
+        if not (sep and student.isdigit() and teacher.isdigit()):
+            raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
+                              "embeddings)")
+        pairs.append((int(student), int(teacher)))
+    if not pairs or len(set(pairs)) < len(pairs):
+        raise SesameError(f"--layer-map {' '.join(items)}: give each pair once, at least one")
+    return pairs
 
 
 # -- the run directory's config.json --------------------------------------------------------------------
