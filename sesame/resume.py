@@ -54,7 +54,7 @@ def _resolved(value: object) -> object:
 def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
     """config.json's ``setup``: the spec's :data:`SETUP` options (and a teacher's, :data:`TEACHER_SETUP`), paths
     resolved."""
-    names = (*SETUP[type(spec)], *(TEACHER_SETUP if getattr(spec, "teacher", None) else ()))
+    names = (*SETUP[type(spec)], *(TEACHER_SETUP if isinstance(spec, PretrainSpec) and spec.teacher else ()))
     return {name: _resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name) for name in names}
 
 
