@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import SesameError
+from .interop.sources import MINILM
 from .options import flag_name
 from .rundir import read_config, setup_killed, write_config
 from .runtime import Runtime
-from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig
+from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig, layer_pairs
 from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -31,22 +32,30 @@ SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "
          FinetuneSpec: (*FINETUNE_SETUP, "mixture", "mixing_cap", "mixing_temperature"),
          DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha", "hidden_weight",
                       "layer_map")}  # layer_map: as the run resolved it (sesame.pipelines.distil)
+# a pretrain run's with --teacher (student_layers: as the run resolved them, sesame.pipelines.distilbert)
+TEACHER_SETUP = ("teacher", "student_layers", "kl_weight", "mlm_weight", "cosine_weight", "temperature")
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
          "vectors", "mixture", "teacher", "unlabeled")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
 MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime holds now
+# settings whose written forms differ where their meanings agree, compared as read: a layer map is a set of pairs
+READ = {"layer_map": lambda items: sorted(layer_pairs(items))}
 
 
 def _resolved(value: object) -> object:
+    """A path made absolute; not ``scratch:...`` nor ``minilm``, which name no file (sesame.sources)."""
     if isinstance(value, list):
         return [str(Path(p).resolve()) for p in value]
-    return str(Path(value).resolve()) if isinstance(value, (str, Path)) and ":" not in str(value) else value
+    if not isinstance(value, (str, Path)) or ":" in str(value) or str(value) == MINILM:
+        return value
+    return str(Path(value).resolve())
 
 
 def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
-    """config.json's ``setup``: the spec's :data:`SETUP` options, paths resolved."""
-    return {name: _resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name)
-            for name in SETUP[type(spec)]}
+    """config.json's ``setup``: the spec's :data:`SETUP` options (and a teacher's, :data:`TEACHER_SETUP`), paths
+    resolved."""
+    names = (*SETUP[type(spec)], *(TEACHER_SETUP if isinstance(spec, PretrainSpec) and spec.teacher else ()))
+    return {name: _resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name) for name in names}
 
 
 def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
@@ -79,14 +88,19 @@ def _refuse(flag: str, given: object, recorded: object, spec: PretrainSpec | Fin
                       "new --out")
 
 
+def _as_given(value: object) -> object:
+    return value
+
+
 def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec, *,
-           path: bool = False) -> None:
+           path: bool = False, read: Callable[[Any], object] = _as_given) -> None:
+    """Refuse ``given`` unless it agrees with ``recorded`` (paths: once resolved; others: as ``read`` reads them)."""
     if recorded is None or given is None:
         return
     if path:
         same = given == recorded or _resolved(given) == _resolved(recorded)
     else:
-        same = given == recorded
+        same = read(given) == read(recorded)
     if not same:
         _refuse(flag, given, recorded, spec)
 
@@ -119,7 +133,7 @@ def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: s
     flags = {f.name: flag_name(f) for f in fields(spec)}
     for name, value in recorded.items():
         if name in explicit and (name in PATHS) == paths:
-            _check(flags[name], getattr(spec, name), value, spec, path=paths)
+            _check(flags[name], getattr(spec, name), value, spec, path=paths, read=READ.get(name, _as_given))
 
 
 def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
@@ -144,8 +158,11 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
         _check(flag, value, config.objective_options.get(key, "the objective's default"), spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
+    if spec.teacher is not None and "teacher" not in config.setup:
+        raise SesameError(f"--teacher {spec.teacher}: the run in {spec.out} was pre-trained without a teacher, and "
+                          "--resume changes only its budget; leave --teacher out, or choose a new --out")
     return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training,
-                   runtime=_runtime(spec, config))
+                   runtime=_runtime(spec, config), teacher=spec.teacher or config.setup.get("teacher"))
 
 
 def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from . import __version__
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
-from .objectives.distillation import LOSSES
+from .objectives.distillation import LOSSES, DistilBertOptions
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
@@ -85,8 +85,9 @@ class RecurrentDropouts:
 
 
 @dataclass(kw_only=True)
-class PretrainSpec(RecurrentDropouts):
-    """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one)."""
+class PretrainSpec(RecurrentDropouts, DistilBertOptions):
+    """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one, or a
+    student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`)."""
     corpus: list[str] = option(help="text files, folders, .jsonl, or one shard directory")
     out: str = option(help="run directory")
     family: str = option("bert", choices=FAMILIES, help="the model family (sesame.families)")
@@ -110,6 +111,10 @@ class PretrainSpec(RecurrentDropouts):
                                                   "the budget")
     base: str | None = option(None, cli=False, help="a pretrained run of the same family to continue (ULMFiT's "
                                                     "target-task LM)")
+    teacher: str | None = option(None, metavar="MODEL", help="distil a student of half its layers from this masked "
+                                                            "LM (DistilBERT): a pretrained run, a transformers BERT-"
+                                                            "like directory, or minilm; the family, size, tokenizer "
+                                                            "and width are its")
     discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
     training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the family's recipe")
     runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
@@ -166,6 +171,7 @@ class PretrainSpec(RecurrentDropouts):
         fam = self.fam
         get_size(self.size)
         check_ranges(self)
+        self.check_distillation(self.teacher)
         if self.objective_name is None:
             how = f"is trained by `sesame {fam.command}`" if fam.command else \
                 f"is a baseline trained from scratch: `sesame finetune --from scratch:{fam.name}:SIZE`"
@@ -385,18 +391,23 @@ class DistilSpec(FinetuneSpec):
 
     def layer_pairs(self) -> list[tuple[int, int]] | None:
         """--layer-map as (student layer, teacher layer) pairs; None: the default map (or no matching)."""
-        if self.layer_map is None:
-            return None
-        pairs = []
-        for item in self.layer_map:
-            student, sep, teacher = item.partition(":")
-            if not (sep and student.isdigit() and teacher.isdigit()):
-                raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
-                                  "embeddings)")
-            pairs.append((int(student), int(teacher)))
-        if not pairs or len(set(pairs)) < len(pairs):
-            raise SesameError(f"--layer-map {' '.join(self.layer_map)}: give each pair once, at least one")
-        return pairs
+        return None if self.layer_map is None else layer_pairs(self.layer_map)
+
+
+def layer_pairs(items: list[str]) -> list[tuple[int, int]]:
+    """``--layer-map``'s items (``S:T``, separated by spaces or commas) as (student layer, teacher layer) pairs."""
+    pairs = []
+    for item in (piece.strip() for text in items for piece in text.split(",")):
+        student, sep, teacher = item.partition(":")
+        if not item:
+            continue
+        if not (sep and student.isdigit() and teacher.isdigit()):
+            raise SesameError(f"--layer-map {item}: write STUDENT:TEACHER layer numbers, e.g. 1:3 (0: the "
+                              "embeddings)")
+        pairs.append((int(student), int(teacher)))
+    if not pairs or len(set(pairs)) < len(pairs):
+        raise SesameError(f"--layer-map {' '.join(items)}: give each pair once, at least one")
+    return pairs
 
 
 # -- the run directory's config.json --------------------------------------------------------------------

@@ -20,6 +20,8 @@ from sesame.models import build_model
 from sesame.families import backbone_config
 from sesame.objectives.distillation import LayerMatching, logit_loss, soft_target_loss, uniform_layer_map
 from sesame.pipelines.distil import OUTPUTS, RECORD, Distillation, Distilled
+from sesame.pipelines.finetune import with_learners_own
+from sesame.specs import layer_pairs
 from sesame.tasks import make_task
 from sesame.train.checkpoint import load_weights, read_json
 
@@ -115,6 +117,27 @@ def test_layer_matching_is_zero_for_a_student_equal_to_its_teacher() -> None:
         assert float(apart(student.backbone(batch["ids"], padding=batch["padding"], all_layers=True), batch)) > 1.0
     wide = LayerMatching([(0, 0), (2, 1)], [128] * 3, [64, 256], teacher=all_states(student.backbone), weight=1.0)
     assert [tuple(m.weight.shape) for m in wide.maps] == [(64, 128), (256, 128)]
+
+
+def test_a_layer_map_reads_pairs_separated_by_spaces_or_commas() -> None:
+    assert layer_pairs(["0:1,1:3"]) == layer_pairs(["0:1,", "1:3"]) == layer_pairs(["0:1", "1:3"]) == [(0, 1), (1, 3)]
+    with pytest.raises(SesameError, match="--layer-map 1-3"):
+        layer_pairs(["0:1,1-3"])
+    with pytest.raises(SesameError, match="each pair once"):
+        layer_pairs(["0:1", "0:1"])
+
+
+def test_the_learned_maps_decay_their_weights_but_not_their_biases() -> None:
+    """Distillation's layer maps join the recipe's groups as every group splits: weights decay, biases do not."""
+    student = tiny_student(3)
+    matching = LayerMatching([(1, 1)], [128] * 3, [64] * 3, teacher=all_states(student.backbone), weight=1.0)
+    learner = Distilled(student, loss="kl", temperature=2.0, alpha=0.0, matching=matching)
+    recipe = [{"params": list(student.parameters()), "lr": 1e-3, "base_lr": 1e-3, "weight_decay": 0.01}]
+    groups = with_learners_own(recipe, student, learner, lr=1e-3, weight_decay=0.01)
+    decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    assert decay[id(matching.maps[0].weight)] == 0.01 and decay[id(matching.maps[0].bias)] == 0.0
+    assert len(decay) == len(list(learner.parameters()))  # each parameter in one group
+    assert with_learners_own(None, student, learner, lr=1e-3, weight_decay=0.01) is None  # AdamW's own split
 
 
 def test_a_batch_carries_each_examples_teacher_row_and_marks_the_gold_ones() -> None:
@@ -321,7 +344,8 @@ def test_layer_matching_records_its_map_and_resume_holds_it(inputs: Path, tmp_pa
     assert not torch.equal(halfway["matching.maps.1.weight"], whole["matching.maps.1.weight"])  # the maps learn
     refused(distil_command(inputs, out, *layers, "--resume", "--layer-map", "2:2"), capsys, tmp_path,
             "--layer-map 2:2", "0:0 1:1 2:2")
-    assert main(distil_command(inputs, out, *layers, "--resume")) == 0
+    # the recorded map 0:0 1:1 2:2, written in another order and with commas, is the same map
+    assert main(distil_command(inputs, out, *layers, "--resume", "--layer-map", "2:2", "0:0,1:1,")) == 0
     resumed = load_weights(out / "checkpoint" / "model.safetensors")
     assert resumed.keys() == whole.keys() and all(torch.equal(resumed[k], whole[k]) for k in whole)
 

@@ -21,14 +21,37 @@ of its §4 study of mapping functions, g(m) = m·N/M (:func:`uniform_layer_map`)
 al. 2020), one map W per matched pair, and none where the widths agree (TinyBERT's students are narrower than their
 teachers); the mean runs over real tokens only (TinyBERT's code averages over padding too); TinyBERT's attention-matrix
 loss is left out (it needs attention maps of equal head count, which an LSTM student has not).
+
+Pre-training distillation (:class:`MaskedLMDistillation`, ``sesame pretrain --teacher``): DistilBERT, Sanh et al. 2019
+("DistilBERT, a distilled version of BERT"). §3: the student has the teacher's architecture and width with half its
+layers, initialised "by taking one layer out of two" (:func:`every_other_layer`; the released
+``extract_distilbert.py`` takes layers 0, 2, 4, 7, 9, 11 of BERT-base's 12, which ``--student-layers`` gives), the
+embeddings and the masked-LM head copied (:func:`student_weights`); it trains on the teacher's corpus with dynamic
+masking and without next-sentence prediction. §2: the loss is a linear combination of the distillation loss
+L_ce = Σ_i t_i · log(s_i) over the teacher's soft targets at temperature T, the masked-LM loss L_mlm and the cosine
+loss L_cos between the student's and the teacher's last hidden states; the weights 5·L_ce + 2·L_mlm + 1·L_cos and
+T = 2 are the released training command's (the paper names no values), and L_ce is multiplied by T² as in Hinton's §2
+and the released ``distiller.py``. Each term is a mean: L_ce and L_mlm over the masked positions, L_cos = mean of
+1 − cos(h^S, h^T) over every token. Deviations: L_ce is written as KL(teacher_T ‖ student_T) (as ``kl`` above: the
+same gradients, 0 when the student equals its teacher); it is taken at the masked positions only (the released code's
+``--restrict_ce_to_mask``; its default takes every token), since sesame projects onto the vocabulary only where the
+MLM predicts; the token-type embeddings are kept (DistilBERT drops them; sesame's pair tasks read segments); a teacher
+without a masked-LM head (all-MiniLM-L6-v2 ships its encoder alone) gives no soft targets, so it distils with L_mlm
+and L_cos alone (``--kl-weight 0``) and the student's head starts fresh.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..errors import SesameError
+from ..options import option
+from .mlm import MaskedLM, masked_entries
 
 
 def soft_target_loss(student: torch.Tensor, teacher: torch.Tensor, *, temperature: float) -> torch.Tensor:
@@ -77,3 +100,127 @@ class LayerMatching(nn.Module):
             error = (projection(student[s]).float() - teacher[t].float()).pow(2).mean(-1)
             total = total + error[real].sum()
         return total
+
+
+# -- pre-training distillation (DistilBERT) ---------------------------------------------------------------------------
+
+@dataclass(kw_only=True)
+class DistilBertOptions:
+    """DistilBERT's options, fields of ``sesame pretrain``'s spec that mean something with ``--teacher`` alone (module
+    docstring)."""
+    student_layers: list[int] | None = option(None, metavar="L", help="with --teacher: the teacher's layers the "
+                                                                      "student's start from, bottom to top (0: the "
+                                                                      "first layer; default: one out of two, 0 2 4 "
+                                                                      "...; DistilBERT's code takes 0 2 4 7 9 11 of 12)")
+    kl_weight: float = option(5.0, help="with --teacher: weight of T²·KL(teacher_T ‖ student_T) at the masked "
+                                        "positions (DistilBERT: 5; 0 for a teacher without a masked-LM head)")
+    mlm_weight: float = option(2.0, help="with --teacher: weight of the student's own masked-LM loss (DistilBERT: 2)")
+    cosine_weight: float = option(1.0, help="with --teacher: weight of 1 − cos between the student's and the "
+                                            "teacher's last hidden states (DistilBERT: 1)")
+    temperature: float = option(2.0, help="with --teacher: T of the soft targets (DistilBERT: 2)")
+
+    def check_distillation(self, teacher: str | None) -> None:
+        """Refuse DistilBERT's options without a ``teacher``, or out of range."""
+        defaults = {f.name: f.default for f in fields(DistilBertOptions)}
+        if teacher is None:
+            given = [f"--{name.replace('_', '-')}" for name in defaults if getattr(self, name) != defaults[name]]
+            if given:
+                raise SesameError(f"{', '.join(given)}: options of pre-training distillation; give --teacher too, or "
+                                  "leave them out")
+            return
+        for name in ("kl_weight", "mlm_weight", "cosine_weight"):
+            if getattr(self, name) < 0:
+                raise SesameError(f"--{name.replace('_', '-')} {getattr(self, name)}: a weight is 0 (off) or more")
+        if self.temperature <= 0:
+            raise SesameError(f"--temperature {self.temperature}: must be positive (2 in DistilBERT)")
+        layers = self.student_layers
+        if layers is not None and (not layers or min(layers) < 0 or len(set(layers)) < len(layers)):
+            raise SesameError(f"--student-layers {' '.join(map(str, layers))}: give each teacher layer once, numbered "
+                              "from 0, at least one")
+
+
+def every_other_layer(layers: int) -> list[int]:
+    """DistilBERT's student (§3): one layer out of two of a teacher of ``layers`` layers, from the first: 0, 2, 4, ..."""
+    return list(range(0, layers, 2))
+
+
+LAYER_KEY = re.compile(r"^(backbone\.(?:attention|feed_forward)\.)(\d+)(\..*)$")  # one layer's sublayers
+
+
+def student_weights(teacher: dict[str, torch.Tensor], student: dict[str, torch.Tensor],
+                    layers: list[int]) -> dict[str, torch.Tensor]:
+    """The student's state (``student``: its own, fresh) initialised from the ``teacher``'s: student layer i is teacher
+    layer ``layers[i]`` (attention and feed-forward, with their norms), every other tensor the teacher has under the
+    same name (the embeddings, a pre-norm stack's final norm, the masked-LM head) is the teacher's, and the rest keep
+    the student's own (a head the teacher lacks)."""
+    def source(name: str) -> str:
+        match = LAYER_KEY.match(name)
+        return f"{match[1]}{layers[int(match[2])]}{match[3]}" if match else name
+
+    return {name: teacher[source(name)].clone() if source(name) in teacher else value
+            for name, value in student.items()}
+
+
+class MaskedLMDistillation(nn.Module):
+    """DistilBERT's pre-training loss around a ``student`` masked LM (module docstring): the summed parts ``mlm``
+    (cross-entropy of the original tokens at the masked positions), ``kl`` (T²·KL(teacher_T ‖ student_T) there, when
+    the teacher gives soft targets) and ``cosine`` (1 − cos of the last hidden states, at every token), which the
+    trainer divides by their counts and weighs by ``weights``. ``teacher(batch)`` gives the teacher's last hidden
+    states and its logits at the masked positions (None: it has no head) for the student's batch; it is no submodule:
+    the teacher is neither trained nor saved. Batches are the student's (:meth:`make_batch`), validation scores all
+    parts and reports the perplexity of the first, ``mlm``."""
+
+    pairs = False
+    classified: tuple[str, ...] = ()
+
+    def __init__(self, student: MaskedLM, teacher: Callable[[dict], tuple[torch.Tensor, torch.Tensor | None]], *,
+                 soft_targets: bool, weights: dict[str, float], temperature: float):
+        super().__init__()
+        self.student, self.teacher, self.temperature = student, teacher, temperature
+        self.part_names = ("mlm", *(("kl",) if soft_targets else ()), "cosine")
+        self.part_weights = {name: weights[name] for name in self.part_names}
+
+    def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
+                   partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        batch = self.student.make_batch(windows, generators)
+        return {**batch, "counts": {"mlm": batch["masked"], "kl": batch["masked"], "cosine": batch["ids"].numel()}}
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        hidden = self.student.backbone(batch["ids"])
+        taught, soft = self.teacher(batch)
+        return distillation_parts(self.student, hidden, taught, soft, batch, self.temperature, self.part_names)
+
+    def score(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        return self(batch), {}
+
+
+@torch.compiler.disable
+def distillation_parts(student: MaskedLM, hidden: torch.Tensor, taught: torch.Tensor, soft: torch.Tensor | None,
+                       batch: dict[str, torch.Tensor], temperature: float, names: tuple[str, ...]
+                       ) -> dict[str, torch.Tensor]:
+    """The summed parts of :class:`MaskedLMDistillation` from the student's and the teacher's last states and
+    the teacher's logits at the masked positions; eager under ``--compile`` (the masked count varies, as in
+    :func:`sesame.objectives.mlm.masked_loss`)."""
+    logits = student.masked_logits(hidden, batch).float()
+    parts = {"mlm": F.cross_entropy(logits, masked_entries(batch, "targets"), reduction="sum")}
+    if "kl" in names:
+        parts["kl"] = soft_target_loss(logits, soft, temperature=temperature)
+    parts["cosine"] = (1 - F.cosine_similarity(hidden.float(), taught.float(), dim=-1)).sum()
+    return parts
+
+
+def frozen_teacher(model: nn.Module) -> Callable[[dict], tuple[torch.Tensor, torch.Tensor | None]]:
+    """:class:`MaskedLMDistillation`'s ``teacher`` of ``model``, a masked LM (its backbone's last states and its
+    logits at the batch's masked positions) or a bare backbone (its last states, no logits), frozen in eval mode; it
+    follows the batch to its device (once: then it is there)."""
+    model.eval().requires_grad_(False)
+
+    def outputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with torch.no_grad():
+            placed = model.to(batch["ids"].device)
+            if isinstance(placed, MaskedLM):
+                hidden = placed.backbone(batch["ids"])
+                return hidden, placed.masked_logits(hidden, batch)
+            return placed(batch["ids"]), None
+
+    return outputs

@@ -34,6 +34,7 @@ import math
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..models import Transformer
@@ -192,6 +193,12 @@ class MaskedLM(Objective):
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["positions"])
         return masked_loss(self.transform, picked, batch, self.backbone.embed.tokens.weight, self.bias,
                            self.workspace)
+
+    def masked_logits(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The head's scores over the vocabulary at the real selected positions, ``[masked, vocab]`` (the whole
+        distribution, which distillation's soft targets need; the loss alone takes :meth:`mlm_loss`'s fused path)."""
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, masked_entries(batch, "positions"))
+        return F.linear(self.transform(picked), self.backbone.embed.tokens.weight, self.bias)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.mlm_loss(self.backbone(batch["ids"]), batch)

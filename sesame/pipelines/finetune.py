@@ -257,14 +257,23 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
             reports[name] = part.job.score(part.dev, dev_features[name], outputs, part.labels)
         return data.scores(reports)
 
-    groups = techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    ours = {id(p) for p in model.parameters()}
-    added = [p for p in learner.parameters() if id(p) not in ours]  # the learner's own (distillation's layer maps)
-    if groups is not None and added:  # else AdamW's default groups take the learner's parameters whole
-        groups = [*groups, {"params": added, "lr": cfg.lr, "base_lr": cfg.lr, "weight_decay": cfg.weight_decay}]
+    groups = with_learners_own(techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay), model,
+                               learner, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return Trainer(learner, settings, batches, evaluate=evaluate_dev, select=data.select, keeps=model,
                    param_groups=groups,
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
+
+
+def with_learners_own(groups: list[dict] | None, model: nn.Module, learner: nn.Module, *, lr: float,
+                      weight_decay: float) -> list[dict] | None:
+    """A recipe's parameter ``groups`` of ``model``, and the parameters ``learner`` trains beside it (distillation's
+    layer maps) at ``lr``, split as every group is: weights decay, biases and norms do not. None (AdamW's default
+    groups, which split the learner whole) where the recipe gives none."""
+    ours = {id(p) for p in model.parameters()}
+    added = [p for p in learner.parameters() if id(p) not in ours]
+    if groups is None or not added:
+        return groups
+    return [*groups, *recipes.discriminative_param_groups([added], lr, weight_decay, factor=1.0)]
 
 
 def base_flag(spec: FinetuneSpec) -> str:

@@ -30,6 +30,7 @@ from ..tokenizer import extend_words, put_cls_last
 from ..train import RunSettings, Trainer, recipes
 from ..train.checkpoint import load_weights
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
+from .distilbert import PretrainTeacher
 
 
 def pretrain(spec: PretrainSpec) -> dict:
@@ -39,6 +40,9 @@ def pretrain(spec: PretrainSpec) -> dict:
     started = time.time()
     if spec.resume:
         spec = resumed_pretraining(spec)  # as the run was made, with the budget given now
+    teacher = PretrainTeacher(spec.teacher) if spec.teacher is not None else None
+    if teacher is not None:
+        spec = teacher.taught(spec)
     spec.validate()
     placement = spec.runtime.place()
     cfg = spec.train_config()
@@ -57,8 +61,9 @@ def pretrain(spec: PretrainSpec) -> dict:
         corpus = Corpus.of(spec.corpus, "--corpus", spec.text_field)
         held_out = Corpus.of(spec.valid, "--valid", spec.text_field) if spec.valid else None
         tokenizer = str(Path(spec.base) / "tokenizer.json") if base else spec.tokenizer
-        tok = corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
-                               sentinels=fam.sentinels)
+        tok = teacher.tok if teacher is not None else \
+            corpus.tokenizer(tokenizer, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
+                             sentinels=fam.sentinels)
         read = corpus.shard_dir or tokenizer  # (a tokenizer trained here was checked with the spec)
         require_sentinels(OBJECTIVES[spec.objective_name], *spec.longest_examples(), spec.objective_settings(),
                           have=len(tok.sentinels()), source=f"the tokenizer {read}" if read else "the tokenizer",
@@ -73,6 +78,8 @@ def pretrain(spec: PretrainSpec) -> dict:
             # beyond its tokenizer's ids, which it keeps)
             model = {**base.model, "vocab_size": max(tok.vocab_size, base.model["vocab_size"]),
                      **({"dropout": spec.dropout} if spec.dropout is not None else {})}
+        elif teacher is not None:
+            model = teacher.student_model(spec, spec.dropout if spec.dropout is not None else fam.pretrain_dropout)
         else:
             dropout = spec.dropout if spec.dropout is not None else fam.pretrain_dropout
             model_cfg = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, dropout,
@@ -82,10 +89,10 @@ def pretrain(spec: PretrainSpec) -> dict:
             model = model_cfg.to_dict()
         model.update(spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}"))
         config = RunConfig(
-            kind="pretrained", family=spec.family, size=base.size if base else spec.size,
+            kind="pretrained", family=spec.family, size=base.size if base else None if teacher else spec.size,
             objective=spec.objective_name, objective_options=spec.objective_settings(),
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model,
-            seq_len=spec.seq_len, base=spec.base,
+            seq_len=spec.seq_len, base=spec.base or spec.teacher,
             added_words=model["vocab_size"] - base.model["vocab_size"] if base else 0,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
@@ -114,6 +121,9 @@ def pretrain(spec: PretrainSpec) -> dict:
         if base is not None:
             obj.load_state_dict(_with_new_words(load_weights(Path(spec.base) / "model.safetensors"),
                                                 config.model["vocab_size"]))
+        if teacher is not None and not resumed:
+            teacher.initialise(obj, spec)
+        learner = teacher.learner(obj, spec) if teacher is not None else obj  # trained; obj's weights are kept
         windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
         phases = [(window_length(config), windows)]
         if config.final_seq_len:
@@ -123,9 +133,9 @@ def pretrain(spec: PretrainSpec) -> dict:
         rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                     factor) if factor != 1 else None
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
-        trainer = Trainer(obj, settings, window_batches(obj, shards, phases, cfg, config.static_masks),
+        trainer = Trainer(learner, settings, window_batches(learner, shards, phases, cfg, config.static_masks),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config),
-                                                        cfg.seed, config.valid_size), param_groups=rates)
+                                                        cfg.seed, config.valid_size), param_groups=rates, keeps=obj)
         return trainer.fit(resume=resumed)
 
 

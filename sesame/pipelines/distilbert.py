@@ -1,0 +1,106 @@
+"""``sesame pretrain --teacher``: DistilBERT's pre-training distillation (Sanh et al. 2019), the parts
+:func:`sesame.pipelines.pretrain` asks of the teacher.
+
+The teacher is a masked LM that sesame loads: a pretrained run, or a transformers directory converted on the way
+(``minilm`` among them). The student is the teacher's architecture and width with the layers ``--student-layers``
+names (default: one out of two), reads the teacher's tokenizer (the soft targets are over the teacher's vocabulary,
+position by position) and starts from the teacher's weights; the run is an ordinary ``mlm`` run of the teacher's
+family, which ``sesame finetune --from`` and ``sesame evaluate`` read. The loss, the layer copy and the deviations:
+:mod:`sesame.objectives.distillation`. The teacher and the resolved layers are recorded in config.json's ``setup``,
+which ``--resume`` holds the command to (and which gives the teacher when ``--teacher`` is not given again).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import SesameError
+from ..models import model_config
+from ..options import defaults
+from ..objectives import OBJECTIVES, MaskedLM, build_objective
+from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
+from ..rundir import build_backbone, load_backbone, load_tokenizer, read_config
+from ..sources import opened
+from ..specs import PretrainSpec
+from ..train.checkpoint import load_weights
+
+# what a student cannot change of its teacher (the spec's field → its flag)
+TEACHERS_OWN = {"family": "--family", "size": "--size", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
+                "cased": "--cased", "attention_window": "--attention-window"}
+
+
+class PretrainTeacher:
+    """The masked LM ``given`` names, read once into memory: its run config, its tokenizer (``tok``), its model
+    (its masked-LM objective where it has one, else its backbone) and that model's weights under the names of a
+    student's objective (``state``)."""
+
+    def __init__(self, given: str):
+        self.given = given
+        with opened(given, "--teacher") as (_, run):
+            config = read_config(run, "--teacher")
+            arch = config.model.get("arch", "transformer")
+            model = model_config(config.model)
+            if config.kind != "pretrained" or arch != "transformer" or model.causal or model.sharing != "none":
+                what = (f"a {config.kind} run" if config.kind != "pretrained" else f"a {arch} model" if
+                        arch != "transformer" else "causal" if model.causal else f"sharing {model.sharing} layers")
+                raise SesameError(f"--teacher {given}: {what}; DistilBERT distils a pretrained Transformer encoder "
+                                  "whose layers are its own (a BERT-like masked LM: a sesame mlm run, a transformers "
+                                  "BERT directory, minilm)")
+            self.config, self.tok = config, load_tokenizer(run, "--teacher")
+            self.soft_targets = config.objective is not None and issubclass(OBJECTIVES[config.objective], MaskedLM)
+            if self.soft_targets:
+                self.model = build_objective(config.objective, build_backbone(config), self.tok,
+                                             config.objective_options)
+                self.model.load_state_dict(load_weights(run / "model.safetensors"))
+                self.state = self.model.state_dict()
+            else:
+                self.model = load_backbone(run, "--teacher")
+                self.state = {f"backbone.{name}": value for name, value in self.model.state_dict().items()}
+
+    @property
+    def layers(self) -> int:
+        return self.config.model["layers"]
+
+    def taught(self, spec: PretrainSpec) -> PretrainSpec:
+        """``spec`` as the teacher makes it: the teacher's family, the ``mlm`` objective and the student's layers
+        (``--student-layers``, else one out of two); refuses what a student cannot change of its teacher."""
+        unset = defaults(PretrainSpec)
+        explicit = spec.explicit if spec.explicit is not None else {k for k, v in unset.items() if getattr(spec, k) != v}
+        for name, flag in TEACHERS_OWN.items():
+            value = getattr(spec, name)
+            if name in explicit and value is not None and value is not False:
+                raise SesameError(f"{flag} {value}: a student has its teacher's family, size, tokenizer and width "
+                                  f"(--teacher {self.given}); drop {flag}")
+        if spec.objective not in (None, "mlm") or spec.base is not None:
+            given = f"--objective {spec.objective}" if spec.base is None else f"base={spec.base!r}"
+            raise SesameError(f"{given}: DistilBERT's student learns the masked LM alone (no next-sentence "
+                              f"prediction), from --teacher {self.given}; leave it out")
+        layers = spec.student_layers or every_other_layer(self.layers)
+        if max(layers) >= self.layers:
+            raise SesameError(f"--student-layers {' '.join(map(str, layers))}: --teacher {self.given} has layers 0 "
+                              f"to {self.layers - 1}")
+        length, flag = spec.longest_examples()
+        if length > self.config.model["max_positions"]:
+            raise SesameError(f"{flag} {length}: --teacher {self.given} has {self.config.model['max_positions']} "
+                              "positions, which the student copies; give at most that")
+        if spec.kl_weight and not self.soft_targets:
+            raise SesameError(f"--kl-weight {spec.kl_weight}: --teacher {self.given} has no masked-LM head (converted "
+                              "without one, as all-MiniLM-L6-v2, which ships its encoder alone), so it gives no soft "
+                              "targets; give --kl-weight 0 to distil its hidden states (--cosine-weight) beside the "
+                              "student's masked LM, or a teacher with the head (a sesame mlm run, a transformers "
+                              "BertForMaskedLM directory)")
+        return replace(spec, family=self.config.family, objective="mlm", student_layers=layers)
+
+    def student_model(self, spec: PretrainSpec, dropout: float) -> dict:
+        """The student's backbone config: the teacher's with ``spec.student_layers`` layers and ``dropout``."""
+        return {**self.config.model, "layers": len(spec.student_layers), "dropout": dropout}
+
+    def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:
+        """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""
+        student.load_state_dict(student_weights(self.state, student.state_dict(), spec.student_layers))
+
+    def learner(self, student: MaskedLM, spec: PretrainSpec) -> MaskedLMDistillation:
+        """What the trainer trains: ``student`` inside DistilBERT's loss, with the spec's weights."""
+        weights = {"mlm": spec.mlm_weight, "kl": spec.kl_weight, "cosine": spec.cosine_weight}
+        return MaskedLMDistillation(student, frozen_teacher(self.model), soft_targets=self.soft_targets,
+                                    weights=weights, temperature=spec.temperature)
+
