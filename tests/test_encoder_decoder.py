@@ -3,7 +3,8 @@ import torch
 
 from sesame.models import build_model, model_config
 from sesame.models.caches import KVCache
-from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig, relative_buckets
+from sesame.models.encoder_decoder import (STYLES, EncoderDecoder, EncoderDecoderConfig, RelativePositionBias,
+                                           relative_buckets)
 from sesame.train.checkpoint import load_weights, save_weights
 
 VOCAB = 100
@@ -32,6 +33,19 @@ def test_relative_buckets_follow_t5s_table(offset, bidirectional, causal):
     offsets = torch.tensor([offset])  # key position − query position
     assert relative_buckets(offsets, buckets=32, max_distance=128, bidirectional=True).item() == bidirectional
     assert relative_buckets(offsets, buckets=32, max_distance=128, bidirectional=False).item() == causal
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_the_position_bias_looks_up_the_buckets_of_every_offset(bidirectional):
+    # the bias clamps offsets to ±max_distance and reads buckets computed once: the same as bucketing each offset,
+    # also far beyond max_distance, for full matrices (training) and a decoding step's one row
+    cfg = config("t5", relative_buckets=32, relative_max_distance=20)
+    bias = RelativePositionBias(cfg, bidirectional=bidirectional)
+    for length, past in [(50, 0), (1, 60), (3, 7)]:
+        keys = torch.arange(past + length)
+        buckets = relative_buckets(keys[None, :] - keys[past:, None], buckets=32, max_distance=20,
+                                   bidirectional=bidirectional)
+        assert torch.equal(bias(length, past), bias.table(buckets).permute(2, 0, 1)[None])
 
 
 @pytest.mark.parametrize("style", ["t5", "bart"])

@@ -221,13 +221,19 @@ def test_dropout_keeps_one_minus_p_of_the_elements_scaled_by_its_inverse() -> No
     assert isinstance(module, torch.nn.Dropout) and module(x) is x
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_explicit_attention_matches_sdpa(causal: bool) -> None:
+@pytest.mark.parametrize("causal, mask", [(False, None), (True, None), (False, "padding"), (True, "padding"),
+                                          (False, "bias")])
+def test_explicit_attention_matches_sdpa(causal: bool, mask: str | None) -> None:
+    # the path attention dropout takes: with no dropout it computes SDPA's function, with any mask SDPA reads (a
+    # boolean one overrides causal, as SDPA's attn_mask replaces is_causal; a float one, T5's bias, is added)
     q, k, v = leaves((2, 3, 10, 8), (2, 3, 10, 8), (2, 3, 10, 8))
-    got = explicit_attention(q, k, v, causal, dropout_p=0.0)
-    got_grads = torch.autograd.grad(got.square().sum(), (q, k, v))
-    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    masks = {None: None, "padding": torch.arange(10)[None, None, None, :] < torch.tensor([7, 10])[:, None, None, None],
+             "bias": torch.randn(3, 10, 10, generator=torch.Generator().manual_seed(1)).requires_grad_()}
+    inputs = (q, k, v) + ((masks[mask],) if mask == "bias" else ())  # T5's bias is learned: its gradient too
+    got = explicit_attention(q, k, v, masks[mask], causal, dropout_p=0.0)
+    got_grads = torch.autograd.grad(got.square().sum(), inputs)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=masks[mask], is_causal=causal and mask is None)
+    expected_grads = torch.autograd.grad(expected.square().sum(), inputs)
     assert_close(got.detach(), expected.detach())
     for a, b in zip(got_grads, expected_grads, strict=True):
         assert_close(a, b)

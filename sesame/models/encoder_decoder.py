@@ -124,20 +124,29 @@ def relative_buckets(offsets: torch.Tensor, *, buckets: int, max_distance: int, 
 
 
 class RelativePositionBias(nn.Module):
-    """T5's position bias of one stack: a learned scalar per bucket (:func:`relative_buckets`) and head."""
+    """T5's position bias of one stack: a learned scalar per bucket (:func:`relative_buckets`) and head.
+
+    The buckets depend on the offset alone, and every offset at least ``max_distance`` away shares its direction's
+    last bucket, so they are computed once, for the offsets −max_distance … +max_distance (``offset_buckets``, not
+    saved), and a forward pass clamps its offsets into that range and looks them up: the same buckets as
+    :func:`relative_buckets` of the offsets themselves, in two operations instead of a dozen over every (query, key)
+    pair, which a decoding step would pay for each new token."""
 
     def __init__(self, cfg: EncoderDecoderConfig, *, bidirectional: bool):
         super().__init__()
-        self.bidirectional, self.max_distance = bidirectional, cfg.relative_max_distance
+        self.max_distance = cfg.relative_max_distance
         self.table = nn.Embedding(cfg.relative_buckets, cfg.heads)
+        offsets = torch.arange(-self.max_distance, self.max_distance + 1)
+        self.register_buffer("offset_buckets", relative_buckets(
+            offsets, buckets=cfg.relative_buckets, max_distance=self.max_distance, bidirectional=bidirectional),
+            persistent=False)
 
     def forward(self, length: int, past: int = 0) -> torch.Tensor:
-        """(heads, length, past + length): the bias of query ``past + i`` on key ``j``."""
-        keys = torch.arange(past + length, device=self.table.weight.device)
-        offsets = keys[None, :] - keys[past:, None]  # key − query
-        buckets = relative_buckets(offsets, buckets=self.table.num_embeddings, max_distance=self.max_distance,
-                                   bidirectional=self.bidirectional)
-        return self.table(buckets).permute(2, 0, 1)
+        """(1, heads, length, past + length): the bias of query ``past + i`` on key ``j`` (four dimensions, so that
+        SDPA may take its fused CPU kernel, which it refuses a three-dimensional mask)."""
+        keys = torch.arange(past + length, device=self.offset_buckets.device)
+        offsets = (keys[None, :] - keys[past:, None]).clamp_(-self.max_distance, self.max_distance)  # key − query
+        return self.table(self.offset_buckets[offsets + self.max_distance]).permute(2, 0, 1)[None]
 
 
 class CrossAttention(SelfAttention):

@@ -150,21 +150,24 @@ class Dropout(nn.Dropout):
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
               dropout_p: float, scale: float | None = None) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` on (batch, heads, time, head size) tensors; ``mask``: boolean, or
-    added to the scores; ``scale``: the scores' factor (None: 1/√d). With attention dropout (training) and no
-    mask it goes through :func:`explicit_attention` instead: SDPA has no fused kernel with dropout on a CPU
-    and computes the same steps, but with a slower dropout mask."""
-    if dropout_p > 0.0 and mask is None:
-        return explicit_attention(q, k, v, causal, dropout_p, scale)
+    """``F.scaled_dot_product_attention`` on (batch, heads, time, head size) tensors; ``mask``: boolean (True = may
+    attend; ``causal`` is then ignored, the mask says it), or added to the scores; ``scale``: the scores' factor
+    (None: 1/√d). With attention dropout (training) it goes through :func:`explicit_attention` instead: SDPA has no
+    fused kernel with dropout on a CPU and computes the same steps, but with a slower dropout mask."""
+    if dropout_p > 0.0:
+        return explicit_attention(q, k, v, mask, causal, dropout_p, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
                                           dropout_p=dropout_p, scale=scale)
 
 
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
                        dropout_p: float, scale: float | None = None) -> torch.Tensor:
-    """dropout(softmax(q·kᵀ·scale (1/√d by default), causally masked if ``causal``))·v, computed step by step."""
+    """dropout(softmax(q·kᵀ·scale (1/√d by default) + mask))·v, computed step by step: a boolean ``mask`` sets the
+    scores it hides (False) to −inf, another is added; without one, the scores are causally masked if ``causal``."""
     scores = torch.matmul(q, k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-    if causal:
+    if mask is not None:
+        scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
+    elif causal:
         future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu_(1)
         scores.masked_fill_(future, float("-inf"))
     return dropout(torch.softmax(scores, dim=-1), dropout_p, True) @ v
@@ -241,7 +244,8 @@ class SelfAttention(nn.Module):
         q, k, v = self.split(self.qkv(x), 3)
         if cache is not None:
             k, v = cache.extend(k, v)
-        return self.attend(q, k, v, mask, self.causal)
+        # one query (a decoding step) sees every key, itself last: SDPA's is_causal would hide all but the first
+        return self.attend(q, k, v, mask, self.causal and q.shape[2] > 1)
 
     def split(self, y: torch.Tensor, n: int) -> torch.Tensor:
         """(batch, time, n·hidden) projections → (n, batch, heads, time, head size)."""
@@ -279,7 +283,7 @@ class Transformer(nn.Module):
     (index 0 for every layer when that sublayer is shared), each inside a residual connection with its norm.
 
     An encoder-decoder's stacks have no ``embeddings`` (``forward`` gets its shared ones as ``embedded``), a
-    ``position_bias`` ((length, past) → (heads, length, past + length) added to the scores) and, in the decoder,
+    ``position_bias`` ((length, past) → (1, heads, length, past + length) added to the scores) and, in the decoder,
     ``cross_attention`` (a sublayer per layer, ``f(x, memory, i)``), and may give its ``feed_forward`` sublayer
     class (T5 v1.1's gated one).
     """
@@ -338,17 +342,17 @@ class Transformer(nn.Module):
         """Boolean mask (True = may attend) of ``length`` new positions over ``past + length`` keys, from a
         (batch, keys) padding mask (True at real tokens; None: nothing padded), causal in causal models and
         banded to ``window`` positions if given. None when SDPA needs no mask (``is_causal`` covers a causal
-        model's prefix). A query that may see nothing (a left pad in a causal model) sees itself, so no row of
-        the softmax is empty. With a position ``bias`` (heads, length, keys): the bias where the mask is True,
-        −inf elsewhere."""
+        model's prefix; one new query, a decoding step's, may see every key). A query that may see nothing (a left
+        pad in a causal model) sees itself, so no row of the softmax is empty. With a position ``bias`` (1,
+        heads, length, keys): the bias where the mask is True, −inf elsewhere (the bias alone where all is True)."""
         padded = padding is not None and (exporting() or not bool(padding.all()))
-        if bias is None and not padded and window is None and (past == 0 or not self.config.causal):
-            return None
+        causal = self.config.causal and length > 1  # a single query is the last position: every key is before it
+        if not padded and window is None and (not causal or past == 0 and bias is None):
+            return bias
         device = self.attention[0].qkv.weight.device
         query = torch.arange(past, past + length, device=device)[:, None]
         key = torch.arange(past + length, device=device)[None, :]
-        mask = key <= query if self.config.causal else torch.ones(length, past + length, dtype=torch.bool,
-                                                                  device=device)
+        mask = key <= query if causal else torch.ones(length, past + length, dtype=torch.bool, device=device)
         if window is not None:
             mask = mask & ((query - key).abs() < window)
         if padded:
@@ -379,7 +383,7 @@ class Transformer(nn.Module):
         end = past + ids.shape[1] if positions is None else int(positions.max()) + 1
         if self.config.learned_positions and end > self.config.max_positions:
             raise ValueError(f"sequence length {end} exceeds max_positions {self.config.max_positions}")
-        if positions is None and past:
+        if positions is None and past and embedded is None:
             positions = torch.arange(past, past + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
         bias = self.position_bias(ids.shape[1], past) if self.position_bias is not None else None
         dense = self.attention_mask(padding, ids.shape[1], past, bias=bias)
