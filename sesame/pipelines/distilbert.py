@@ -40,7 +40,7 @@ class PretrainTeacher:
             arch = config.model.get("arch", "transformer")
             model = model_config(config.model)
             if config.kind != "pretrained" or arch != "transformer" or model.causal or model.sharing != "none":
-                what = (f"a {config.kind} run" if config.kind != "pretrained" else f"a {arch} model" if
+                what = (f"a {config.kind} run" if config.kind != "pretrained" else f"its model is {arch}" if
                         arch != "transformer" else "causal" if model.causal else f"sharing {model.sharing} layers")
                 raise SesameError(f"--teacher {given}: {what}; DistilBERT distils a pretrained Transformer encoder "
                                   "whose layers are its own (a BERT-like masked LM: a sesame mlm run, a transformers "
