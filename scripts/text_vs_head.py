@@ -4,9 +4,9 @@ For each run (``t5``, ``bart``) and task, two fine-tunes with the same steps, ba
 ``--task text2text`` with ``cast=classify``/``pair`` (T5's inputs: ``sst2 sentence: …``, ``rte sentence1: …
 sentence2: …``; the answer is the label's word, Raffel et al. 2020, Appendix D) and ``--task classify``/``pair``
 with the family's head (the encoder's pooled state for ``t5``, BART's last decoder state, Lewis et al. 2020
-§3.1). Reported: dev accuracy after the last step (no selection) and at the kept evaluation (the best of
-``--evals`` dev evaluations, which selects on the dev set it is scored on: read it as an upper bound), and the
-minutes each took. Rows are appended to ``OUT/rows.jsonl``; ``OUT/results.md`` tables them.
+§3.1). Reported: dev accuracy after the last step (no selection) and at the kept evaluation (fine-tuning
+evaluates at each epoch's end and at the last step; the best of those selects on the dev set it is scored on: read
+it as an upper bound), and the minutes each took. Rows are appended to ``OUT/rows.jsonl``; ``OUT/results.md`` tables them.
 
     python scripts/text_vs_head.py --run t5=runs/compare-20min/pretrain/t5-mini \\
         --run bart=runs/compare-20min/pretrain/bart-mini --out runs/text-vs-head
@@ -33,7 +33,7 @@ def finetune(out: Path, start: str, task: str, way: str, args: argparse.Namespac
     paired = "pair_column" in files
     steps = args.steps or STEPS[task]
     common = ["--from", start, "--train", str(args.data / files["train"]), "--dev", str(args.data / files["dev"]),
-              "--max-steps", str(steps), "--eval-every", str(max(1, steps // args.evals)), "--batch-size", "32",
+              "--max-steps", str(steps), "--batch-size", "32",
               "--lr", str(args.lr), "--max-length", str(LENGTHS[task]), "--out", str(out)]
     if way == "text":
         cast = ["--task", "text2text", "--task-option", f"cast={'pair' if paired else 'classify'}",
@@ -70,7 +70,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", nargs="+", choices=sorted(STEPS), default=sorted(STEPS))
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--steps", type=int, help="steps of every fine-tune (default: 600 for SST-2, 350 for RTE)")
-    parser.add_argument("--evals", type=int, default=3, help="dev evaluations per fine-tune")
     parser.add_argument("--data", type=Path, default=Path(default_data()))
     args = parser.parse_args(argv)
     runs = dict(item.split("=", 1) for item in args.run)

@@ -53,6 +53,8 @@ ROWS = {
                                     *FAST], "--out", "afile.txt is a file"),
     "pretrain: a missing teacher": (["pretrain", "--teacher", "{root}/nothing", "--corpus", "{root}/corpus.txt",
                                      "--out", "{root}/new", *FAST], "--teacher", "no such run"),
+    "pretrain: a fine-tuned teacher": (["pretrain", "--teacher", "{root}/clf", "--corpus", "{root}/corpus.txt",
+                                        "--out", "{root}/new", *FAST], "--teacher", "a finetuned run"),
     "pretrain: a teacher and a family": (["pretrain", "--teacher", "{root}/pre", "--family", "bert", "--corpus",
                                           "{root}/corpus.txt", "--out", "{root}/new", *FAST], "--family",
                                          "drop --family"),

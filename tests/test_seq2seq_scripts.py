@@ -51,7 +51,7 @@ def test_text_and_head_fine_tunes_get_the_same_budget(tmp_path, monkeypatch):
         (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     monkeypatch.setattr(subprocess, "run", run)
-    args = text_vs_head.argparse.Namespace(data=tmp_path, steps=None, evals=3, lr=2e-4)
+    args = text_vs_head.argparse.Namespace(data=tmp_path, steps=None, lr=2e-4)
     text = text_vs_head.finetune(tmp_path / "a", "runs/t5", "rte", "text", args)
     head = text_vs_head.finetune(tmp_path / "b", "runs/t5", "rte", "head", args)
     assert text["last"] == head["last"] == 0.5 and text["kept"] == 0.6 and text["steps"] == 350

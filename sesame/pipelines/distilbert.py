@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import SesameError
-from ..models import model_config
+from ..models import TransformerConfig, model_config
 from ..options import defaults
 from ..objectives import OBJECTIVES, MaskedLM, build_objective
 from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
@@ -37,11 +37,12 @@ class PretrainTeacher:
         self.given = given
         with opened(given, "--teacher") as (_, run):
             config = read_config(run, "--teacher")
-            arch = config.model.get("arch", "transformer")
-            model = model_config(config.model)
-            if config.kind != "pretrained" or arch != "transformer" or model.causal or model.sharing != "none":
-                what = (f"a {config.kind} run" if config.kind != "pretrained" else f"its model is {arch}" if
-                        arch != "transformer" else "causal" if model.causal else f"sharing {model.sharing} layers")
+            model = model_config(config.model)  # a student copies the layers of a plain Transformer encoder
+            what = (f"a {config.kind} run" if config.kind != "pretrained" else
+                    f"its model is {type(model).__name__.removesuffix('Config')}, not a Transformer" if type(model) is not TransformerConfig else
+                    "causal" if model.causal else
+                    f"sharing {model.sharing} layers" if model.sharing != "none" else None)
+            if what is not None:
                 raise SesameError(f"--teacher {given}: {what}; DistilBERT distils a pretrained Transformer encoder "
                                   "whose layers are its own (a BERT-like masked LM: a sesame mlm run, a transformers "
                                   "BERT directory, minilm)")
