@@ -19,6 +19,7 @@ from .errors import SesameError
 from .interop import resolve
 from .models import Transformer
 from .models.transformer import KVCache
+from .models.vocabulary import vocabulary_scores
 from .rundir import load_backbone, load_tokenizer, read_config
 from .runtime import Placement, Runtime, to_device
 from .specs import RunConfig
@@ -86,7 +87,7 @@ class LanguageModel:
         (the inputs must be there)."""
         with self.placement.autocast():
             hidden = self.backbone(ids, padding=padding, positions=positions, cache=cache)
-            return (hidden[:, -1] @ self.output.T).float()
+            return vocabulary_scores(hidden[:, -1], self.output).float()
 
 
 def load_language_model(model: str, *, runtime: Runtime | None = None) -> LanguageModel:

@@ -50,6 +50,7 @@ from torch import nn
 
 from .caches import KVCache, Memory
 from .transformer import Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
+from .vocabulary import vocabulary_scores
 
 SIDES = ("encoder", "decoder")
 
@@ -247,7 +248,7 @@ class EncoderDecoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores over the vocabulary from decoder states: the output layer's (after :meth:`readout`)."""
-        return self.readout(hidden) @ self.output_weight.t()
+        return vocabulary_scores(self.readout(hidden), self.output_weight)
 
     def forward(self, ids: torch.Tensor, *, decoder_ids: torch.Tensor, padding: torch.Tensor | None = None,
                 decoder_padding: torch.Tensor | None = None) -> torch.Tensor:
