@@ -52,9 +52,10 @@ def test_text_and_head_fine_tunes_get_the_same_budget(tmp_path, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", run)
     args = text_vs_head.argparse.Namespace(data=tmp_path, steps=None, lr=2e-4)
-    text = text_vs_head.finetune(tmp_path / "a", "runs/t5", "rte", "text", args)
-    head = text_vs_head.finetune(tmp_path / "b", "runs/t5", "rte", "head", args)
-    assert text["last"] == head["last"] == 0.5 and text["kept"] == 0.6 and text["steps"] == 350
+    text = text_vs_head.finetune(tmp_path / "a", ["runs/t5"], "rte", "text", args)
+    head = text_vs_head.finetune(tmp_path / "b", ["runs/t5"], "rte", "head", args)
+    assert text["last"] == head["last"] == 0.5 and text["kept"] == 0.6 and text["steps"] == 4
+    assert commands[0][commands[0].index("--epochs") + 1] == "3"  # RTE's three epochs
 
     def shared(command):
         task = command.index("--task")
@@ -62,3 +63,12 @@ def test_text_and_head_fine_tunes_get_the_same_budget(tmp_path, monkeypatch):
 
     assert shared(commands[0]) == shared(commands[1])
     assert "text2text" in commands[0] and "cast=pair" in commands[0] and "pair" in commands[1]
+
+
+def test_scratch_twins_start_from_the_runs_family_size_and_tokenizer(tmp_path):
+    run = tmp_path / "t5-mini"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"kind": "pretrained", "family": "t5", "size": "mini", "model": {}}))
+    rows = text_vs_head.starts({"t5": str(run)}, twins=True)
+    assert rows == {"t5": [str(run)], "t5-scratch": ["scratch:t5:mini", "--tokenizer", str(run / "tokenizer.json")]}
+    assert text_vs_head.starts({"t5": str(run)}, twins=False) == {"t5": [str(run)]}
