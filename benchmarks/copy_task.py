@@ -5,8 +5,11 @@ A decoder that reads its encoder drives the loss towards 0; one that does not st
 tokens, ln(``--tokens``). Both sides get the same batches, AdamW at ``--lr`` and no schedule, so their curves should
 agree (they start from the same function, :func:`encoder_decoder_pair.build_pair`); where both stall, the stall is
 the optimisation's, not sesame's wiring. The loss is each side's mean cross-entropy per target token.
+``--embedding-std`` redraws the shared token table, which is also the tied output layer, on both sides alike: BART
+starts it N(0, 0.02), T5 N(0, 1).
 
     python benchmarks/copy_task.py --style bart --steps 1000
+    python benchmarks/copy_task.py --style bart --tokens 20 --length 8 --steps 1000 --embedding-std 1
 """
 from __future__ import annotations
 
@@ -32,11 +35,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=24, help="random tokens per row (default 24)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--every", type=int, default=200, help="print the losses every this many steps")
+    parser.add_argument("--embedding-std", type=float,
+                        help="redraw the shared token table (also the tied output layer) N(0, this) on both sides "
+                             "(default: the style's initialisation, BART's 0.02)")
     args = parser.parse_args(argv)
 
     specials = SPECIALS[args.style]
     ours, theirs = build_pair(args.style, vocab_size=4000, hidden=128, layers=2, heads=2, intermediate=512,
                               max_positions=128, dropout=0.0, seed=0)
+    if args.embedding_std is not None:
+        draw = torch.Generator().manual_seed(1)
+        table = torch.randn(ours.embed.tokens.weight.shape, generator=draw) * args.embedding_std
+        with torch.no_grad():
+            for weight in (ours.embed.tokens.weight, theirs.get_input_embeddings().weight):
+                weight.copy_(table)
     optimizers = [torch.optim.AdamW(m.parameters(), lr=args.lr) for m in (ours, theirs)]
     print(json.dumps({"style": args.style, "chance": round(math.log(args.tokens), 4), **vars(args)}))
     for step in range(args.steps + 1):

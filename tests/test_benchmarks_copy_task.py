@@ -14,9 +14,9 @@ from .conftest import load_script  # noqa: E402
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "copy_task.py"
 
 
-@pytest.mark.parametrize("style", ["t5", "bart"])
-def test_both_sides_follow_the_same_curve(style, capsys, one_thread) -> None:
-    load_script(SCRIPT, "benchmark_copy_task").main(["--style", style, "--steps", "3", "--every", "1"])
+@pytest.mark.parametrize("style,redraw", [("t5", []), ("bart", []), ("bart", ["--embedding-std", "1"])])
+def test_both_sides_follow_the_same_curve(style, redraw, capsys, one_thread) -> None:
+    load_script(SCRIPT, "benchmark_copy_task").main(["--style", style, "--steps", "3", "--every", "1", *redraw])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert rows[0]["style"] == style and [r["step"] for r in rows[1:]] == [0, 1, 2, 3]
     for r in rows[1:]:

@@ -72,3 +72,13 @@ def test_scratch_twins_start_from_the_runs_family_size_and_tokenizer(tmp_path):
     rows = text_vs_head.starts({"t5": str(run)}, twins=True)
     assert rows == {"t5": [str(run)], "t5-scratch": ["scratch:t5:mini", "--tokenizer", str(run / "tokenizer.json")]}
     assert text_vs_head.starts({"t5": str(run)}, twins=False) == {"t5": [str(run)]}
+
+
+def test_bart_init_refuses_a_non_positive_std(capsys):
+    bart_init = load_script(SCRIPTS / "bart_init.py", "bart_init")
+    try:
+        bart_init.main(["--embedding-std", "0", "--size", "tiny"])
+    except SystemExit as exit:
+        assert exit.code == 2 and "--embedding-std 0.0: must be positive" in capsys.readouterr().err
+    else:
+        raise AssertionError("bart_init accepted --embedding-std 0")

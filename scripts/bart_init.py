@@ -1,0 +1,31 @@
+"""Pre-train BART with its token table (also the tied output layer) drawn N(0, ``--embedding-std``) instead of BART's
+N(0, 0.02): an ablation of the initialisation, for the collapse of short BART pre-training (docs/results.md).
+
+Every other argument goes to ``sesame pretrain --family bart``; the run's config.json records the ``embedding_std``
+it was built with, so it loads, resumes and fine-tunes as any bart run. Read it with ``scripts/source_use.py``.
+
+    python scripts/bart_init.py --embedding-std 1 --size mini --corpus ../shared/data/wikitext2/train.txt \\
+        --valid ../shared/data/wikitext2/valid.txt --max-steps 200 --out runs/bart-std1
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sesame.cli import main as sesame_main
+from sesame.families import get_family
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--embedding-std", type=float, required=True, help="the token table's initial std (BART: 0.02)")
+    args, rest = parser.parse_known_args(argv)
+    if args.embedding_std <= 0:
+        parser.error(f"--embedding-std {args.embedding_std}: must be positive")
+    # the family row's model options are the ones every bart backbone is built from (sesame.families)
+    get_family("bart").model_options["embedding_std"] = args.embedding_std
+    return sesame_main(["pretrain", "--family", "bart", *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
