@@ -18,8 +18,9 @@ PARITY = 1e-4  # the issue's bar for fp32: max abs difference between ONNX and e
 
 @pytest.fixture(scope="module")
 def runs(tiny_runs: Path, tmp_path_factory) -> Path:
-    """tiny_runs plus three fine-tuned runs: a symmetric bert pair classifier (segment ids, both orders), a gpt
-    regressor (causal, GPT's input tokens) and a forward LSTM classifier (recurrent), one epoch each."""
+    """tiny_runs plus four fine-tuned runs: a symmetric bert pair classifier (segment ids, both orders), a gpt
+    regressor (causal, GPT's input tokens), a forward LSTM classifier (recurrent) and an xlnet classifier of single
+    texts (segment ids: ``a <sep> <cls>`` reads 0 … 0 2), one epoch each."""
     from sesame.cli import main
 
     onnxruntime_or_skip()
@@ -33,7 +34,7 @@ def runs(tiny_runs: Path, tmp_path_factory) -> Path:
     for name, argv in (("pair", ["--from", str(tiny_runs / "pre"), "--task", "pair", "--text-column", "text",
                                  "--pair-column", "pair", "--symmetric"]),
                        ("gpt", ["--from", "scratch:gpt:tiny", "--task", "regress", "--label-column", "score"]),
-                       ("lstm", ["--from", "scratch:lstm:tiny"])):
+                       ("lstm", ["--from", "scratch:lstm:tiny"]), ("xlnet", ["--from", "scratch:xlnet:tiny"])):
         assert main(["--no-progress", "finetune", *argv, *common, "--out", str(root / name)]) == 0
     for name in ("clf", "pre"):
         (root / name).symlink_to(tiny_runs / name)
@@ -77,7 +78,7 @@ def eager(run: Path, examples: list[dict]) -> tuple[dict[str, torch.Tensor], tor
         return batch, predictor.model.eval().outputs(batch)
 
 
-@pytest.mark.parametrize("name", ["clf", "pair", "gpt", "lstm"])
+@pytest.mark.parametrize("name", ["clf", "pair", "gpt", "lstm", "xlnet"])
 def test_onnx_matches_eager_on_padded_batches_from_the_exported_tokenizer(runs: Path, tmp_path: Path,
                                                                           name: str, one_thread) -> None:
     from sesame.interop.onnx_export import session
@@ -106,7 +107,11 @@ def test_onnx_matches_eager_on_padded_batches_from_the_exported_tokenizer(runs: 
     assert float(np.abs(alone - expected[:1].numpy()).max()) <= PARITY
     assert meta["task"] == predictor.task.name and meta["labels"] == predictor.labels
     assert meta["output"] == ("score" if name == "gpt" else "logits")
-    assert ("token_type_ids" in meta["inputs"]) == (name == "pair")
+    assert ("token_type_ids" in meta["inputs"]) == (name in ("pair", "xlnet"))
+    if name == "xlnet":  # a single text's segments as XLNet pre-trained: <cls>, the last real token, alone in 2
+        lengths = feed["attention_mask"].sum(1)
+        assert (feed["token_type_ids"] == 2).sum(1).tolist() == [1] * len(examples)
+        assert feed["token_type_ids"][np.arange(len(examples)), lengths - 1].tolist() == [2] * len(examples)
 
 
 def test_int8_export_agrees_with_fp32_and_predict_runs_exports(runs: Path, tmp_path: Path, capsys, one_thread) -> None:

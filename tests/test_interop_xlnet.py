@@ -19,7 +19,7 @@ from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.models import XLNet, XLNetConfig  # noqa: E402
 from sesame.models.xlnet import target_mapping  # noqa: E402
 from sesame.objectives.plm import factorisation_order, permutation_masks, select_targets  # noqa: E402
-from sesame.pipelines.evaluate import load  # noqa: E402
+from sesame.pipelines.evaluate import Predictor, load  # noqa: E402
 from sesame.rundir import load_backbone, load_tokenizer, write_config  # noqa: E402
 from sesame.specs import RunConfig  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
@@ -138,15 +138,21 @@ def test_xlnets_tokenizer_reads_cls_and_sep_as_sesames_roles_and_comes_back_as_i
     assert back == source
 
 
-def classifier_inputs(auto, texts: list[str], pairs: list[str]) -> dict:
+def classifier_inputs(auto, texts: list[str], pairs: list[str] | None) -> dict:
     batch = auto(texts, pairs, padding=True, return_tensors="pt", return_token_type_ids=True)
     assert auto.padding_side == "left" and not batch["attention_mask"].all()  # rows of several lengths
     return batch
 
 
-def sesame_logits(run: Path, texts: list[str], pairs: list[str]) -> torch.Tensor:
+def sesame_features(run: Path, texts: list[str], pairs: list[str] | None) -> tuple[Predictor, list[dict]]:
+    """The run loaded as predict, evaluate and serve load it, and its features of the texts (or text pairs)."""
     predictor = load(run)
-    features = predictor.features([{"text": a, "pair": b} for a, b in zip(texts, pairs)])
+    examples = [{"text": a} for a in texts] if pairs is None else [{"text": a, "pair": b} for a, b in zip(texts, pairs)]
+    return predictor, predictor.features(examples)
+
+
+def sesame_logits(run: Path, texts: list[str], pairs: list[str] | None) -> torch.Tensor:
+    predictor, features = sesame_features(run, texts, pairs)
     return predictor.outputs(features)
 
 
@@ -167,6 +173,30 @@ def test_a_sequence_classifier_imports_as_a_pair_run_with_transformers_logits_on
     to_hf(tmp_path / "run", tmp_path / "back")
     source, back = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("hf", "back"))
     assert sorted(back) == sorted(source) and all(torch.equal(back[n], source[n]) for n in source)
+
+
+def test_a_sequence_classifier_reads_a_single_text_with_the_tokenizers_segment_ids_and_transformers_logits(tmp_path):
+    theirs = checkpoint(tmp_path / "hf", kind="classify")
+    with torch.no_grad():  # N(0, 1) tokens, segment vectors and biases, head: the segment ids show in the logits
+        for table in (theirs.transformer.word_embedding, theirs.sequence_summary.summary, theirs.logits_proj):
+            table.weight.normal_()
+        for layer in theirs.transformer.layer:
+            layer.rel_attn.seg_embed.normal_()
+            layer.rel_attn.r_s_bias.normal_()
+    theirs.save_pretrained(tmp_path / "hf")
+    assert from_hf(tmp_path / "hf", tmp_path / "run")["task"] == "classify"  # single texts
+    texts = sentences(6, seed=10)
+    given = classifier_inputs(transformers.AutoTokenizer.from_pretrained(tmp_path / "hf"), texts, None)
+    real = given["attention_mask"].bool()  # left-padded rows
+    assert given["token_type_ids"][real].tolist().count(2) == len(texts)  # each text's <cls>, in segment 2
+    with torch.no_grad():
+        expected = theirs(**given).logits
+        unsegmented = theirs(input_ids=given["input_ids"], attention_mask=given["attention_mask"]).logits
+    assert expected.std() > 0.05 and (expected - unsegmented).abs().max() > 0.1  # the segment ids matter
+    predictor, features = sesame_features(tmp_path / "run", texts, None)
+    torch.testing.assert_close(predictor.outputs(features), expected, atol=1e-4, rtol=1e-4)
+    for feature, ids, types, row in zip(features, given["input_ids"], given["token_type_ids"], real):
+        assert feature["ids"] == ids[row].tolist() and feature["types"] == types[row].tolist()
 
 
 def sesame_run(folder: Path, finetuned: bool = False) -> tuple[XLNet, object]:

@@ -1,5 +1,6 @@
-"""XLNet fine-tuned on tag, span_qa and multiple_choice: its input template (``a <sep> <cls>``, the class token last,
-segment 2), each head's defining property on a tiny model, and each task end to end from a tiny pretrained run."""
+"""XLNet fine-tuned on classify/regress (single texts), tag, span_qa and multiple_choice: its input template
+(``a <sep> <cls>``, the class token last, segment 2), each head's defining property on a tiny model, and each task end
+to end from a tiny pretrained run."""
 import json
 import random
 
@@ -74,6 +75,28 @@ def test_tag_reads_xlnets_template_and_predicts_one_tag_per_word(tok):
     for row, feature, logits, prediction in zip(examples, features, outputs, tags):
         assert prediction["words"] == row["words"] and len(prediction["tags"]) == len(row["words"])
         assert prediction["tags"] == [["ANIMAL", "O"][int(logits[p].argmax())] for p in feature["first"]]
+
+
+@pytest.mark.parametrize("name", ["classify", "regress"])
+def test_a_single_text_reads_xlnets_segments_where_berts_reads_none(tok, name):
+    task = make_task(name)
+    examples = [{"text": s} for s in sentences(5, seed=4)]
+    features = task.features(examples, tok, 64, [], causal=False)
+    for feature in features:
+        assert feature["ids"][-2:] == [tok.specials.sep, tok.specials.cls]  # a <sep> <cls>
+        assert feature["types"] == [0] * (len(feature["ids"]) - 1) + [2]  # <cls> in segment 2, as pre-trained
+    batch = task.collate(features, tok.specials.pad)
+    assert batch["types"].shape == batch["ids"].shape
+    model = visible(task.build(backbone(tok), 2, "last", 0.0))
+    unsegmented = model.head(model.pool(batch["ids"], None, batch["padding"]))
+    assert (model.outputs(batch) - unsegmented).abs().max() > 1e-4  # the segment ids reach the model
+    assert "types" not in task.collate(task.features(examples, tok, 64, [], causal=True), tok.specials.pad)
+
+    bert = train_tokenizer(sentences(300), "wordpiece", 150)  # [CLS] a [SEP]: segment 0 throughout
+    assert "types" not in task.collate(task.features(examples, bert, 64, [], causal=False), bert.specials.pad)
+    paired = make_task(name, {"pair_column": "pair"})
+    pairs = [{"text": s, "pair": s} for s in sentences(3, seed=5)]
+    assert "types" in paired.collate(paired.features(pairs, bert, 64, [], causal=False), bert.specials.pad)
 
 
 CONTEXT = "The old cat sleeps near the green river and the dog runs."

@@ -3,7 +3,8 @@
 The folder holds
 * ``model.onnx``: the task model's ``outputs`` (ONNX, opset :data:`OPSET`) with dynamic batch and length axes,
   inputs named as transformers names them (``input_ids``, ``attention_mask``, ``token_type_ids`` where the model
-  reads segments; a symmetric pair's other order as ``swapped_*``), its output the task's
+  reads segments: an encoder's pairs, and every input of XLNet, whose ``<cls>`` is segment 2; a symmetric pair's
+  other order as ``swapped_*``), its output the task's
   (:attr:`sesame.tasks.Task.exported_output`: ``logits`` or ``score``);
 * ``tokenizer.json``: the run's tokenizer with its post-processor (special tokens, GPT's input tokens, ULMFiT's
   document start) and the run's truncation (``max_length``, longest side of a pair first) and right padding
@@ -95,8 +96,8 @@ def refusal(model: dict) -> str | None:
     if arch == "recurrent" and not model.get("causal", True):
         return ("a bidirectional recurrent model packs its padded rows (pack_padded_sequence), which an ONNX graph "
                 "does not express")
-    if arch not in ("transformer", "recurrent"):
-        return f"its {arch} backbone is not exported (transformer and forward recurrent backbones are)"
+    if arch not in ("transformer", "xlnet", "recurrent"):
+        return f"its {arch} backbone is not exported (transformer, xlnet and forward recurrent backbones are)"
     return None
 
 
@@ -187,7 +188,7 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
     why = refusal(config.model)
     if why:
         raise SesameError(f"--model {model}: a {config.family} run: {why}; export a Transformer family's run "
-                          "(bert, roberta, albert, electra, gpt, gpt2, ...) or a forward LSTM/GRU's")
+                          "(bert, roberta, albert, electra, gpt, gpt2, xlnet, ...) or a forward LSTM/GRU's")
     require_onnx("sesame export")
     batch = example_batch(task, predictor.tokenizer, config.max_length, config.causal)
     keys = [k for k in INPUT_NAMES if k in batch]

@@ -19,7 +19,11 @@ as the extract token (Radford et al. 2018, §3.3). The gpt family fine-tunes wit
 tokens instead, ``<start> a <extract>`` and ``<start> a <delim> b <extract>`` (:mod:`.inputs`);
 "last" pooling reads the extract token; the ulmfit family reads ``</s> a`` as its LM read each
 document. ``symmetric`` is GPT's trick for similarity tasks, whose pairs have no natural order: both
-orders are encoded and their pooled representations added before the linear layer. Classification minimises cross-entropy; regression (STS-B) squared error.
+orders are encoded and their pooled representations added before the linear layer. A single text carries segment
+ids only where its template gives a token a non-zero one (:func:`single_text_segments`): XLNet's ``a <sep> <cls>``
+reads 0 … 0 2, the class token in its own segment as pre-trained (Yang et al. 2019's code, ``SEG_ID_CLS``) and as
+transformers' ``XLNetTokenizer`` gives ``token_type_ids``; BERT's ``cls a sep`` (all 0) carries none, the
+backbone's default segment 0. Classification minimises cross-entropy; regression (STS-B) squared error.
 Batches are padded only to their own longest input, and inputs of similar length are batched together.
 """
 from __future__ import annotations
@@ -164,6 +168,12 @@ def sequence_model(backbone: nn.Module, n_out: int, pooling: str, dropout: float
     return HEADS.get(type(backbone), SequenceModel)(backbone, n_out, pooling, dropout, regression)
 
 
+def single_text_segments(tok: TextTokenizer) -> bool:
+    """Whether ``tok``'s template gives a single text's tokens any non-zero segment id (XLNet's ``<cls>``: 2), read
+    off the encoding of the empty text, which holds the template's special tokens alone."""
+    return any(tok.backend.encode("").type_ids)
+
+
 def collate(sequences: list[list[int]], pad_id: int, targets: list | None = None) -> dict[str, torch.Tensor]:
     """Right-pad to the longest sequence of the batch; ``padding`` is True at real tokens."""
     ids = pad(sequences, pad_id)
@@ -239,12 +249,13 @@ class Classify(Task):
         orders = [(texts, pairs)] + ([(pairs, texts)] if self.symmetric else [])
         encoded = [tok.encodings(a, b, max_length) for a, b in orders]
         index = {name: i for i, name in enumerate(labels)}
+        segmented = not causal and (pairs is not None or single_text_segments(tok))
         features = []
         for i, row in enumerate(examples):
             feature = {"example": i}
             for prefix, encodings in zip(("", "swapped_"), encoded):
                 feature[prefix + "ids"] = encodings[i].ids
-                if pairs is not None and not causal:
+                if segmented:
                     feature[prefix + "types"] = encodings[i].type_ids
             if "label" in row:
                 feature["target"] = index[row["label"]] if labels else row["label"]
