@@ -137,7 +137,8 @@ def test_finetuning_evaluates_every_n_steps_keeps_the_best_and_resumes_exactly(t
     resumed run makes again."""
     options = dict(base=str(PRETRAINED), train=str(TRAIN_CSV), dev=str(DEV_CSV), eval_every=15, save_every=12, **TUNE)
     straight = sesame.finetune(out=str(tmp_path / "straight"), **options)
-    dev = {r["step"]: r for r in map(json.loads, (tmp_path / "straight" / "metrics.jsonl").open()) if r["split"] == "dev"}
+    records = map(json.loads, (tmp_path / "straight" / "metrics.jsonl").open())
+    dev = {r["step"]: r for r in records if r["split"] == "dev"}
     assert sorted(dev) == [15, 30, 40]
     assert straight["accuracy"] == max(r["accuracy"] for r in dev.values())
     run = tmp_path / "killed"

@@ -47,6 +47,7 @@ def test_applications_build_on_the_library_alone():
 
 def test_the_check_reads_relative_imports_of_other_applications_and_of_the_library():
     app, library = PACKAGE / "apps" / "serve" / "app.py", PACKAGE / "generation.py"
-    assert crossings(app, "from ..generate import tldr\n") == ["sesame.apps.serve.app imports sesame.apps.generate.tldr"]
+    assert crossings(app, "from ..generate import tldr\n") == [
+        "sesame.apps.serve.app imports sesame.apps.generate.tldr"]
     assert crossings(app, "from . import worker\nfrom ...generation import generate\n") == []
     assert crossings(library, "from .apps import generate\n") == ["sesame.generation imports sesame.apps.generate"]
