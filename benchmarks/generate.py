@@ -10,7 +10,7 @@ gpt2 sizes (``--sizes``: layers x hidden from ``sesame.families.SIZES``, hidden/
 tokens) and cut to exactly ``--prompt-tokens`` tokens, so a batch needs no padding. Both sides get the
 same token ids and decode greedily; the tokenizer is not timed.
 
-* sesame: ``sesame.apps.generate.decode`` with ``GenerationConfig(max_new_tokens, cache=...)``.
+* sesame: ``sesame.generation.decode`` with ``GenerationConfig(max_new_tokens, cache=...)``.
 * transformers: ``model.generate(do_sample=False, use_cache=...)`` without an end-of-text token, so it
   always generates ``--new-tokens`` tokens. (``min_new_tokens`` would also force the length, but by
   banning the end token, which changes the greedy tokens.)
@@ -48,7 +48,8 @@ from train_step_timing import cpu_clock, others_share  # noqa: E402
 
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import SIZES  # noqa: E402
-from sesame.apps.generate import GenerationConfig, decode  # noqa: E402
+from sesame.decoding import GenerationConfig  # noqa: E402
+from sesame.generation import decode  # noqa: E402
 from sesame.interop import from_hf  # noqa: E402
 from sesame.language_model import LanguageModel  # noqa: E402
 from sesame.tokenizer import SPECIAL_TOKENS, TextTokenizer, train_tokenizer  # noqa: E402

@@ -22,7 +22,8 @@ from recorded import mean_sd, open_record, replace_block, stage
 
 import sesame
 from sesame.data.corpus import iter_texts, resolve_sources
-from sesame.apps.generate import TLDR, GenerationConfig, tldr
+from sesame.apps.generate import TLDR, tldr
+from sesame.decoding import GenerationConfig
 from sesame.tokenizer import train_tokenizer
 
 PROMPTS = ["The history of the city", "In 1998 , the band", "She was born in"]

@@ -14,9 +14,9 @@ The Python API mirrors the command line::
 __version__ = "0.1.0"
 
 from .api import distil, evaluate, finetune, load, predict, pretrain, prompt_eval  # noqa: E402
-from .apps.generate import generate  # noqa: E402
 from .decoding import GenerationConfig  # noqa: E402
 from .errors import SesameError  # noqa: E402
+from .generation import generate  # noqa: E402
 
 __all__ = ["pretrain", "finetune", "distil", "evaluate", "predict", "load", "generate", "GenerationConfig",
            "prompt_eval", "SesameError", "__version__"]

@@ -1,7 +1,7 @@
 """A causal language model as the library's decoders and scorers use it: a causal backbone whose output
 layer is its tied input embedding, with its tokenizer (:class:`LanguageModel`), loaded from a run or a
 transformers directory, and the log-probabilities it gives continuations of prompts
-(:func:`continuation_logprobs`). Generation (:mod:`sesame.apps.generate`) and in-context classification
+(:func:`continuation_logprobs`). Generation (:mod:`sesame.generation`) and in-context classification
 (:mod:`sesame.apps.prompting`) are built on it.
 
 The model lives on its :class:`sesame.runtime.Placement`'s device and computes under its autocast; its callers

@@ -232,7 +232,8 @@ class FinetuneSpec(RecurrentDropouts):
     base: str = option(flag="--from", help="run directory, transformers model directory, minilm (the installed "
                                            "all-MiniLM-L6-v2), or scratch:FAMILY:SIZE")
     train: str | None = option(None, help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
-    dev: str | None = option(None, help="the dev file: evaluated after every epoch, picks the kept weights")
+    dev: str | None = option(None, help="the dev file: evaluated after every epoch (or every --eval-every steps), "
+                                              "picks the kept weights")
     mixture: str | None = option(None, help="text2text over several tasks at once, instead of --train and --dev: a "
                                             'JSON file {"NAME": {"train": FILE, "dev": FILE, "prefix": ..., "cast": '
                                             '...}, ...} (docs/text2text.md)')
@@ -254,9 +255,9 @@ class FinetuneSpec(RecurrentDropouts):
     tokenizer: str | None = option(None, help="for scratch models: tokenizer.json or a run (default: train one)")
     cased: bool = option(False, help=CASED_HELP)
     max_length: int = option(128, help="tokens per input")
-    epochs: int | None = option(None, help="passes over the training set, each ending with a dev evaluation "
-                                           f"(default: enough for {MIN_STEPS} steps, {EPOCHS[0]} to {EPOCHS[1]}; with "
-                                           "--max-minutes, until the time is up)")
+    epochs: int | None = option(None, help="passes over the training set, each ending with a dev evaluation unless "
+                                           f"--eval-every is given (default: enough for {MIN_STEPS} steps, {EPOCHS[0]} "
+                                           f"to {EPOCHS[1]}; with --max-minutes, until the time is up)")
     dropout: float = option(0.1, within=RATE, help="dropout rate of the model and head (a recurrent model's output "
                                                    "dropout; --drop-mult scales AWD-LSTM's others)")
     pooling: str | None = option(None, choices=POOLINGS,

@@ -8,16 +8,20 @@ import os
 import random
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
 import sesame.apps.compare as compare_module
 from sesame import api
 from sesame.apps.compare import COLUMNS, CompareSpec, CompareTask, parse_approach, tfidf_baseline
-from sesame.apps.compare.cells import Start, finetune_cell, prior_training, scratch_twins
+from sesame.apps.compare.cells import (Start, finetune_cell, pretrain_cell, pretraining_spec, prior_training,
+                                      scratch_twins)
 from sesame.commands.compare import add, run
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
+from sesame.pipelines.stages import RECORD
+from sesame.runtime import Runtime
 from sesame.train import Interrupted, Trainer
 from sesame.train.checkpoint import checkpoint_dir
 from sesame.train.metrics_log import read_metrics
@@ -235,10 +239,57 @@ def test_one_scratch_twin_per_architecture_and_tokenizer(tmp_path):
 
 
 def test_recipes_parse_into_pretrain_and_objective_options():
-    approach = parse_approach("gpt:mini:lr=1:seq_len=64:masking=whole_word")
-    assert (approach.family, approach.size) == ("gpt", "mini")
+    approach = parse_approach("bert:mini:lr=1:seq_len=64:masking=whole_word")
+    assert (approach.family, approach.size) == ("bert", "mini")
     assert approach.options == {"lr": 1.0, "seq_len": 64, "objective_options": {"masking": "whole_word"}}
-    assert approach.slug == "gpt-mini-lr=1-seq_len=64-masking=whole_word"
+    assert approach.slug == "bert-mini-lr=1-seq_len=64-masking=whole_word"
+
+
+TEACHER = Path(__file__).resolve().parent / "fixtures" / "runs" / "pretrained"  # bert tiny, mlm_nsp, one layer
+
+
+def test_a_teacher_approach_pretrains_its_student_with_distilberts_weights(corpus, tmp_path):
+    """``sesame pretrain --teacher`` through compare: the keys reach the spec typed, the student takes the teacher's
+    family and size (compare used to give its own, which --teacher refuses), it has no from-scratch twin of
+    FAMILY:SIZE's architecture, and its cell depends on the teacher's weights."""
+    approach = parse_approach(f"bert:tiny:teacher={TEACHER}:kl_weight=3:mlm_weight=1:cosine_weight=0.5:temperature=4:"
+                              "student_layers=[0]:seq_len=32:batch_size=4")
+    assert approach.pretrains and approach.distils and not approach.has_twin
+    spec = CompareSpec(approaches=[approach.spec], corpus=[str(corpus)], tasks=[], out=str(tmp_path), minutes=1,
+                       max_steps=2, progress=False)
+    pretraining = pretraining_spec(approach, tmp_path / "run", spec, runtime=Runtime())
+    assert (pretraining.teacher, pretraining.kl_weight, pretraining.mlm_weight, pretraining.cosine_weight,
+            pretraining.temperature, pretraining.student_layers) == (str(TEACHER), 3.0, 1.0, 0.5, 4.0, [0])
+    record, reused = pretrain_cell(approach, tmp_path / "run", spec)
+    assert record["steps"] == 2 and not reused
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["family"], config["objective"], config["setup"]["kl_weight"], config["setup"]["temperature"],
+            config["setup"]["student_layers"]) == ("bert", "mlm", 3.0, 4.0, [0])
+    assert json.loads((tmp_path / "run" / RECORD).read_text())["settings"]["teacher"]["from"] == str(TEACHER)
+
+
+@pytest.mark.parametrize("items, message", [
+    ("kl_weight=2", "--approaches bert:tiny:kl_weight=2: --kl-weight: options of pre-training distillation; give "
+                    "--teacher too"),
+    ("teacher={teacher}:kl_weight=-1", "kl_weight=-1: --kl-weight -1.0: a weight is 0 (off) or more"),
+    ("teacher={teacher}:temperature=0", "--temperature 0.0: must be positive"),
+    ("teacher={teacher}:student_layers=0,1", "student_layers=0,1 should be a list of int"),
+    ("teacher={teacher}:student_layers=[0,0]", "--student-layers 0 0: give each teacher layer once"),
+    ("teacher={teacher}:kl_wieght=1", "kl_wieght: neither a pre-training option nor an option of the mlm objective"),
+    ("teacher={teacher}:vocab_size=300", "vocab_size: a student has its teacher's family, size, tokenizer and width"),
+    ("teacher={teacher}/nowhere", "nowhere: no such directory; give a pretrained masked LM run"),
+    ("masking=whole_word:nsp=1", "nsp: neither a pre-training option nor an option of the mlm_nsp objective"),
+])
+def test_a_bad_teacher_key_or_value_is_refused_when_parsed_naming_the_approach(items, message):
+    approach = f"bert:tiny:{items.format(teacher=TEACHER)}"
+    with pytest.raises(SesameError) as err:
+        parse_approach(approach)
+    assert str(err.value).startswith(f"--approaches {approach}: ") and message in str(err.value)
+
+
+def test_a_teacher_of_another_family_is_named_by_its_own():
+    with pytest.raises(SesameError, match=f"a bert tiny run; write bert:tiny:teacher={TEACHER}$"):
+        parse_approach(f"gpt:tiny:teacher={TEACHER}")
 
 
 @pytest.mark.parametrize("flags, message", [

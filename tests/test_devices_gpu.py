@@ -75,7 +75,8 @@ def test_the_inference_commands_give_on_cuda_what_they_give_on_the_cpu(name, com
 
 @pytest.mark.gpu
 def test_sampling_draws_the_same_tokens_on_cuda_as_on_the_cpu(command_inputs):
-    from sesame.apps.generate import GenerationConfig, generate
+    from sesame.decoding import GenerationConfig
+    from sesame.generation import generate
 
     cfg = GenerationConfig(sample=True, seed=5, max_new_tokens=8)
     texts = [generate(str(command_inputs / "gpt"), ["The cat", "A dog"], cfg, runtime=Runtime(device=device))

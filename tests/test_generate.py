@@ -9,9 +9,10 @@ import torch
 
 from sesame import cli
 from sesame.errors import SesameError
-from sesame.apps.generate import Continuation, beam_search, decode, generate, tldr
+from sesame.apps.generate import tldr
 from sesame.decoding import (GenerationConfig, next_tokens, penalise_repetition, top_k_filter, top_p_filter,
                              uniform_draws)
+from sesame.generation import Continuation, beam_search, decode, generate
 from sesame.language_model import LanguageModel, load_language_model
 from sesame.models import Transformer, TransformerConfig
 from sesame.models.transformer import KVCache

@@ -1,5 +1,6 @@
 """Runs killed at any point continue with --resume to the model an uninterrupted run makes: before the first
 checkpoint (or before config.json), inside a fine-tuning epoch, mid-write, and by kill -9 from outside."""
+import importlib
 import json
 import os
 import random
@@ -123,6 +124,50 @@ def test_finetuning_saves_every_n_steps_inside_epochs_and_resumes_exactly(tmp_pa
     sesame.finetune(out=str(run), resume=True, **options)
     assert same_weights(run, tmp_path / "straight")
     assert logged(run) == logged(tmp_path / "straight")
+    assert dev_steps(run) == [40]  # without --eval-every: at the epoch's end
+
+
+def dev_steps(run: Path) -> list[int]:
+    return [step for step, split, _ in logged(run) if split == "dev"]
+
+
+def test_finetuning_evaluates_every_n_steps_keeps_the_best_and_resumes_exactly(tmp_path, monkeypatch):
+    """--eval-every was replaced by once per epoch. Given, dev is evaluated at its steps (and at the last); the kept
+    weights are the best evaluation's, also when a kill drops an evaluation made after the last checkpoint, which the
+    resumed run makes again."""
+    options = dict(base=str(PRETRAINED), train=str(TRAIN_CSV), dev=str(DEV_CSV), eval_every=15, save_every=12, **TUNE)
+    straight = sesame.finetune(out=str(tmp_path / "straight"), **options)
+    records = map(json.loads, (tmp_path / "straight" / "metrics.jsonl").open())
+    dev = {r["step"]: r for r in records if r["split"] == "dev"}
+    assert sorted(dev) == [15, 30, 40]
+    assert straight["accuracy"] == max(r["accuracy"] for r in dev.values())
+    run = tmp_path / "killed"
+    kill_at_step(monkeypatch, 20)  # after the evaluation at 15, the checkpoint at 12 before it
+    with pytest.raises(Killed):
+        sesame.finetune(out=str(run), **options)
+    monkeypatch.undo()
+    assert json.loads((run / "config.json").read_text())["train"]["eval_every"] == 15
+    resumed = sesame.finetune(out=str(run), resume=True, **options)
+    assert same_weights(run, tmp_path / "straight") and resumed == straight
+    assert logged(run) == logged(tmp_path / "straight")
+
+
+def test_a_run_killed_before_the_epochs_decide_its_steps_resumes_deciding_them(tmp_path, monkeypatch):
+    """config.json is written before the training set's size decides the budget, evaluations and checkpoints; it
+    used to record TrainConfig's defaults for them (1000 steps, every 200), which a resume then took as given."""
+    options = dict(base=str(PRETRAINED), train=str(TRAIN_CSV), dev=str(DEV_CSV), **TUNE)
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(importlib.import_module("sesame.pipelines.finetune"), "record_training", killed)
+    with pytest.raises(Killed):
+        sesame.finetune(out=str(tmp_path / "run"), **options)
+    monkeypatch.undo()
+    sesame.finetune(out=str(tmp_path / "run"), resume=True, **options)
+    train = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    assert (train["max_steps"], train["eval_every"], train["save_every"]) == (40, 40, 40)
+    assert dev_steps(tmp_path / "run") == [40]
 
 
 PRETRAIN = ["pretrain", "--family", "bert", "--size", "tiny", "--vocab-size", "200", "--seq-len", "32",

@@ -172,7 +172,8 @@ def test_cross_view_training_makes_no_tensor_off_the_models_device(tokenizer, tm
 
 
 def test_the_language_models_cached_steps_make_no_tensor_off_its_device(tokenizer):
-    from sesame.apps.generate import GenerationConfig, beam_search, decode
+    from sesame.decoding import GenerationConfig
+    from sesame.generation import beam_search, decode
     from sesame.language_model import LanguageModel
 
     lm = LanguageModel(tiny_backbone("gpt", tokenizer), tokenizer)

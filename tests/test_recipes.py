@@ -173,7 +173,7 @@ def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_
 
     run = tmp_path / "stlr"
     sesame.finetune(str(pre), out=str(run), epochs=2, lr=1e-3, schedule="stlr", warmup=0.25, stlr_ratio=8,
-                    discriminative=2.6, eval_every=1, **common)
+                    discriminative=2.6, **common)
     config = json.loads((run / "config.json").read_text())
     assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False, "adapters": None,
                                 "features": False, "lm_weight": 0.0, "vectors": None}

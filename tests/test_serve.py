@@ -317,7 +317,7 @@ def sse(text: str) -> list[tuple[str, dict]]:
 
 
 def test_generate_answers_as_sesame_generate_and_streams_the_same_text(runs):
-    from sesame.apps.generate import generate
+    from sesame.generation import generate
 
     parameters = {"max_new_tokens": 12, "sample": True, "top_k": 20, "seed": 3}
     prompts = ["The cat", "A dog runs"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sesame.apps.generate import load_generator
+from sesame.generation import load_generator
 from sesame.cli import main
 from sesame.decoding import GenerationConfig
 from sesame.rundir import load_backbone, load_tokenizer, read_config

@@ -48,8 +48,9 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
-    from ..apps.generate import TLDR, Transducer, generate, load_generator, tldr
+    from ..apps.generate import TLDR, tldr
     from ..decoding import GenerationConfig
+    from ..generation import Transducer, generate, load_generator
 
     if args.prompts:
         if args.prompts != "-" and not Path(args.prompts).is_file():

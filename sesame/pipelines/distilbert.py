@@ -23,6 +23,7 @@ from ..sources import opened
 from ..specs import PretrainSpec
 from ..train.checkpoint import load_weights
 
+STUDENT_OBJECTIVE = "mlm"  # the student learns the masked LM alone (Sanh et al. 2019 §3: no next-sentence prediction)
 # what a student cannot change of its teacher (the spec's field → its flag)
 TEACHERS_OWN = {"family": "--family", "size": "--size", "tokenizer": "--tokenizer", "vocab_size": "--vocab-size",
                 "cased": "--cased", "attention_window": "--attention-window"}
@@ -71,7 +72,7 @@ class PretrainTeacher:
             if name in explicit and value is not None and value is not False:
                 raise SesameError(f"{flag} {value}: a student has its teacher's family, size, tokenizer and width "
                                   f"(--teacher {self.given}); drop {flag}")
-        if spec.objective not in (None, "mlm") or spec.base is not None:
+        if spec.objective not in (None, STUDENT_OBJECTIVE) or spec.base is not None:
             given = f"--objective {spec.objective}" if spec.base is None else f"base={spec.base!r}"
             raise SesameError(f"{given}: DistilBERT's student learns the masked LM alone (no next-sentence "
                               f"prediction), from --teacher {self.given}; leave it out")
@@ -89,7 +90,7 @@ class PretrainTeacher:
                               "targets; give --kl-weight 0 to distil its hidden states (--cosine-weight) beside the "
                               "student's masked LM, or a teacher with the head (a sesame mlm run, a transformers "
                               "BertForMaskedLM directory)")
-        return replace(spec, family=self.config.family, objective="mlm", student_layers=layers)
+        return replace(spec, family=self.config.family, objective=STUDENT_OBJECTIVE, student_layers=layers)
 
     def student_model(self, spec: PretrainSpec, dropout: float) -> dict:
         """The student's backbone config: the teacher's with ``spec.student_layers`` layers and ``dropout``."""

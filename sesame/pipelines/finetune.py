@@ -33,7 +33,7 @@ from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_ta
 from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
-from ..train import RunSettings, Trainer, recipes
+from ..train import RunSettings, Trainer, TrainConfig, recipes
 from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
@@ -41,11 +41,15 @@ from ..train.trainer import micro_batches, world
 from .teaching import GoldAnswers, Teaching
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
+# TrainConfig fields the epochs decide unless given: the budget (the epochs' steps), dev evaluations and checkpoints
+# (each epoch's end; given, they fall inside epochs too: a step's batches are a function of the step)
+BY_EPOCH = ("max_steps", "eval_every", "save_every")
 
 
 def finetune(spec: FinetuneSpec) -> dict:
-    """Fine-tune as ``spec`` says; evaluates on dev after every epoch and keeps the weights with the best dev
-    ``select`` metric. Returns the kept weights' dev metrics with the trainable and total parameter counts."""
+    """Fine-tune as ``spec`` says; evaluates on dev after every epoch (or every ``--eval-every`` steps) and keeps the
+    weights with the best dev ``select`` metric. Returns the kept weights' dev metrics with the trainable and total
+    parameter counts."""
     started = time.time()
     if spec.resume:
         spec = resumed_finetuning(spec)  # as the run was made, with the budget given now
@@ -93,7 +97,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
             kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
             pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
             select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
-            mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=asdict(cfg),
+            mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=_as_given(cfg, spec),
             setup={**setup_record(spec), **teaching.record(config, tok)}))
 
     with (source.open() if source else nullcontext(None)) as base_dir, \
@@ -208,10 +212,10 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
              tok: TextTokenizer, techniques: Techniques) -> tuple[Trainer, int]:
     """The trainer of ``learner`` (``model``, or a module computing another loss around it) over length-bucketed (or
     shuffled) batches of the training features, or a mixture's draws (:func:`sesame.tasks.mixing.mixture_example`,
-    at the rates of T5's mixing), evaluating ``model`` on dev after every epoch and saving a checkpoint then (or every
-    ``--save-every`` steps), with the recipe's parameter groups, per-step actions and loss counts; and its epochs
-    (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's size and the time budget; a
-    mixture's epoch is as many examples as its tasks hold together)."""
+    at the rates of T5's mixing), evaluating ``model`` on dev and saving a checkpoint after every epoch (or every
+    ``--eval-every`` and ``--save-every`` steps where given), with the recipe's parameter groups, per-step actions
+    and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
+    size and the time budget; a mixture's epoch is as many examples as its tasks hold together)."""
     job, cfg = data.job, settings.config
     causal = model.backbone.config.causal
     features = {name: p.job.features(p.train, tok, spec.max_length, p.labels, causal)
@@ -245,10 +249,9 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
     batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
     per_epoch = per_labeled_epoch * stride
     epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
-    cfg.max_steps = cfg.max_steps if "max_steps" in spec.training else epochs * per_epoch
-    cfg.eval_every = per_epoch
-    if "save_every" not in spec.training:  # else checkpoints inside epochs too: batches are a function of the step
-        cfg.save_every = per_epoch
+    for name, value in zip(BY_EPOCH, (epochs * per_epoch, per_epoch, per_epoch)):
+        if spec.training.get(name) is None:
+            setattr(cfg, name, value)
 
     def evaluate_dev(_: nn.Module) -> dict:  # the task model's, not the learner's around it
         reports = {}
@@ -262,6 +265,13 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
     return Trainer(learner, settings, batches, evaluate=evaluate_dev, select=data.select, keeps=model,
                    param_groups=groups,
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
+
+
+def _as_given(cfg: TrainConfig, spec: FinetuneSpec) -> dict:
+    """config.json's ``train`` until the epoch's steps decide the budget and the evaluation and checkpoint steps
+    (:func:`_trainer`, then ``record_training``): those not given are None, so a run killed in between resumes
+    deciding them again instead of taking TrainConfig's defaults as given."""
+    return {**asdict(cfg), **{name: None for name in BY_EPOCH if spec.training.get(name) is None}}
 
 
 def with_learners_own(groups: list[dict] | None, model: nn.Module, learner: nn.Module, *, lr: float,

@@ -58,8 +58,8 @@ class TrainConfig:
     clip: float = option(1.0, help="max global gradient norm (0 = off)")
     max_steps: int | None = option(1000, help="step budget (default 1000; none when only --max-minutes is given)")
     max_minutes: float | None = option(None, help="wall-time budget for the whole command")
-    eval_every: int = option(200, help="validate every N steps")
-    save_every: int = option(200, help="checkpoint every N steps")
+    eval_every: int = option(200, help="validate every N steps (fine-tuning: after every epoch when not given)")
+    save_every: int = option(200, help="checkpoint every N steps (fine-tuning: after every epoch when not given)")
     seed: int = option(0, help="random seed")
     schedule: str = option("linear", choices=SCHEDULES,
                            help="learning-rate schedule: linear (warmup, then down to 0; BERT) or stlr (slanted "

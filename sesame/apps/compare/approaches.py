@@ -2,8 +2,10 @@
 
 KEY is a pre-training option (a :class:`sesame.specs.PretrainSpec` or TrainConfig field, e.g. ``seq_len``,
 ``lr``, ``accumulate``, or ``precision``, the approach's own ``--precision``), or else an option of the family's
-objective (e.g. ``masking``); ``from=RUN`` fine-tunes RUN instead of pre-training; ``finetune.KEY=VALUE`` sets a
-fine-tuning option (a :class:`sesame.specs.FinetuneSpec`, Recipe or TrainConfig field, or ``precision``) for the
+objective (e.g. ``masking``); ``teacher=MODEL`` with DistilBERT's keys (``kl_weight``, ``student_layers``, ...)
+pre-trains a student of MODEL (``sesame pretrain --teacher``, :mod:`sesame.pipelines.distilbert`), which takes the
+teacher's family, size and tokenizer; ``from=RUN`` fine-tunes RUN instead of pre-training; ``finetune.KEY=VALUE``
+sets a fine-tuning option (a :class:`sesame.specs.FinetuneSpec`, Recipe or TrainConfig field, or ``precision``) for the
 approach's rows. The runtime's other fields (device, TF32, compile) are the machine's choice, the same for every
 approach: compare's own flags. Every item is typed and checked when parsed, so a bad one fails before any
 training.
@@ -19,8 +21,11 @@ from typing import TYPE_CHECKING
 from ...errors import SesameError
 from ...families import Family, get_family, get_size
 from ...interop.sources import MINILM, minilm_dir, transformers_config
+from ...objectives import OBJECTIVES
+from ...objectives.distillation import DistilBertOptions
 from ...options import defaults as option_defaults
 from ...options import flag_name, parse_value
+from ...pipelines.distilbert import STUDENT_OBJECTIVE, TEACHERS_OWN
 from ...runtime import Runtime
 from ...sources import resolve_source
 from ...specs import FINETUNE_TRAINING, FinetuneSpec, PretrainSpec, RunConfig
@@ -68,13 +73,26 @@ class Approach:
         return self.kind == "pretrained" and not self.base
 
     @property
+    def distils(self) -> bool:
+        """Whether it pre-trains a student of a ``teacher=`` (DistilBERT), whose family, size and tokenizer are the
+        teacher's and whose layers are some of the teacher's."""
+        return self.options.get("teacher") is not None
+
+    @property
     def has_twin(self) -> bool:
         """Whether a from-scratch twin measures its pre-training: not for baselines (scratch already), feature
-        extractors (their task model is a BiLSTM, not their own network) or a run sesame did not make (whose
-        architecture ``scratch:FAMILY:SIZE`` may not be)."""
+        extractors (their task model is a BiLSTM, not their own network), a run sesame did not make or a teacher's
+        student (whose architecture ``scratch:FAMILY:SIZE`` may not be: the student has some of the teacher's
+        layers)."""
         fam = get_family(self.family)
-        return fam.objective is not None and not fam.feature_extractor and \
+        return fam.objective is not None and not fam.feature_extractor and not self.distils and \
             (self.base is None or run_config(self.base) is not None)
+
+    def pretraining(self) -> dict:
+        """Its keywords for ``sesame.pretrain``: the family, the size and its pre-training options; a student takes its
+        teacher's family and size, so they are not given (``sesame pretrain --teacher`` refuses them)."""
+        model = {} if self.distils else {"family": self.family, "size": self.size}
+        return {**model, **self.options}
 
     def run_dir(self, pretrained: Path) -> Path:
         """The run it fine-tunes: its ``from=`` run, or its directory under ``pretrained``."""
@@ -145,27 +163,57 @@ def run_config(base: str) -> RunConfig | None:
     return source.config if source is not None else None
 
 
-def _check_base(spec: str, fam: Family, size: str, base: str) -> None:
-    """``from=base``: a run of this family and size, a transformers directory or ``minilm``."""
-    where = f"--approaches {spec}: from={base}"
-    if base == MINILM:
+# a model an approach names: from=RUN (fine-tuned instead of pre-training) or teacher=MODEL → the runs it may be
+MODEL_KEYS = {"from": "a run (of sesame pretrain, sesame cove, sesame ulmfit's target-lm)",
+              "teacher": "a pretrained masked LM run (sesame pretrain)"}
+
+
+def _check_model(spec: str, fam: Family, size: str, key: str, model: str) -> None:
+    """``KEY=model`` (:data:`MODEL_KEYS`): a run of this family and size, a transformers directory or ``minilm``."""
+    where = f"--approaches {spec}: {key}={model}"
+    if model == MINILM:
         try:
             minilm_dir()  # installed?
         except SesameError as err:
             raise SesameError(f"{where}: {err}") from None
         return
-    if not Path(base).is_dir():
-        raise SesameError(f"{where}: no such directory; give a run (of sesame pretrain, sesame cove, sesame "
-                          "ulmfit's target-lm), a transformers model directory or minilm")
-    config = run_config(base)
+    if not Path(model).is_dir():
+        raise SesameError(f"{where}: no such directory; give {MODEL_KEYS[key]}, a transformers model directory or "
+                          "minilm")
+    config = run_config(model)
     if config is None:
-        if transformers_config(Path(base)) is None:
+        if transformers_config(Path(model)) is None:
             raise SesameError(f"{where}: neither a sesame run nor a transformers model directory (no config.json "
                               "with kind or model_type)")
         return
     if (config.family, config.size) != (fam.name, size):
         raise SesameError(f"{where}: a {config.family} {config.size} run; write "
-                          f"{config.family}:{config.size}:from={base}")
+                          f"{config.family}:{config.size}:{key}={model}")
+
+
+def _check_items(spec: str, fam: Family, options: dict, objective: dict) -> None:
+    """The pre-training items of ``spec`` that a spec checks only once it reads its files, checked now: DistilBERT's
+    keys (only with ``teacher=``, in range) and none of what a student takes from its teacher; the objective
+    options against the objective's (a student's: :data:`STUDENT_OBJECTIVE`)."""
+    where = f"--approaches {spec}"
+    teacher = options.get("teacher")
+    names = {f.name for f in fields(DistilBertOptions)}
+    try:
+        DistilBertOptions(**{k: v for k, v in options.items() if k in names}).check_distillation(teacher)
+    except SesameError as err:
+        raise SesameError(f"{where}: {err} (an approach's keys: teacher, {', '.join(sorted(names))})") from None
+    if teacher is not None:
+        own = [key for key in options if key in TEACHERS_OWN]
+        if own:
+            raise SesameError(f"{where}: {', '.join(own)}: a student has its teacher's family, size, tokenizer and "
+                              f"width (teacher={teacher}); drop {'it' if len(own) == 1 else 'them'}")
+    name = STUDENT_OBJECTIVE if teacher is not None else options.get("objective") or fam.objective
+    known = set(OBJECTIVES[name].options) if name in OBJECTIVES else set(objective)  # else: pretrain says
+    unknown = sorted(set(objective) - known)
+    if unknown:
+        raise SesameError(f"{where}: {', '.join(unknown)}: neither a pre-training option nor an option of the {name} "
+                          f"objective ({', '.join(sorted(known)) or 'it has none'}); pre-training options are "
+                          "`sesame pretrain`'s and the training settings (lr, batch_size, ...)")
 
 
 def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
@@ -231,7 +279,7 @@ def parse_approach(spec: str) -> Approach:
         raise SesameError(f"--approaches {spec}: {', '.join(pretraining)}: pre-training options, but this approach "
                           f"{why}; give fine-tuning options as finetune.KEY=VALUE, e.g. finetune.lr=1e-3")
     if base is not None:
-        _check_base(spec, fam, size, base)
+        _check_model(spec, fam, size, "from", base)
     known, options, objective = _pretraining_defaults(), {}, {}
     for key, text in pretraining.items():
         if key in RUNTIME:
@@ -240,10 +288,15 @@ def parse_approach(spec: str) -> Approach:
         if key in RESERVED:
             raise SesameError(f"--approaches {spec}: {key} is set by compare for every approach alike "
                               "(--minutes, --max-steps, --seed, --corpus, --valid)")
-        if key in known:
+        if key in known and known[key] is not None:
             options[key] = typed(f"--approaches {spec}", key, text, known[key])
-        else:  # the objective checks these when pre-training starts
+        elif key in known:  # a PretrainSpec field without a default to type it by: typed by its annotation
+            options[key] = parse_value(PretrainSpec, key, text, f"--approaches {spec}")
+        else:  # the objective's, checked against its options below
             objective[key] = typed(f"--approaches {spec}", key, text, None)
+    if options.get("teacher") is not None:
+        _check_model(spec, fam, size, "teacher", options["teacher"])
+    _check_items(spec, fam, options, objective)
     try:
         train = {f.name for f in fields(TrainConfig)}
         TrainConfig(**{**fam.recipe, **{k: v for k, v in options.items() if k in train}}).validate()

@@ -9,12 +9,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ... import api
+from ... import api, pipelines
 from ...errors import SesameError
 from ...families import backbone_config, get_family
 from ...interop.sources import MINILM, minilm_dir
 from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
 from ...rundir import load_tokenizer, read_config
+from ...runtime import Runtime
+from ...specs import PretrainSpec
 from ...train.checkpoint import checkpoint_dir
 from .approaches import FINETUNE, Approach, run_config
 from .baselines import scores
@@ -32,28 +34,36 @@ def say(where: str, name: str, record: dict, reused: bool) -> None:
           file=sys.stderr, flush=True)
 
 
-def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dict, bool]:
-    """Pre-train ``approach`` into ``run`` on the comparison's corpus and budget, in its ``precision=…`` or the
-    command's: (its record, reused)."""
+def pretraining_spec(approach: Approach, run: Path, spec: CompareSpec, *, runtime: Runtime) -> PretrainSpec:
+    """The pre-training of ``approach`` into ``run``: the comparison's corpus (paths resolved), budget and seed, the
+    approach's keywords (:meth:`Approach.pretraining`; a ``teacher=`` student's family and size are its teacher's),
+    on ``runtime``."""
     corpus = [str(Path(p).resolve()) for p in spec.corpus]
     valid = [str(Path(p).resolve()) for p in spec.valid] if spec.valid else None
+    return PretrainSpec.of(corpus, str(run), valid=valid, progress=spec.progress, max_minutes=spec.minutes,
+                           max_steps=spec.max_steps or NO_STEP_CAP, seed=spec.seed, **approach.pretraining(),
+                           runtime=runtime)
+
+
+def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dict, bool]:
+    """Pre-train ``approach`` into ``run`` on the comparison's corpus and budget, in its ``precision=…`` or the
+    command's: (its record, reused). A ``teacher=`` student's cell depends on the teacher's weights too."""
     runtime, precision = stage_runtime(replace(spec.runtime, precision=approach.options.get("precision")
                                                or spec.runtime.precision))
+    pretraining = pretraining_spec(approach, run, spec, runtime=runtime)
 
     def work(resume: bool) -> dict:
         try:
-            api.pretrain(corpus=corpus, out=str(run), family=approach.family, size=approach.size, valid=valid,
-                         resume=resume, progress=spec.progress, max_minutes=spec.minutes,
-                         max_steps=spec.max_steps or NO_STEP_CAP, seed=spec.seed, **approach.options,
-                         runtime=runtime)
+            pipelines.pretrain(replace(pretraining, resume=resume))
         except SesameError as err:
             raise SesameError(f"--approaches {approach.spec}: {err}") from None
         state, config = trainer_state(run), read_config(run, "--out")
         return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config.seq_len,
                 "seconds": round(state["elapsed"], 3)}
 
-    settings = {"approach": approach.spec, "corpus": corpus, "valid": valid, "minutes": spec.minutes,
-                "max_steps": spec.max_steps, "seed": spec.seed, **precision}
+    settings = {"approach": approach.spec, "corpus": pretraining.corpus, "valid": pretraining.valid,
+                "minutes": spec.minutes, "max_steps": spec.max_steps, "seed": spec.seed, **precision,
+                **({"teacher": origin(pretraining.teacher)} if approach.distils else {})}
     return cached_stage(run, settings, work)
 
 
@@ -77,8 +87,8 @@ def prior_training(base: str) -> dict:
 
 
 def origin(base: str) -> dict:
-    """What a cell fine-tuned from the run ``base`` depends on: its path and a fingerprint of its weights and
-    config (size and modification time), so that a changed run is noticed."""
+    """What a cell depends on of the run ``base`` (fine-tuned from it, or a student's teacher): its path and a
+    fingerprint of its weights and config (size and modification time), so that a changed run is noticed."""
     path = minilm_dir() if base == MINILM else Path(base)
     files = sorted(p for p in path.iterdir() if p.is_file() and (p.suffix in (".safetensors", ".bin")
                                                                  or p.name == "config.json"))

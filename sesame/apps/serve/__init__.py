@@ -8,7 +8,7 @@ written out, :mod:`.schema`). Prometheus metrics come from ``prometheus_client``
 A fine-tuned run answers ``POST /v1/predict`` through :class:`sesame.pipelines.Predictor` (a folder ``sesame export``
 wrote through :class:`sesame.pipelines.evaluate.ExportedPredictor`, run by onnxruntime), its inputs micro-batched
 (:mod:`.worker`); a pre-trained language model (GPT, GPT-2, T5, BART) answers ``POST /v1/generate`` through
-:func:`sesame.apps.generate.generate`, streamed as server-sent events when asked. The routes, limits and metrics are
+:func:`sesame.generation.generate`, streamed as server-sent events when asked. The routes, limits and metrics are
 in :mod:`.app`.
 """
 from __future__ import annotations

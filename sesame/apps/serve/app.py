@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from ...decoding import GenerationConfig
 from ...errors import SesameError
+from ...generation import Transducer, generate, load_generator
 from ...interop import resolve
 from ...interop.onnx_export import is_export
 from ...language_model import LanguageModel
@@ -38,7 +39,6 @@ from ...pipelines import Predictor
 from ...pipelines.evaluate import ExportedPredictor
 from ...rundir import describe, read_config
 from ...runtime import Runtime
-from ..generate import Transducer, generate, load_generator
 from . import ServeSpec
 from .schema import openapi
 from .worker import Batching, Call, Finish, Model, Predict, Refused, Worker
