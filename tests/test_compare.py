@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import sesame.apps.compare as compare_module
-from sesame import api
+from sesame import api, pipelines
 from sesame.apps.compare import COLUMNS, CompareSpec, CompareTask, parse_approach, tfidf_baseline
 from sesame.apps.compare.cells import (Start, finetune_cell, pretrain_cell, pretraining_spec, prior_training,
                                       scratch_twins)
@@ -185,13 +185,17 @@ def test_an_interrupted_compare_resumes(data, tmp_path, monkeypatch):
     assert not (pre / "compare.json").exists()
 
     calls = []
-    for name in ("pretrain", "finetune"):
-        real = getattr(api, name)
+    pretrain, finetune = pipelines.pretrain, api.finetune  # what a pre-training cell and a fine-tuning cell call
 
-        def spy(*a, _name=name, _real=real, **k):
-            calls.append((_name, k["resume"]))
-            return _real(*a, **k)
-        monkeypatch.setattr(api, name, spy)
+    def pretrain_spy(spec):
+        calls.append(("pretrain", spec.resume))
+        return pretrain(spec)
+
+    def finetune_spy(*a, **k):
+        calls.append(("finetune", k["resume"]))
+        return finetune(*a, **k)
+    monkeypatch.setattr(pipelines, "pretrain", pretrain_spy)
+    monkeypatch.setattr(api, "finetune", finetune_spy)
     rows = compare(*args, **SETTINGS)
     assert calls == [("pretrain", True), ("finetune", False), ("finetune", False)]
     assert json.loads((checkpoint_dir(pre) / "trainer_state.json").read_text())["step"] == 3
