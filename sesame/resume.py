@@ -88,19 +88,16 @@ def _refuse(flag: str, given: object, recorded: object, spec: PretrainSpec | Fin
                       "new --out")
 
 
-def _as_given(value: object) -> object:
-    return value
-
-
 def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | FinetuneSpec, *,
-           path: bool = False, read: Callable[[Any], object] = _as_given) -> None:
-    """Refuse ``given`` unless it agrees with ``recorded`` (paths: once resolved; others: as ``read`` reads them)."""
+           path: bool = False, read: Callable[[Any], object] | None = None) -> None:
+    """Refuse ``given`` unless it agrees with ``recorded`` (paths: once resolved; others: as ``read`` reads them, or
+    as they are)."""
     if recorded is None or given is None:
         return
     if path:
         same = given == recorded or _resolved(given) == _resolved(recorded)
     else:
-        same = read(given) == read(recorded)
+        same = given == recorded if read is None else read(given) == read(recorded)
     if not same:
         _refuse(flag, given, recorded, spec)
 
@@ -133,7 +130,7 @@ def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: s
     flags = {f.name: flag_name(f) for f in fields(spec)}
     for name, value in recorded.items():
         if name in explicit and (name in PATHS) == paths:
-            _check(flags[name], getattr(spec, name), value, spec, path=paths, read=READ.get(name, _as_given))
+            _check(flags[name], getattr(spec, name), value, spec, path=paths, read=READ.get(name))
 
 
 def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-BLOCKS = 16  # vocabulary blocks of the batched product; 8 and 16 measured alike on 2 threads
+BLOCKS = 16  # vocabulary blocks of the batched product
 FEW_ROWS = 64  # up to this many states a product is a decoding step's, with the BLAS on one thread
 
 
@@ -13,10 +13,9 @@ def vocabulary_scores(states: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
     On a CPU, a few rows (a decoding step's: one state per batch row) against a vocabulary of tens of thousands
     make a matrix-vector product, which PyTorch's BLAS runs on a single thread however many it has. There the
     vocabulary is cut into :data:`BLOCKS` equal blocks multiplied as one batched product, whose blocks run in
-    parallel (and a product for the few rows left over): the same dot products, 3-7× faster for one row and
-    about 2× for 8 to 32 on 2 threads, which makes greedy decoding of a mini T5 or BART about 1.4× faster
-    (``benchmarks/seq2seq_generate.py``, whose parity check compares the generated tokens). Elsewhere (more rows,
-    or another device) it is the plain product."""
+    parallel (and a product for the few rows left over): the same dot products, which makes greedy decoding of a
+    mini T5 or BART 1.26-1.60× transformers' on 2 threads (``benchmarks/seq2seq_generate.py``, whose parity check
+    compares the generated tokens). Elsewhere (more rows, or another device) it is the plain product."""
     rows = states.numel() // states.shape[-1]
     if states.device.type != "cpu" or rows > FEW_ROWS or weight.shape[0] < 2 * BLOCKS:
         return states @ weight.t()
