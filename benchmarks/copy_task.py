@@ -6,10 +6,13 @@ tokens, ln(``--tokens``). Both sides get the same batches, AdamW at ``--lr`` and
 agree (they start from the same function, :func:`encoder_decoder_pair.build_pair`); where both stall, the stall is
 the optimisation's, not sesame's wiring. The loss is each side's mean cross-entropy per target token.
 ``--embedding-std`` redraws the shared token table, which is also the tied output layer, on both sides alike: BART
-starts it N(0, 0.02), T5 N(0, 1).
+starts it N(0, 0.02), T5 N(0, 1). ``--weight-init xavier`` draws sesame's model with that ``weight_init`` (every
+linear weight of its stacks from Glorot & Bengio's uniform distribution instead of N(0, 0.02)) and gives
+transformers' model the same weights.
 
     python benchmarks/copy_task.py --style bart --steps 1000
     python benchmarks/copy_task.py --style bart --tokens 20 --length 8 --steps 1000 --embedding-std 1
+    python benchmarks/copy_task.py --style bart --tokens 20 --length 8 --steps 1000 --weight-init xavier
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,6 +28,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
 from encoder_decoder_pair import SPECIALS, build_pair  # noqa: E402
+
+from sesame.interop.encoder_decoder import export_weights  # noqa: E402
+from sesame.models.encoder_decoder import WEIGHT_INITS, EncoderDecoder  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -38,11 +45,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embedding-std", type=float,
                         help="redraw the shared token table (also the tied output layer) N(0, this) on both sides "
                              "(default: the style's initialisation, BART's 0.02)")
+    parser.add_argument("--weight-init", choices=WEIGHT_INITS, default="normal",
+                        help="sesame's weight_init for both sides (default normal: N(0, 0.02), as both styles')")
     args = parser.parse_args(argv)
 
     specials = SPECIALS[args.style]
     ours, theirs = build_pair(args.style, vocab_size=4000, hidden=128, layers=2, heads=2, intermediate=512,
                               max_positions=128, dropout=0.0, seed=0)
+    if args.weight_init != "normal":
+        torch.manual_seed(0)
+        ours.load_state_dict(EncoderDecoder(replace(ours.config, weight_init=args.weight_init)).state_dict())
+        theirs.load_state_dict(export_weights(args.style, ours.state_dict(), ours), strict=False)
     if args.embedding_std is not None:
         draw = torch.Generator().manual_seed(1)
         table = torch.randn(ours.embed.tokens.weight.shape, generator=draw) * args.embedding_std

@@ -198,3 +198,23 @@ def test_a_checkpoint_with_an_output_bias_is_refused():
     assert set(import_weights("bart", weights, bart)) == set(bart.state_dict())
     with pytest.raises(SesameError, match="final_logits_bias is not zero"):
         import_weights("bart", {**weights, "final_logits_bias": torch.ones(1, VOCAB)}, bart)
+
+
+def test_xavier_draws_the_stacks_linear_weights_and_nothing_else():
+    normal, xavier = model("bart", adapter_size=4), model("bart", adapter_size=4, weight_init="xavier")
+    for weight, fans in ((xavier.encoder.attention[0].qkv.weight, 32 + 96),
+                         (xavier.decoder.cross_attention[1].out.weight, 32 + 32),
+                         (xavier.decoder.feed_forward[1].inp.weight, 32 + 64)):
+        assert abs(weight.std().item() - (2 / fans) ** 0.5) < 0.15 * (2 / fans) ** 0.5  # Glorot & Bengio's uniform
+        assert weight.abs().max().item() <= (6 / fans) ** 0.5
+    assert abs(normal.encoder.attention[0].qkv.weight.std().item() - 0.02) < 0.004
+    assert abs(xavier.embed.tokens.weight.std().item() - 0.02) < 0.002  # the embeddings keep BART's start
+    for a, b in zip(normal.encoder.attention[0].adapter.parameters(), xavier.encoder.attention[0].adapter.parameters()):
+        assert torch.equal(a, b)  # adapters keep their start near the identity
+
+
+def test_xavier_is_refused_where_the_start_is_rescaled():
+    with pytest.raises(ValueError, match="weight_init 'xavier': only for post-LayerNorm"):
+        config("t5", weight_init="xavier")
+    with pytest.raises(ValueError, match="weight_init 'glorot'"):
+        config("bart", weight_init="glorot")

@@ -1,7 +1,9 @@
-"""scripts/multi30k_bleu.py and scripts/text_vs_head.py: what they select on, score and compare, without training."""
+"""scripts/multi30k_bleu.py, scripts/text_vs_head.py and scripts/bart_init.py: what they select on, score and compare, without training."""
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import load_script
 
@@ -82,3 +84,10 @@ def test_bart_init_refuses_a_non_positive_std(capsys):
         assert exit.code == 2 and "--embedding-std 0.0: must be positive" in capsys.readouterr().err
     else:
         raise AssertionError("bart_init accepted --embedding-std 0")
+
+
+def test_bart_init_wants_an_initialisation_to_change(capsys):
+    bart_init = load_script(SCRIPTS / "bart_init.py", "bart_init")
+    with pytest.raises(SystemExit) as exit:
+        bart_init.main(["--size", "tiny"])
+    assert exit.value.code == 2 and "give --embedding-std, --weight-init or both" in capsys.readouterr().err

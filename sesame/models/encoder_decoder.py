@@ -33,6 +33,11 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
   token embeddings start as T5's, N(0, 1) (``embedding_std``; Mesh TensorFlow's default, which the hidden^-0.5
   of the tied output layer assumes: from N(0, 0.02) its scores would start near zero; a one-off comparison on a
   tiny T5, not kept in the repo, learned slower from 0.02);
+* ``weight_init="xavier"`` (not T5's nor BART's) draws every linear weight of the two stacks from Glorot &
+  Bengio's (2010) uniform distribution, as ``torch.nn.Transformer`` does (a fused query/key/value weight as one
+  matrix, as its ``in_proj_weight``), for short runs of small models: from N(0, 0.02) a 2 + 2-layer, 128-wide
+  BART's attention starts almost uniform and stays there, and short BART pre-training collapses its encoder
+  (docs/results.md, ``benchmarks/copy_task.py --init``);
 * T5 v1.1's untied output layer starts N(0, hidden^-0.5), so its first scores have the scale of v1.0's tied
   layer (N(0, 1) embeddings read times hidden^-0.5); transformers draws it N(0, 1);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
@@ -49,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .caches import KVCache, Memory
-from .transformer import Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
+from .transformer import Adapter, Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
 from .vocabulary import vocabulary_scores
 
 SIDES = ("encoder", "decoder")
@@ -66,6 +71,9 @@ STYLES: dict[str, dict] = {
 }
 
 
+WEIGHT_INITS = ("normal", "xavier")
+
+
 @dataclass
 class EncoderDecoderConfig(TransformerConfig):
     """A :class:`TransformerConfig` for both stacks (``layers`` is the encoder's), and what the pair adds."""
@@ -80,12 +88,18 @@ class EncoderDecoderConfig(TransformerConfig):
     embedding_std: float = 0.02  # the token embeddings' initial standard deviation (T5: 1)
     gated: bool = False  # T5 v1.1's gated feed-forward, activation(x·W) ⊙ x·V (GatedFeedForward)
     tied: bool = True  # the output layer is the token table (False: a layer of its own, T5 v1.1's lm_head)
+    weight_init: str = "normal"  # the stacks' linear weights: N(0, 0.02), or "xavier" (module docstring)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.embedding_width != self.hidden:
             raise ValueError(f"embedding_size {self.embedding_size}: an encoder-decoder's tied embeddings have the "
                              f"hidden width {self.hidden}")
+        if self.weight_init not in WEIGHT_INITS:
+            raise ValueError(f"weight_init {self.weight_init!r}: use one of {', '.join(WEIGHT_INITS)}")
+        if self.weight_init == "xavier" and (self.norm != "post" or not self.scale_attention):
+            raise ValueError("weight_init 'xavier': only for post-LayerNorm stacks with scaled scores (BART's); a "
+                             "pre-norm or unscaled (T5) stack rescales its N(0, 0.02) start, which xavier would undo")
         if self.relative_buckets and (self.relative_buckets < 4 or self.relative_buckets % 2):
             raise ValueError(f"relative_buckets {self.relative_buckets}: use 0 (learned positions) or an even "
                              "number from 4 (T5: 32)")
@@ -201,6 +215,16 @@ class SharedEmbeddings(nn.Module):
         return self.dropout(x)
 
 
+def _draw_xavier(module: nn.Module) -> None:
+    """Every linear weight below ``module`` drawn from Glorot & Bengio's (2010) uniform distribution, but an adapter's
+    (which starts near the identity)."""
+    for child in module.children():
+        if isinstance(child, nn.Linear):
+            nn.init.xavier_uniform_(child.weight)
+        elif not isinstance(child, Adapter):
+            _draw_xavier(child)
+
+
 class EncoderDecoder(nn.Module):
     """Source ids (+ padding) and decoder input ids → scores over the vocabulary at every decoder position."""
 
@@ -209,6 +233,9 @@ class EncoderDecoder(nn.Module):
         self.config = cfg
         self.embed = SharedEmbeddings(cfg)
         self.encoder, self.decoder = (self._stack(cfg.stack(side)) for side in SIDES)
+        if cfg.weight_init == "xavier":
+            for stack in (self.encoder, self.decoder):
+                _draw_xavier(stack)
         # T5 v1.1's output layer of its own (transformers' lm_head), drawn so its first scores are scaled as a
         # tied layer's (module docstring)
         self.head = None if cfg.tied else nn.Linear(cfg.hidden, cfg.vocab_size, bias=False)
