@@ -4,9 +4,9 @@ corrupted input, with another row's, and with the clean text, for a ``t5`` or ``
 A decoder that reads the encoder scores its targets better from the row's own input than from another row's
 (T5's spans are in no other row; BART's clean text is mostly in its own noised input). Equal losses mean the
 decoder has learned only the targets' own statistics, whatever the encoder says. Also printed: how much the
-encoder's final states vary across the positions of one input (their standard deviation over positions, averaged
-over the hidden units), for the run and for a fresh model of the same config; a collapsed encoder says the same
-thing at every position.
+encoder's states vary across the positions of one input (their standard deviation over positions, averaged over
+the hidden units), after the embeddings and after each layer, for the run and for a fresh model of the same config;
+a collapsed encoder says the same thing at every position, and the layer where the spread goes shows where.
 
     python scripts/source_use.py runs/compare-20min/pretrain/bart-mini --valid ../shared/data/wikitext2/valid.txt
 """
@@ -51,8 +51,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"loss per target token, {name}: {float(loss) / count:.4f}")
         fresh = build_backbone(config).eval()
         for name, backbone in (("this run", model), ("a fresh model", fresh)):
-            states = backbone.encode(batch["ids"][:1], None).states[0]
-            print(f"encoder states' spread over positions, {name}: {float(states.std(0).mean()):.4f}")
+            ids = batch["ids"][:1]
+            layers = backbone.encoder(ids, embedded=backbone.embed(ids, "encoder"), all_layers=True)
+            print(f"encoder states' spread over positions, {name}: {float(layers[-1][0].std(0).mean()):.4f} "
+                  f"(embeddings, then each layer: {', '.join(f'{float(h[0].std(0).mean()):.4f}' for h in layers)})")
 
 
 if __name__ == "__main__":
