@@ -36,8 +36,9 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
 * ``weight_init="xavier"`` (not T5's nor BART's) draws every linear weight of the two stacks from Glorot &
   Bengio's (2010) uniform distribution, as ``torch.nn.Transformer`` does (a fused query/key/value weight as one
   matrix, as its ``in_proj_weight``), for short runs of small models: from N(0, 0.02) a 2 + 2-layer, 128-wide
-  BART's attention starts almost uniform and stays there, and short BART pre-training collapses its encoder
-  (docs/results.md, ``benchmarks/copy_task.py --init``);
+  BART's attention starts almost uniform and it never learns to copy random tokens; from xavier it does
+  (``benchmarks/copy_task.py --weight-init``), though 200 steps of BART pre-training still collapse its encoder
+  (docs/results.md);
 * T5 v1.1's untied output layer starts N(0, hidden^-0.5), so its first scores have the scale of v1.0's tied
   layer (N(0, 1) embeddings read times hidden^-0.5); transformers draws it N(0, 1);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
