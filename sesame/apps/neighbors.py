@@ -87,11 +87,11 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
     and returned on the CPU in float32. Each line is read as the tokenizer's template gives a single text, with its
     segment ids (XLNet's ``a <sep> <cls>``: 0 … 0 2, the class token in its own segment as pre-trained and as
     fine-tuning reads it; every other template's are all 0, a backbone's default segment); a line longer than a
-    learned position table is refused (XLNet, T5 and recurrent models read any length)."""
+    learned position table is refused (XLNet and recurrent models read any length)."""
     lines = sorted({o.line: o.sentence for o in occurrences}.items())
     row = {lineno: i for i, (lineno, _) in enumerate(lines)}
     encodings = tok.encodings([sentence for _, sentence in lines])
-    limit = position_limit(backbone.config)  # None: any length (XLNet's and T5's relative positions, recurrent)
+    limit = position_limit(backbone.config)  # None: any length (XLNet's relative positions, recurrent)
     for (lineno, _), enc in zip(lines, encodings):
         if limit is not None and len(enc.ids) > limit:
             raise SesameError(f"--corpus {corpus}:{lineno}: the line is {len(enc.ids)} tokens, more than the "
