@@ -8,10 +8,11 @@ import torch
 from sesame import pretrain
 from sesame.cli import main
 from sesame.errors import SesameError
+from sesame.models import Recurrent, RecurrentConfig, XLNet, XLNetConfig
 from sesame.apps.neighbors import (NeighborsSpec, contextual_vectors, find_occurrences, format_neighbors, neighbors,
                                    spherical_kmeans, static_neighbors)
 from sesame.rundir import load_backbone, load_tokenizer
-from sesame.tokenizer import train_tokenizer
+from sesame.tokenizer import put_cls_last, train_tokenizer
 
 from .conftest import documents, minilm, sentences
 
@@ -86,6 +87,66 @@ def test_static_list_ignores_context_contextual_vectors_do_not(run: Path, small:
     vectors = contextual_vectors(backbone, tok, find_occurrences(padded, ["plays"]), layer, padded)
     assert torch.allclose(first[0], vectors[0], atol=1e-5)
     assert not torch.allclose(vectors[0], vectors[1], atol=1e-3)
+
+
+def by_hand(backbone: torch.nn.Module, tok, line: str, word: str, layer: int, types: list[int] | None) -> torch.Tensor:
+    """The mean of ``layer``'s states over ``word``'s tokens, ``line`` read alone (no padding) with ``types``."""
+    enc = tok.encodings([line])[0]
+    start = line.index(word)
+    covering = [i for i, (a, b) in enumerate(enc.offsets) if a < start + len(word) and b > start]
+    given = None if types is None else torch.tensor([types])
+    return backbone(torch.tensor([enc.ids]), types=given, all_layers=True)[layer][0, covering].mean(0)
+
+
+def test_bert_lines_read_in_segment_zero_as_without_segments(run: Path, tmp_path: Path) -> None:
+    backbone, tok = load_backbone(run), load_tokenizer(run)
+    corpus = tmp_path / "lines.txt"
+    corpus.write_text("The cat plays.\nThe old dog sleeps under the green tree and plays.\n")
+    vectors = contextual_vectors(backbone, tok, find_occurrences(corpus, ["plays"]), 2, corpus)
+    for vector, line in zip(vectors, corpus.read_text().splitlines()):
+        torch.testing.assert_close(vector, by_hand(backbone, tok, line, "plays", 2, None), atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def xlnet_tok():
+    tok = train_tokenizer(sentences(300), "unigram", 150)
+    put_cls_last(tok)
+    return tok
+
+
+def tiny_xlnet(tok) -> XLNet:
+    """A tiny XLNet with N(0, 1) tokens, segment vectors and bias, so a token's segment shows in every state; its
+    ``max_positions`` (16) is shorter than the lines it reads, which it may read as it has no position table."""
+    torch.manual_seed(0)
+    net = XLNet(XLNetConfig(vocab_size=tok.vocab_size, hidden=16, layers=2, heads=2, intermediate=32, dropout=0.0,
+                            max_positions=16))
+    with torch.no_grad():
+        net.embed.tokens.weight.normal_()
+        for attention in net.attention:
+            attention.seg_embed.normal_()
+            attention.r_s_bias.normal_()
+    return net.eval()
+
+
+def test_xlnet_reads_a_line_as_fine_tuning_does_its_cls_in_segment_two(xlnet_tok, tmp_path: Path) -> None:
+    net, corpus = tiny_xlnet(xlnet_tok), tmp_path / "lines.txt"
+    lines = ["The cat sleeps near the river.", " ".join(["the old dog runs"] * 8) + " and the cat sleeps."]
+    corpus.write_text("\n".join(lines) + "\n")
+    lengths = [len(e.ids) for e in xlnet_tok.encodings(lines)]
+    assert lengths[1] > net.config.max_positions  # read: relative positions have no limit
+    vectors = contextual_vectors(net, xlnet_tok, find_occurrences(corpus, ["cat"]), 2, corpus)
+    for vector, line, n in zip(vectors, lines, lengths):
+        segments = [0] * (n - 1) + [2]  # a <sep> <cls>: the class token in its own segment
+        torch.testing.assert_close(vector, by_hand(net, xlnet_tok, line, "cat", 2, segments), atol=1e-5, rtol=1e-5)
+        assert (vector - by_hand(net, xlnet_tok, line, "cat", 2, None)).abs().max() > 1e-4  # all 0: other states
+
+
+def test_recurrent_models_have_no_position_limit(tmp_path: Path) -> None:
+    tok = train_tokenizer(sentences(300), "word", 100)
+    net = Recurrent(RecurrentConfig(vocab_size=tok.vocab_size, embedding_size=8, hidden_size=8, layers=1)).eval()
+    corpus = tmp_path / "lines.txt"
+    corpus.write_text("the cat sleeps\nthe dog runs and the cat sleeps\n")
+    assert contextual_vectors(net, tok, find_occurrences(corpus, ["cat"]), 1, corpus).shape == (2, 8)
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])

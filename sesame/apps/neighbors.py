@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ..data.corpus import decoded_lines
 from ..errors import SesameError
+from ..models import position_limit
 from ..options import option
 from ..rundir import load_backbone, load_tokenizer
 from ..runtime import Runtime, device_of, to_device
@@ -83,13 +84,16 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
                        corpus: Path) -> torch.Tensor:
     """One vector per occurrence: the mean of ``layer``'s hidden states over the tokens covering it
     (layer 0 is the embedding output, the last layer the backbone's output), computed on the backbone's device
-    and returned on the CPU in float32."""
+    and returned on the CPU in float32. Each line is read as the tokenizer's template gives a single text, with its
+    segment ids (XLNet's ``a <sep> <cls>``: 0 … 0 2, the class token in its own segment as pre-trained and as
+    fine-tuning reads it; every other template's are all 0, a backbone's default segment); a line longer than a
+    learned position table is refused (XLNet and recurrent models read any length)."""
     lines = sorted({o.line: o.sentence for o in occurrences}.items())
     row = {lineno: i for i, (lineno, _) in enumerate(lines)}
     encodings = tok.encodings([sentence for _, sentence in lines])
-    limit = backbone.config.max_positions
+    limit = position_limit(backbone.config)  # None: any length (XLNet's relative positions, recurrent)
     for (lineno, _), enc in zip(lines, encodings):
-        if len(enc.ids) > limit:
+        if limit is not None and len(enc.ids) > limit:
             raise SesameError(f"--corpus {corpus}:{lineno}: the line is {len(enc.ids)} tokens, more than the "
                               f"model's {limit} positions; split it into shorter lines")
     hidden = []
@@ -97,12 +101,14 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
         chunk = encodings[first: first + BATCH]
         width = max(len(e.ids) for e in chunk)
         ids = torch.full((len(chunk), width), tok.specials.pad)
+        types = torch.zeros(len(chunk), width, dtype=torch.long)
         padding = torch.zeros(len(chunk), width, dtype=torch.bool)
         for i, e in enumerate(chunk):
             ids[i, : len(e.ids)] = torch.tensor(e.ids)
+            types[i, : len(e.ids)] = torch.tensor(e.type_ids)
             padding[i, : len(e.ids)] = True
-        ids, padding = to_device((ids, padding), device_of(backbone))
-        states = backbone(ids, padding=padding, all_layers=True)[layer]
+        ids, types, padding = to_device((ids, types, padding), device_of(backbone))
+        states = backbone(ids, types=types, padding=padding, all_layers=True)[layer]
         hidden += list(states.float().cpu())
     vectors = []
     for o in occurrences:
