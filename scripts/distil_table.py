@@ -7,7 +7,8 @@ text itself). A teacher (``--teacher``, MiniLM by default) is fine-tuned on the 
 tokenizer) is then trained two ways from the same start, at the same learning rate and length:
 
 - ``finetune``: ``sesame finetune`` on the labeled examples alone (Turc et al. 2019's baseline);
-- ``distil``: ``sesame distil`` on the transfer set, T²·KL at T = 2 (Hinton et al. 2015), no gold labels.
+- ``distil``: ``sesame distil`` on the transfer set, T²·KL at T = 2 (Hinton et al. 2015), no gold labels; every
+  distil cell after the first reuses its teacher outputs (``--teacher-outputs``), so the teacher scores the set once.
 
 Both keep their best epoch on ``--dev`` (which they are scored on: an upper bound on a held-out score). Reported for
 the teacher and every student: dev accuracy of the kept weights (``sesame.evaluate``), parameters, and batch-1
@@ -72,6 +73,13 @@ def run(command: list[str]) -> float:
     started = time.time()
     subprocess.run([sys.executable, "-m", "sesame", *command], check=True)
     return round((time.time() - started) / 60, 1)
+
+
+def scoring_once(command: list[str], rows: list[dict]) -> list[str]:
+    """A cell's command; a distil cell's with ``--teacher-outputs`` the first finished distil cell's run, when there
+    is one (every distil cell has the same teacher and transfer set)."""
+    earlier = next((row["model"] for row in rows if row["way"] == "distil"), None)
+    return [*command, "--teacher-outputs", earlier] if command[0] == "distil" and earlier else command
 
 
 def latency_ms(model: Path, texts: list[str]) -> float:
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if out.exists():
             parser.error(f"{out} exists without a row: remove it to run it again")
-        row = {"name": name, "start": start, "way": way, "on": on, "minutes": run(command), "model": str(out)}
+        row = {"name": name, "start": start, "way": way, "on": on, "minutes": run(scoring_once(command, rows)), "model": str(out)}
         row["accuracy"] = sesame.evaluate(str(out), str(dev))["accuracy"]
         rows.append(row)
         with open(rows_file, "a", encoding="utf-8") as fh:

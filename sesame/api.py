@@ -40,7 +40,8 @@ def distil(teacher: str, student: str, unlabeled: Sequence[str] | str, dev: str,
     on the ``unlabeled`` files' text (and ``train``'s, whose gold labels count with ``alpha``), keeping the best epoch
     on ``dev``, into run ``out``; e.g. ``distil("runs/teacher", "scratch:bert:mini", ["train.csv"], "dev.csv",
     "runs/student", temperature=2.0)``. Takes :func:`finetune`'s keywords and :class:`sesame.specs.DistilSpec`'s
-    (``loss``, ``temperature``, ``alpha``, ``hidden_weight``, ``layer_map``). Returns the kept weights' dev metrics."""
+    (``loss``, ``temperature``, ``alpha``, ``hidden_weight``, ``layer_map``, ``teacher_outputs``). Returns the kept
+    weights' dev metrics."""
     return pipelines.distil(DistilSpec.of(student, train, dev, out, teacher=teacher, unlabeled=unlabeled, **options))
 
 

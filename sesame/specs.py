@@ -337,6 +337,8 @@ class DistilSpec(FinetuneSpec):
                                                                "minilm, or scratch:FAMILY:SIZE (any family, an LSTM "
                                                                "included)")
     teacher: str = option(help="a fine-tuned run, or a transformers sequence classifier directory")
+    teacher_outputs: str | None = option(None, metavar="RUN", help="an earlier distil run of this teacher on the "
+                                                                   "same transfer set: its outputs, not scored again")
     unlabeled: list[str] = option(help="CSV, TSV or JSONL files whose text (the task's text columns) the teacher "
                                        "labels")
     train: str | None = option(None, help="labeled examples: the teacher labels their text too, and with --alpha "

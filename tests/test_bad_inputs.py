@@ -135,6 +135,9 @@ ROWS = {
                                      "a finetuned run is needed"),
     "distil: alpha without labels": (["distil", "--teacher", "{root}/clf", *DI, "--alpha", "0.5", "--out",
                                       "{root}/new"], "--alpha 0.5", "--train"),
+    "distil: teacher outputs of a run that kept none": (["distil", "--teacher", "{root}/clf", *DI, "--teacher-outputs",
+                                                         "{root}/pre", "--out", "{root}/new"], "--teacher-outputs",
+                                                        "no teacher_outputs.json"),
     "distil: a missing student": (["distil", "--teacher", "{root}/clf", *DI[2:], "--student", "{root}/nothing",
                                    "--out", "{root}/new"], "--student", "no such run"),
     # evaluate

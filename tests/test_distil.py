@@ -4,6 +4,7 @@ batches, the teacher's outputs computed once and kept in the run, and whole runs
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib
 import json
 import math
@@ -208,7 +209,9 @@ def test_teacher_outputs_are_computed_once_and_reused_on_resume(inputs: Path, tm
     assert main(first + ["--max-steps", "2"]) == 0
     assert calls == [40, 40]  # the unlabeled texts, then the labeled ones
     cached = load_weights(out / OUTPUTS)["outputs"]
-    assert read_json(out / RECORD) == {"teacher": str((inputs / "teacher").resolve()), "examples": 80, "columns": 3}
+    record = read_json(out / RECORD)
+    assert {k: v for k, v in record.items() if k != "transfer_set"} == {  # the fingerprint: the next test
+        "teacher": str((inputs / "teacher").resolve()), "examples": 80, "columns": 3, "precision": "fp32"}
     texts = [json.loads(line) for line in (inputs / "unlabeled.jsonl").read_text().splitlines()]
     teacher = sesame.load(inputs / "teacher")
     assert torch.allclose(cached[:40], real(teacher, teacher.features(texts)), atol=1e-5)
@@ -227,6 +230,59 @@ def test_teacher_outputs_are_computed_once_and_reused_on_resume(inputs: Path, tm
         "finetuned", "classify", 0.5, "kl")
     refused(first + ["--max-steps", "6", "--resume", "--temperature", "4"], capsys, tmp_path,
             "--temperature 4", "2.0")
+
+
+def test_a_second_student_reuses_the_teachers_outputs(inputs: Path, tmp_path: Path, monkeypatch,
+                                                      one_thread) -> None:
+    """The record of scoring carries the transfer set's fingerprint (by hand: the sha256 of each example's text as a
+    canonical JSON line, none with a gold label); a second student (an LSTM, of another tokenizer) given
+    --teacher-outputs gets the first run's outputs and record, bit for bit, without the teacher scoring anything, and
+    resumes from its own copy once the first run is gone."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(distil_command(inputs, first, "--max-steps", "1")) == 0
+    texts = [json.loads(line)["text"] for line in (inputs / "unlabeled.jsonl").read_text().splitlines()]
+    lines = "".join(json.dumps([{"text": text}, False], sort_keys=True) + "\n" for text in texts)
+    record = read_json(first / RECORD)
+    assert record["transfer_set"] == hashlib.sha256(lines.encode()).hexdigest()
+
+    def no_scoring(self, features):
+        raise AssertionError("the teacher scored the transfer set again")
+
+    monkeypatch.setattr(importlib.import_module("sesame.pipelines.distil").Predictor, "outputs", no_scoring)
+    command = distil_command(inputs, second, "--teacher-outputs", str(first))
+    command[command.index("--student") + 1] = "scratch:lstm:tiny"
+    assert main(command + ["--max-steps", "1"]) == 0
+    assert (second / OUTPUTS).read_bytes() == (first / OUTPUTS).read_bytes()
+    assert read_json(second / RECORD) == record
+    shutil.rmtree(first)
+    assert main(command + ["--max-steps", "2", "--resume"]) == 0
+    assert read_json(second / "checkpoint" / "trainer_state.json")["step"] == 2
+
+
+def test_teacher_outputs_of_another_teacher_or_transfer_set_are_refused(inputs: Path, tmp_path: Path, capsys,
+                                                                        one_thread) -> None:
+    """--teacher-outputs is refused, naming itself, the record and what differs, before anything is written: one text
+    changed, labeled examples added, another teacher (the same weights as a transformers directory: another path),
+    another precision, and a record without a fingerprint (written before sesame made them)."""
+    first, new = tmp_path / "first", tmp_path / "new"
+    assert main(distil_command(inputs, first, "--max-steps", "1")) == 0
+    reuse, where = ["--teacher-outputs", str(first), "--max-steps", "1"], str(first / RECORD)
+    rows = (inputs / "unlabeled.jsonl").read_text().splitlines()
+    rows[7] = json.dumps({"text": "@united the eighth tweet, reworded"})
+    (tmp_path / "changed.jsonl").write_text("\n".join(rows) + "\n")
+    changed = distil_command(inputs, new, *reuse)
+    changed[changed.index("--unlabeled") + 1] = str(tmp_path / "changed.jsonl")
+    refused(changed, capsys, tmp_path, f"--teacher-outputs {first}", where, "transfer_set", "drop --teacher-outputs")
+    refused(distil_command(inputs, new, *reuse, "--train", str(inputs / "train.csv")), capsys, tmp_path, where,
+            "examples 40 (this run: 80)", "transfer_set")
+    refused(distil_command(inputs, new, *reuse, teacher="hf"), capsys, tmp_path, where,
+            f"teacher {(inputs / 'teacher').resolve()} (this run: {(inputs / 'hf').resolve()})")
+    record = read_json(first / RECORD)
+    (first / RECORD).write_text(json.dumps({**record, "precision": "bf16"}))
+    refused(distil_command(inputs, new, *reuse), capsys, tmp_path, where, "precision bf16 (this run: fp32)")
+    (first / RECORD).write_text(json.dumps({k: record[k] for k in ("teacher", "examples", "columns")}))
+    refused(distil_command(inputs, new, *reuse), capsys, tmp_path, f"--teacher-outputs {first}", where,
+            "no fingerprint", "drop --teacher-outputs")
 
 
 def test_bad_flags_are_refused_naming_themselves(inputs: Path, tmp_path: Path, capsys) -> None:

@@ -36,6 +36,17 @@ def test_a_split_that_leaves_a_side_empty_is_refused(tmp_path, labeled):
         distil_table.split(train, "sentence", labeled, tmp_path / "data")
 
 
+def test_distil_cells_after_the_first_reuse_its_teacher_outputs():
+    rows = [{"name": "teacher", "way": "teacher", "model": "out/teacher"},
+            {"name": "tiny", "way": "finetune", "model": "out/tiny-finetune"}]
+    distil, finetune = ["distil", "--teacher", "out/teacher"], ["finetune", "--from", "runs/tiny"]
+    assert distil_table.scoring_once(distil, rows) == distil  # no distil cell finished: it scores
+    rows += [{"name": "tiny", "way": "distil", "model": "out/tiny-distil"},
+             {"name": "mini", "way": "distil", "model": "out/mini-distil"}]
+    assert distil_table.scoring_once(distil, rows) == [*distil, "--teacher-outputs", "out/tiny-distil"]
+    assert distil_table.scoring_once(finetune, rows) == finetune
+
+
 def test_the_table_gives_latency_against_the_teacher():
     rows = [{"name": "teacher", "start": "minilm", "way": "teacher", "on": "2000 labels", "accuracy": 0.9,
              "parameters": 22_700_000, "latency_ms": 10.0, "minutes": 1.0},

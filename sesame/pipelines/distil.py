@@ -8,7 +8,9 @@ on ``--train``'s gold labels (Hinton's weighted average of the two objectives; t
 Each model reads the raw text with its own tokenizer, so a teacher and a student of any two families (a MiniLM
 and an LSTM, say) pair up: the soft labels are per example (the "different tokenizers" case Turc et al. 2019 and
 TextBrewer users meet). The teacher's outputs are computed once, before the first step, and kept in the run
-directory (:data:`OUTPUTS`, :data:`RECORD`); a resumed run reads them back and never loads the teacher.
+directory (:data:`OUTPUTS`, :data:`RECORD`); a resumed run reads them back and never loads the teacher. With
+``--teacher-outputs RUN`` they are copied from an earlier distil run instead of scored again, when its record shows
+them to be the same teacher's on the same transfer set (:meth:`Teacher.record`, :meth:`Teacher.reuse`).
 
 With ``--hidden-weight`` the student also learns the teacher's intermediate layers (TinyBERT's hidden-state loss,
 :class:`sesame.objectives.distillation.LayerMatching`): those need the teacher at every step (its states are per
@@ -24,6 +26,8 @@ example); the task and its options default to the teacher's.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from itertools import groupby
 from dataclasses import replace
@@ -46,7 +50,7 @@ from .evaluate import Predictor
 from .finetune import train_task_model
 
 OUTPUTS = "teacher_outputs.safetensors"  # the teacher's outputs, one row per training example ("outputs")
-RECORD = "teacher_outputs.json"  # what they are: the teacher, the number of examples and of columns
+RECORD = "teacher_outputs.json"  # what they are: Teacher.record's, and the number of columns
 
 
 def distil(spec: DistilSpec) -> dict:
@@ -63,11 +67,13 @@ def distil(spec: DistilSpec) -> dict:
 
 class Teacher:
     """The model ``--teacher`` names (a fine-tuned run or a transformers sequence classifier), loaded when first
-    asked for: a resumed run whose teacher outputs are cached never loads it (unless it matches layers)."""
+    asked for: a resumed run whose teacher outputs are cached never loads it (unless it matches layers). Its outputs
+    are an earlier run's when :meth:`reuse` took them (``--teacher-outputs``)."""
 
     def __init__(self, spec: DistilSpec):
-        self.given, self.runtime = spec.teacher, spec.runtime
+        self.given, self.runtime, self.earlier = spec.teacher, spec.runtime, spec.teacher_outputs
         self._predictor: Predictor | None = None
+        self._reused: torch.Tensor | None = None
 
     @property
     def predictor(self) -> Predictor:
@@ -94,13 +100,50 @@ class Teacher:
                        loss=spec.loss or ("kl" if task.has_labels else "mse"))
 
     def outputs(self, examples: list[dict]) -> torch.Tensor:
-        """The teacher's outputs for ``examples``, one row each, read a run of examples of the same fields at a time
-        (the unlabeled ones, then those with gold labels: a task batches examples of one kind); the teacher is let go
-        afterwards."""
-        runs = [list(run) for _, run in groupby(examples, key=lambda row: sorted(row))]
-        outputs = torch.cat([self.predictor.outputs(self.predictor.features(run)) for run in runs])
-        self._predictor = None
+        """The teacher's outputs for ``examples``, one row each: those :meth:`reuse` took, else computed, a run of
+        examples of the same fields at a time (the unlabeled ones, then those with gold labels: a task batches examples
+        of one kind); the teacher is let go afterwards."""
+        outputs = self._reused
+        if outputs is None:
+            runs = [list(run) for _, run in groupby(examples, key=lambda row: sorted(row))]
+            outputs = torch.cat([self.predictor.outputs(self.predictor.features(run)) for run in runs])
+        self._predictor = self._reused = None
         return outputs
+
+    def record(self, examples: list[dict]) -> dict:
+        """What its outputs on ``examples`` are a function of, as :data:`RECORD` keeps it: the teacher (its path,
+        resolved), the examples (their number and :func:`fingerprint`) and the precision it runs in (bf16 rounds them
+        otherwise than fp32). Its max length and task options are its own, and the student's tokenizer plays no part
+        (the teacher reads the raw text with its own). Deviation: the device is left out, the machine's choice as for
+        --resume: one teacher's fp32 outputs on two devices differ in rounding alone."""
+        return {"teacher": str(Path(self.given).resolve()), "examples": len(examples),
+                "transfer_set": fingerprint(examples), "precision": self.predictor.placement.precision}
+
+    def reuse(self, examples: list[dict]) -> None:
+        """Take the outputs for ``examples`` of the earlier run ``--teacher-outputs`` names, whose record must equal
+        this run's (:meth:`record`); else a :class:`SesameError` saying what differs (checked before the run is
+        written)."""
+        where = Path(self.earlier) / RECORD
+        if not where.is_file():
+            raise SesameError(f"--teacher-outputs {self.earlier}: no {RECORD} there; name the --out of an earlier "
+                              "sesame distil run, or drop --teacher-outputs to score the transfer set")
+        theirs, ours = read_json(where), self.record(examples)
+        if "transfer_set" not in theirs:
+            raise SesameError(f"--teacher-outputs {self.earlier}: {where} has no fingerprint of its transfer set (a "
+                              "run of an older sesame), so its outputs cannot be shown to be this run's; drop "
+                              "--teacher-outputs to score the transfer set again")
+        differ = [f"{key} {theirs.get(key)} (this run: {value})" if key != "transfer_set" else
+                  "transfer_set (the texts of --unlabeled, then --train, in order)"
+                  for key, value in ours.items() if theirs.get(key) != value]
+        if differ:
+            raise SesameError(f"--teacher-outputs {self.earlier}: {where} differs from this run in "
+                              f"{'; '.join(differ)}, so its outputs are not this teacher's on these examples; drop "
+                              "--teacher-outputs to score the transfer set again")
+        outputs = load_weights(Path(self.earlier) / OUTPUTS)["outputs"]
+        if len(outputs) != len(examples):
+            raise SesameError(f"--teacher-outputs {self.earlier}: {OUTPUTS} holds {len(outputs)} rows, but {RECORD} "
+                              f"{len(examples)} examples; drop --teacher-outputs to score the transfer set again")
+        self._reused = outputs
 
 
 class Distillation:
@@ -114,7 +157,8 @@ class Distillation:
 
     def examples(self, job: Task, train: str | None) -> tuple[list[dict], list[str]]:
         """The unlabeled examples of every ``--unlabeled`` file, then the labeled ones of ``train`` (``--train``); the
-        teacher's labels (the run's own when resumed)."""
+        teacher's labels (the run's own when resumed). With ``--teacher-outputs``, unless the run keeps its outputs
+        already, the teacher reuses that run's for them (:meth:`Teacher.reuse`, before the run is written)."""
         labels: list[str] = []
         if job.has_labels:
             resumed = self.spec.resume
@@ -125,6 +169,8 @@ class Distillation:
             job.check(gold, labels, train)
             rows += gold
         self.read = job, rows, labels
+        if self.spec.teacher_outputs is not None and not (Path(self.spec.out) / RECORD).is_file():
+            self.teacher.reuse(rows)
         return rows, labels
 
     def record(self, config: RunConfig, tok: TextTokenizer) -> dict:
@@ -232,8 +278,8 @@ def teacher_states(teacher: nn.Module, batch: dict[str, torch.Tensor]) -> list[t
 
 def teacher_outputs(run: Path, teacher: Teacher, examples: list[dict]) -> torch.Tensor:
     """The teacher's outputs for ``examples`` (one row each): read from the run directory when a run made them
-    before (:data:`OUTPUTS`, :data:`RECORD`), else computed (under torchrun each process scores its share) and
-    written there by rank 0."""
+    before (:data:`OUTPUTS`, :data:`RECORD`), else the teacher's (computed, under torchrun each process scoring its
+    share, or reused from ``--teacher-outputs``) and written there with their record by rank 0."""
     if (run / RECORD).is_file():
         outputs = load_weights(run / OUTPUTS)["outputs"]
         if len(outputs) != len(examples):
@@ -241,9 +287,19 @@ def teacher_outputs(run: Path, teacher: Teacher, examples: list[dict]) -> torch.
                               f"and --train hold {len(examples)} now; restore the files the run was made of, or distil "
                               "into a new --out")
         return outputs
+    record = teacher.record(examples)  # before outputs() lets the teacher go
     outputs = teacher.outputs(examples)
     if world()[0] == 0:
         save_weights(run / OUTPUTS, {"outputs": outputs})
-        write_json(run / RECORD, {"teacher": str(Path(teacher.given).resolve()), "examples": len(outputs),
-                                  "columns": outputs.shape[1]})
+        write_json(run / RECORD, {**record, "columns": outputs.shape[1]})
     return outputs
+
+
+def fingerprint(examples: list[dict]) -> str:
+    """The sha256 of what the teacher reads of ``examples``, in order: each one's fields as canonical JSON but its line
+    number and gold label, and whether it has a gold label (:meth:`Teacher.outputs` batches the two kinds apart)."""
+    digest = hashlib.sha256()
+    for row in examples:
+        read = {key: value for key, value in row.items() if key not in ("line", "label")}
+        digest.update(json.dumps([read, "label" in row], sort_keys=True).encode() + b"\n")
+    return digest.hexdigest()
