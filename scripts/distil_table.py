@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if out.exists():
             parser.error(f"{out} exists without a row: remove it to run it again")
-        row = {"name": name, "start": start, "way": way, "on": on, "minutes": run(scoring_once(command, rows)), "model": str(out)}
+        row = {"name": name, "start": start, "way": way, "on": on, "minutes": run(scoring_once(command, rows)),
+               "model": str(out)}
         row["accuracy"] = sesame.evaluate(str(out), str(dev))["accuracy"]
         rows.append(row)
         with open(rows_file, "a", encoding="utf-8") as fh:
