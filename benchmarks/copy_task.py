@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
                               max_positions=128, dropout=0.0, seed=0)
     if args.weight_init != "normal":
         torch.manual_seed(0)
-        ours.load_state_dict(EncoderDecoder(replace(ours.config, weight_init=args.weight_init)).state_dict())
+        try:
+            config = replace(ours.config, weight_init=args.weight_init)
+        except ValueError as err:  # e.g. xavier for T5's rescaled start
+            parser.error(f"--weight-init {args.weight_init}: {err}")
+        ours.load_state_dict(EncoderDecoder(config).state_dict())
         theirs.load_state_dict(export_weights(args.style, ours.state_dict(), ours), strict=False)
     if args.embedding_std is not None:
         draw = torch.Generator().manual_seed(1)
