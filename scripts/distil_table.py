@@ -37,6 +37,7 @@ import torch
 
 import sesame
 from sesame.apps.compare.tasks import SHORTCUTS, default_data
+from sesame.pipelines import Predictor
 
 sys.path.insert(0, str(Path(__file__).parent))
 from text_vs_head import starts  # noqa: E402
@@ -82,9 +83,8 @@ def scoring_once(command: list[str], rows: list[dict]) -> list[str]:
     return [*command, "--teacher-outputs", earlier] if command[0] == "distil" and earlier else command
 
 
-def latency_ms(model: Path, texts: list[str]) -> float:
+def latency_ms(predictor: Predictor, texts: list[str]) -> float:
     """The median milliseconds of one text's prediction, after 10 untimed ones."""
-    predictor = sesame.load(model)
     for text in texts[:10]:
         predictor.predict([text])
     seconds = []
@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> None:
     with open(dev, newline="", encoding="utf-8") as f:
         texts = [r[files["text_column"]] for r in csv.DictReader(f, **dialect(dev))][: args.latency_texts]
     for row in rows:
-        model = sesame.load(row["model"]).model
-        row["parameters"] = sum(p.numel() for p in model.parameters())
-        row["latency_ms"] = latency_ms(Path(row["model"]), texts)
+        predictor = sesame.load(row["model"])
+        row["parameters"] = sum(p.numel() for p in predictor.model.parameters())
+        row["latency_ms"] = latency_ms(predictor, texts)
     (args.out / "results.md").write_text(table(rows), encoding="utf-8")
     print(table(rows))
 
