@@ -13,11 +13,49 @@ a collapsed encoder says the same thing at every position, and the layer where t
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 
 import torch
 
 from sesame.objectives import build_objective
+from sesame.objectives.base import Objective
 from sesame.rundir import build_backbone, load_backbone, load_tokenizer, read_config
+from sesame.tokenizer import TextTokenizer
+
+Batch = dict[str, torch.Tensor]
+
+
+def valid_batch(objective: Objective, tokenizer: TextTokenizer, *, path: str, rows: int, chars: int,
+                seq_len: int) -> Batch:
+    """The objective's batch of the first ``rows`` windows of the first ``chars`` characters of ``path``, row ``i``
+    corrupted by a generator seeded ``i``; ValueError when the text is too short."""
+    with open(path, encoding="utf-8") as fh:
+        ids = torch.tensor(tokenizer.encode([fh.read(chars)], special=False)[0])
+    length = objective.window_length(seq_len)
+    if len(ids) < rows * length:
+        raise ValueError(f"{len(ids)} tokens in the first {chars:,} characters, fewer than {rows} windows of {length}")
+    windows = ids[: rows * length].view(rows, length)
+    return objective.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(rows)])
+
+
+def source_losses(loss_sum: Callable[[Batch], torch.Tensor], batch: Batch, *, pad: int, clean: bool
+                  ) -> dict[str, float]:
+    """The loss per target token of ``batch``'s targets (``loss_sum``: a model's summed loss of a batch) read from
+    each row's own corrupted input, from another row's, and where ``clean`` (BART, whose targets are the clean text
+    framed as its inputs are) from the clean text."""
+    sources = {"own corrupted input": batch["ids"], "another row's input": batch["ids"].roll(1, 0)}
+    if clean:
+        sources["the clean text"] = batch["targets"]
+    count = int((batch["targets"] != pad).sum())
+    with torch.no_grad():
+        return {name: float(loss_sum({"ids": source, "padding": source != pad, "targets": batch["targets"]})) / count
+                for name, source in sources.items()}
+
+
+def spreads(states: Sequence[torch.Tensor]) -> str:
+    """Each of ``states`` (positions × hidden, one row's) as its standard deviation over the positions, averaged
+    over the hidden units."""
+    return ", ".join(f"{float(h.std(0).mean()):.4f}" for h in states)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,29 +70,21 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = load_tokenizer(args.run, "run")
     model = load_backbone(args.run, "run").eval()
     objective = build_objective(config.objective, model, tokenizer, config.objective_options)
-    with open(args.valid, encoding="utf-8") as fh:
-        ids = torch.tensor(tokenizer.encode([fh.read(args.chars)], special=False)[0])
-    length = objective.window_length(config.seq_len)
-    if len(ids) < args.rows * length:
-        parser.error(f"--valid: {len(ids)} tokens in the first {args.chars:,} characters, fewer than --rows "
-                     f"{args.rows} windows of {length}; give more --chars or fewer --rows")
-    windows = ids[: args.rows * length].view(args.rows, length)
-    batch = objective.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(args.rows)])
-    pad = tokenizer.specials.pad
-    sources = {"own corrupted input": batch["ids"], "another row's input": batch["ids"].roll(1, 0)}
-    if config.objective == "denoising":  # BART's targets are the clean text, framed as its inputs are
-        sources["the clean text"] = batch["targets"]
-    count = int((batch["targets"] != pad).sum())
+    try:
+        batch = valid_batch(objective, tokenizer, path=args.valid, rows=args.rows, chars=args.chars,
+                            seq_len=config.seq_len)
+    except ValueError as err:
+        parser.error(f"--valid: {err}; give more --chars or fewer --rows")
+    losses = source_losses(objective, batch, pad=tokenizer.specials.pad, clean=config.objective == "denoising")
+    for name, loss in losses.items():
+        print(f"loss per target token, {name}: {loss:.4f}")
+    fresh = build_backbone(config).eval()
     with torch.no_grad():
-        for name, source in sources.items():
-            loss = objective({"ids": source, "padding": source != pad, "targets": batch["targets"]})
-            print(f"loss per target token, {name}: {float(loss) / count:.4f}")
-        fresh = build_backbone(config).eval()
         for name, backbone in (("this run", model), ("a fresh model", fresh)):
             ids = batch["ids"][:1]
             layers = backbone.encoder(ids, embedded=backbone.embed(ids, "encoder"), all_layers=True)
             print(f"encoder states' spread over positions, {name}: {float(layers[-1][0].std(0).mean()):.4f} "
-                  f"(embeddings, then each layer: {', '.join(f'{float(h[0].std(0).mean()):.4f}' for h in layers)})")
+                  f"(embeddings, then each layer: {spreads([h[0] for h in layers])})")
 
 
 if __name__ == "__main__":
