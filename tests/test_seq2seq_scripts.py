@@ -90,4 +90,4 @@ def test_bart_init_wants_an_initialisation_to_change(capsys):
     bart_init = load_script(SCRIPTS / "bart_init.py", "bart_init")
     with pytest.raises(SystemExit) as exit:
         bart_init.main(["--size", "tiny"])
-    assert exit.value.code == 2 and "give --embedding-std, --weight-init or both" in capsys.readouterr().err
+    assert exit.value.code == 2 and "give --embedding-std, --weight-init, --norm or several" in capsys.readouterr().err
