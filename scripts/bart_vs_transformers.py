@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: loss per target token, " + ", ".join(f"{k} {v:.4f}" for k, v in losses.items()))
     ids = batch["ids"][:1]
     with torch.no_grad():
-        ours = objective.backbone.encoder(ids, embedded=objective.backbone.embed(ids, "encoder"), all_layers=True)
+        ours = objective.backbone.encoder_layers(ids)
         theirs = twin.model.encoder(input_ids=ids, output_hidden_states=True).hidden_states
     for name, states in (("sesame", [h[0] for h in ours]), ("transformers", [h[0] for h in theirs])):
         print(f"{name}: encoder states' spread over positions, embeddings then each layer: {spreads(states)}")

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         for name, backbone in (("this run", model), ("a fresh model", fresh)):
             ids = batch["ids"][:1]
-            layers = backbone.encoder(ids, embedded=backbone.embed(ids, "encoder"), all_layers=True)
+            layers = backbone.encoder_layers(ids)
             print(f"encoder states' spread over positions, {name}: {float(layers[-1][0].std(0).mean()):.4f} "
                   f"(embeddings, then each layer: {spreads([h[0] for h in layers])})")
 

@@ -8,9 +8,11 @@ import torch
 from sesame import pretrain
 from sesame.cli import main
 from sesame.errors import SesameError
-from sesame.models import Recurrent, RecurrentConfig, XLNet, XLNetConfig
+from sesame.models import (EncoderDecoder, EncoderDecoderConfig, Recurrent, RecurrentConfig, XLNet,
+                           XLNetConfig)
 from sesame.apps.neighbors import (NeighborsSpec, contextual_vectors, find_occurrences, format_neighbors, neighbors,
                                    spherical_kmeans, static_neighbors)
+from sesame.models.encoder_decoder import STYLES
 from sesame.rundir import load_backbone, load_tokenizer
 from sesame.tokenizer import put_cls_last, train_tokenizer
 
@@ -147,6 +149,27 @@ def test_recurrent_models_have_no_position_limit(tmp_path: Path) -> None:
     corpus = tmp_path / "lines.txt"
     corpus.write_text("the cat sleeps\nthe dog runs and the cat sleeps\n")
     assert contextual_vectors(net, tok, find_occurrences(corpus, ["cat"]), 1, corpus).shape == (2, 8)
+
+
+@pytest.mark.parametrize("style", ["t5", "bart"])
+def test_an_encoder_decoder_reads_a_line_with_its_encoder(style: str, tmp_path: Path) -> None:
+    """T5 and BART backbones take decoder inputs too: their vectors are the encoder's states (it used to be a
+    TypeError)."""
+    tok = train_tokenizer(sentences(300), "bpe", 150)
+    torch.manual_seed(0)
+    net = EncoderDecoder(EncoderDecoderConfig(**STYLES[style], vocab_size=tok.vocab_size, hidden=16, layers=2,
+                                              heads=2, intermediate=32, dropout=0.0, max_positions=64,
+                                              pad_id=tok.specials.pad, decoder_start_id=tok.specials.sep)).eval()
+    corpus = tmp_path / "lines.txt"
+    corpus.write_text("The cat sleeps.\nThe old dog runs and the cat sleeps.\n")
+    vectors = contextual_vectors(net, tok, find_occurrences(corpus, ["cat"]), 2, corpus)
+    for vector, line in zip(vectors, corpus.read_text().splitlines()):
+        enc = tok.encodings([line])[0]
+        start = line.index("cat")
+        covering = [i for i, (a, b) in enumerate(enc.offsets) if a < start + 3 and b > start]
+        states = net.encode(torch.tensor([enc.ids])).states[0, covering].mean(0)  # the encoder's last layer
+        torch.testing.assert_close(vector, states, atol=1e-5, rtol=1e-5)
+    assert (vectors[0] - vectors[1]).abs().max() > 1e-4  # the context shows
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])

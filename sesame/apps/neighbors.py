@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..data.corpus import decoded_lines
 from ..errors import SesameError
-from ..models import position_limit
+from ..models import EncoderDecoder, position_limit
 from ..options import option
 from ..rundir import load_backbone, load_tokenizer
 from ..runtime import Runtime, device_of, to_device
@@ -87,7 +87,8 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
     and returned on the CPU in float32. Each line is read as the tokenizer's template gives a single text, with its
     segment ids (XLNet's ``a <sep> <cls>``: 0 … 0 2, the class token in its own segment as pre-trained and as
     fine-tuning reads it; every other template's are all 0, a backbone's default segment); a line longer than a
-    learned position table is refused (XLNet and recurrent models read any length)."""
+    learned position table is refused (XLNet and recurrent models read any length). An encoder-decoder's (T5,
+    BART) vectors are its encoder's states, layer ``i`` of ``config.layers`` encoder layers."""
     lines = sorted({o.line: o.sentence for o in occurrences}.items())
     row = {lineno: i for i, (lineno, _) in enumerate(lines)}
     encodings = tok.encodings([sentence for _, sentence in lines])
@@ -108,7 +109,10 @@ def contextual_vectors(backbone: torch.nn.Module, tok: TextTokenizer, occurrence
             types[i, : len(e.ids)] = torch.tensor(e.type_ids)
             padding[i, : len(e.ids)] = True
         ids, types, padding = to_device((ids, types, padding), device_of(backbone))
-        states = backbone(ids, types=types, padding=padding, all_layers=True)[layer]
+        if isinstance(backbone, EncoderDecoder):
+            states = backbone.encoder_layers(ids, padding)[layer]
+        else:
+            states = backbone(ids, types=types, padding=padding, all_layers=True)[layer]
         hidden += list(states.float().cpu())
     vectors = []
     for o in occurrences:

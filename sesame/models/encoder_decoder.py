@@ -256,6 +256,11 @@ class EncoderDecoder(nn.Module):
         """The encoder's states of source ``ids`` (batch, source; ``padding`` True at real tokens)."""
         return Memory(self.encoder(ids, padding=padding, embedded=self.embed(ids, "encoder")), padding)
 
+    def encoder_layers(self, ids: torch.Tensor, padding: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The encoder's states of source ``ids`` after the embeddings and after each layer (a stack's
+        ``all_layers``): what reads an encoder-decoder's contextual vectors."""
+        return self.encoder(ids, padding=padding, embedded=self.embed(ids, "encoder"), all_layers=True)
+
     def decode(self, ids: torch.Tensor, memory: Memory, *, padding: torch.Tensor | None = None,
                cache: KVCache | None = None) -> torch.Tensor:
         """The decoder's last states (batch, time, hidden) of its inputs ``ids``, each seeing the inputs up to
