@@ -42,7 +42,7 @@ MOVED = ("precision",)  # TrainConfig fields of older runs that the runtime hold
 READ = {"layer_map": lambda items: sorted(layer_pairs(items))}
 
 
-def _resolved(value: object) -> object:
+def resolved(value: object) -> object:
     """A path made absolute; not ``scratch:...`` nor ``minilm``, which name no file (sesame.sources)."""
     if isinstance(value, list):
         return [str(Path(p).resolve()) for p in value]
@@ -55,7 +55,7 @@ def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
     """config.json's ``setup``: the spec's :data:`SETUP` options (and a teacher's, :data:`TEACHER_SETUP`), paths
     resolved."""
     names = (*SETUP[type(spec)], *(TEACHER_SETUP if isinstance(spec, PretrainSpec) and spec.teacher else ()))
-    return {name: _resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name) for name in names}
+    return {name: resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name) for name in names}
 
 
 def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
@@ -95,7 +95,7 @@ def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | Fine
     if recorded is None or given is None:
         return
     if path:
-        same = given == recorded or _resolved(given) == _resolved(recorded)
+        same = given == recorded or resolved(given) == resolved(recorded)
     else:
         same = given == recorded if read is None else read(given) == read(recorded)
     if not same:

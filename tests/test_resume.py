@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from sesame.cli import main
-from sesame.resume import RESUMABLE
+from sesame.resume import RESUMABLE, resolved
 
 from .conftest import refused
 
@@ -43,6 +43,15 @@ def test_finetune_resume_refuses_what_contradicts_the_run(tiny_runs, capsys, fla
     else:
         argv += [flag] + ([value] if value else [])
     refused(argv, capsys, tiny_runs, f"{flag} ", "was made with", made_with)
+
+
+def test_paths_are_recorded_absolute_and_names_of_no_file_as_given(tmp_path, monkeypatch):
+    """A recorded path is absolute, so a run started elsewhere compares equal; ``minilm`` and ``scratch:...`` name no
+    file and stay as given (a distil record once held ``<cwd>/minilm``)."""
+    monkeypatch.chdir(tmp_path)
+    assert resolved("runs/teacher") == str(tmp_path / "runs" / "teacher")
+    assert resolved(["a", "b/c"]) == [str(tmp_path / "a"), str(tmp_path / "b" / "c")]
+    assert [resolved(v) for v in ("minilm", "scratch:bert:mini", None, 3)] == ["minilm", "scratch:bert:mini", None, 3]
 
 
 def test_the_budget_is_all_resume_may_change():

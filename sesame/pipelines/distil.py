@@ -39,7 +39,7 @@ from torch import nn
 from ..errors import SesameError
 from ..models import model_config, position_limit
 from ..objectives.distillation import LOSSES, LayerMatching, uniform_layer_map
-from ..resume import resumed_finetuning
+from ..resume import resolved, resumed_finetuning
 from ..rundir import read_config
 from ..specs import DistilSpec, RunConfig
 from ..tasks import Task, TaskModel
@@ -116,7 +116,7 @@ class Teacher:
         otherwise than fp32). Its max length and task options are its own, and the student's tokenizer plays no part
         (the teacher reads the raw text with its own). Deviation: the device is left out, the machine's choice as for
         --resume: one teacher's fp32 outputs on two devices differ in rounding alone."""
-        return {"teacher": str(Path(self.given).resolve()), "examples": len(examples),
+        return {"teacher": resolved(self.given), "examples": len(examples),
                 "transfer_set": fingerprint(examples), "precision": self.predictor.placement.precision}
 
     def reuse(self, examples: list[dict]) -> None:
