@@ -11,13 +11,14 @@ from .errors import SesameError
 from .train import Interrupted
 
 TRAINING = ("pretrain", "finetune")  # the commands every process runs under torchrun
+GLOBAL_FLAG = "--no-progress"
 
 
 def _parser() -> argparse.ArgumentParser:
     from .commands import COMMANDS
 
     parser = argparse.ArgumentParser(prog="sesame", description="Transfer learning for NLP.")
-    parser.add_argument("--no-progress", action="store_true",
+    parser.add_argument(GLOBAL_FLAG, action="store_true",
                         help="hide progress bars (hidden anyway with --json and when stderr is not a terminal)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
@@ -31,8 +32,20 @@ def quiet(args: argparse.Namespace) -> bool:
     return args.no_progress or getattr(args, "json", False) or not sys.stderr.isatty()
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's arguments; the global ``--no-progress`` may also follow the command
+    (``sesame pretrain ... --no-progress``), where argparse alone would refuse it."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if GLOBAL_FLAG in extra:
+        args.no_progress, extra = True, [a for a in extra if a != GLOBAL_FLAG]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     args.no_progress = quiet(args)
     # Under torchrun (WORLD_SIZE > 1) training commands run on every process as one process group;
     # every other command runs on rank 0 alone, so it does not write the same files N times.

@@ -165,9 +165,11 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs):
     assert not (runs / "new").exists()
 
 
-@pytest.mark.parametrize("terminal, flags, drawn", [(True, [], True), (False, [], False),
-                                                    (True, ["--no-progress"], False)])
-def test_progress_bars_are_drawn_only_on_a_terminal(terminal, flags, drawn, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("terminal, flags, after, drawn", [(True, [], [], True), (False, [], [], False),
+                                                           (True, ["--no-progress"], [], False),
+                                                           (True, [], ["--no-progress"], False)])
+def test_progress_bars_are_drawn_only_on_a_terminal(terminal, flags, after, drawn, tmp_path, capsys, monkeypatch):
+    """--no-progress hides them, before the command or after it."""
     from .conftest import sentences
 
     (tmp_path / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
@@ -177,8 +179,14 @@ def test_progress_bars_are_drawn_only_on_a_terminal(terminal, flags, drawn, tmp_
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     capsys.readouterr()
     assert main([*flags, "prepare", "--corpus", str(tmp_path / "corpus.txt"), "--tokenizer", tok, "--out",
-                 str(tmp_path / "shards")]) == 0
+                 str(tmp_path / "shards"), *after]) == 0
     assert ("prepare:" in capsys.readouterr().err) == drawn
+
+
+def test_an_unknown_argument_is_still_refused(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["evaluate", "--model", "run", "--data", "dev.csv", "--no-progres", "--no-progress"])
+    assert exit.value.code == 2 and "unrecognized arguments: --no-progres" in capsys.readouterr().err
 
 
 def test_json_output_hides_progress_bars_even_on_a_terminal(monkeypatch):
