@@ -214,7 +214,8 @@ def test_xavier_draws_the_stacks_linear_weights_and_nothing_else():
 
 
 def test_xavier_is_refused_where_the_start_is_rescaled():
-    with pytest.raises(ValueError, match="weight_init 'xavier': only for post-LayerNorm"):
+    with pytest.raises(ValueError, match="weight_init 'xavier': only for stacks with scaled scores"):
         config("t5", weight_init="xavier")
+    assert config("bart", norm="pre", weight_init="xavier").norm == "pre"  # torch's norm_first Transformer's start
     with pytest.raises(ValueError, match="weight_init 'glorot'"):
         config("bart", weight_init="glorot")

@@ -38,7 +38,8 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
   matrix, as its ``in_proj_weight``), for short runs of small models: from N(0, 0.02) a 2 + 2-layer, 128-wide
   BART's attention starts almost uniform and it never learns to copy random tokens; from xavier it does
   (``benchmarks/copy_task.py --weight-init``), though 200 steps of BART pre-training still collapse its encoder
-  (docs/results.md);
+  (docs/results.md). In a pre-norm stack it replaces the residual projections' GPT-2 start (std 0.02/√(2·layers))
+  too, as ``torch.nn.Transformer(norm_first=True)`` draws them; T5's unscaled scores refuse it;
 * T5 v1.1's untied output layer starts N(0, hidden^-0.5), so its first scores have the scale of v1.0's tied
   layer (N(0, 1) embeddings read times hidden^-0.5); transformers draws it N(0, 1);
 * BART's position table has no two unused leading rows (Hugging Face's offset of 2: import drops them, export
@@ -98,9 +99,9 @@ class EncoderDecoderConfig(TransformerConfig):
                              f"hidden width {self.hidden}")
         if self.weight_init not in WEIGHT_INITS:
             raise ValueError(f"weight_init {self.weight_init!r}: use one of {', '.join(WEIGHT_INITS)}")
-        if self.weight_init == "xavier" and (self.norm != "post" or not self.scale_attention):
-            raise ValueError("weight_init 'xavier': only for post-LayerNorm stacks with scaled scores (BART's); a "
-                             "pre-norm or unscaled (T5) stack rescales its N(0, 0.02) start, which xavier would undo")
+        if self.weight_init == "xavier" and not self.scale_attention:
+            raise ValueError("weight_init 'xavier': only for stacks with scaled scores (BART's); an unscaled (T5) "
+                             "stack divides its query projection's start by √(head size), which xavier would undo")
         if self.relative_buckets and (self.relative_buckets < 4 or self.relative_buckets % 2):
             raise ValueError(f"relative_buckets {self.relative_buckets}: use 0 (learned positions) or an even "
                              "number from 4 (T5: 32)")
