@@ -228,9 +228,10 @@ def infer(model: TaskModel, task: Task, features: list[dict], pad_id: int) -> to
     order = sorted(range(len(features)), key=lambda i: task.length(features[i]))[rank::size]
     width = max(task.length(f) for f in features)
     out: torch.Tensor | None = None
-    model.eval()
+    if any(m.training for m in model.modules()):  # walking the modules is cheaper than setting each one's mode
+        model.eval()
     device = device_of(model)
-    with torch.no_grad():
+    with torch.inference_mode():  # no autograd bookkeeping at all (the outputs are never differentiated)
         for start in range(0, len(order), EVAL_BATCH):
             chunk = order[start: start + EVAL_BATCH]
             rows = model.outputs(to_device(task.collate([features[i] for i in chunk], pad_id), device)).float().cpu()
