@@ -52,12 +52,14 @@ def pool(hidden: torch.Tensor, real: torch.Tensor, pooling: str) -> torch.Tensor
     """One vector per row of ``hidden`` (batch, time, H) whose real positions ``real`` marks: the first
     (``cls``), the last real (``last``), the mean or the max over real positions, or ULMFiT's concat pooling
     [h_T; maxpool(H); meanpool(H)] (§3.3), 3H wide. Padding never enters a mean or a max."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    peak = hidden.masked_fill(~real[..., None], float("-inf")).amax(1) if pooling in ("max", "concat") else None
+    if pooling == "max":
+        return peak
     last = hidden[torch.arange(hidden.shape[0], device=hidden.device), real.sum(1) - 1]
     mean = (hidden * real[..., None]).sum(1) / real.sum(1, keepdim=True)
-    if pooling in ("max", "concat"):
-        peak = hidden.masked_fill(~real[..., None], float("-inf")).amax(1)
-        return peak if pooling == "max" else torch.cat([last, peak, mean], -1)
-    return {"cls": hidden[:, 0], "mean": mean, "last": last}[pooling]
+    return torch.cat([last, peak, mean], -1) if pooling == "concat" else {"mean": mean, "last": last}[pooling]
 
 
 class BatchNorm(nn.BatchNorm1d):
