@@ -1,5 +1,6 @@
 """The ``sesame`` command: the table of subcommands (:data:`sesame.commands.COMMANDS`, one module each);
-a :class:`SesameError` becomes one line on stderr and exit status 2."""
+a :class:`SesameError` becomes one line on stderr and exit status 2; a closed stdout (``| head``) ends it quietly
+with status 141, as SIGPIPE ends a Unix tool."""
 from __future__ import annotations
 
 import argparse
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as err:
         print(f"sesame: {err}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`sesame predict ... | head`): stop as a Unix tool does on SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush of stdout finds no pipe
+        return 141
     finally:
         if distributed:
             dist.destroy_process_group()

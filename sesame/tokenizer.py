@@ -281,9 +281,11 @@ def _deterministic(tok: Tokenizer, kind: str) -> Tokenizer:
 
     * wordpiece: the continuation pieces given as special tokens (:func:`_continuations`) become ordinary pieces.
     * unigram: EM sums the expected counts over words in hash order, so scores differ in their last digits; and
-      the characters EM dropped come back at the lowest score plus k steps, k in hash order. Those characters get
-      their steps in character order, every score is rounded to :data:`UNIGRAM_DIGITS` decimals, and pieces are
-      ordered by score, then piece (specials stay first).
+      the characters EM dropped come back at the lowest score plus k steps, k in hash order. Those characters, and
+      the characters EM kept at the lowest score, get their steps in character order (a character is on step k when
+      its score is within 10^-:data:`UNIGRAM_DIGITS` of it: EM's noise reaches 10^-10, and which characters EM
+      drops among the tied ones differs too), every score is rounded to :data:`UNIGRAM_DIGITS` decimals, and pieces
+      are ordered by score, then piece (specials stay first).
     * bpe, word: already deterministic (ties broken by the characters' sorted ids, or by the word).
     """
     data = json.loads(tok.to_str())
@@ -293,13 +295,10 @@ def _deterministic(tok: Tokenizer, kind: str) -> Tokenizer:
     elif kind == "unigram":
         vocab = data["model"]["vocab"]
         specials, pieces = vocab[:len(roles)], dict(vocab[len(roles):])
-        on_score: dict[float, list[str]] = {}
-        for piece, score in pieces.items():
-            if len(piece) == 1:
-                on_score.setdefault(score, []).append(piece)
+        singles = {piece: score for piece, score in pieces.items() if len(piece) == 1}
         low, step, added = min(pieces.values()), 0.0, []
-        while low + step in on_score:  # the rungs the trainer's added characters stand on, as it climbs them
-            added += on_score[low + step]
+        while on_step := [p for p, s in singles.items() if abs(s - low - step) < 10 ** -UNIGRAM_DIGITS]:
+            added += on_step  # the rungs the trainer's added characters stand on, as it climbs them
             step += UNIGRAM_STEP
         step = 0.0
         for piece in sorted(added):

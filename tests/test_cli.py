@@ -196,3 +196,21 @@ def test_json_output_hides_progress_bars_even_on_a_terminal(monkeypatch):
     argv = ["evaluate", "--model", "run", "--data", "dev.csv"]
     assert not quiet(_parser().parse_args(argv))
     assert quiet(_parser().parse_args([*argv, "--json"]))
+
+
+FLOOD = """
+import sys
+import sesame.commands.predict as predict
+predict.run = lambda args: [print("a prediction") for _ in iter(int, 1)]  # endless, as a long --input is
+from sesame.cli import main
+sys.exit(main(["predict", "--model", "m"]))
+"""
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """docs/xlnet.md pipes `sesame predict` into `head -n 2`: the closed pipe gave a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-c", FLOOD], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"a prediction\n"
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""
