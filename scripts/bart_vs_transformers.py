@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     if config.objective != "denoising" or config.family != "bart":
         parser.error(f"run {args.run}: a {config.family} run of {config.objective}; give a bart denoising run")
     cfg = TrainConfig(**config.train)
-    steps = args.steps or cfg.max_steps
-    if not steps or steps >= 10**8:
+    if args.steps is None and cfg.max_minutes:
         parser.error(f"run {args.run}: trained to a time budget; give --steps")
+    steps = args.steps or cfg.max_steps
     tokenizer, pad = load_tokenizer(args.run, "run"), config.model["pad_id"]
     torch.manual_seed(cfg.seed)  # as sesame pretrain builds its model
     objective = build_objective(config.objective, build_backbone(config), tokenizer, config.objective_options)
