@@ -211,7 +211,10 @@ class SharedEmbeddings(nn.Module):
         """The ``side`` stack's input vectors of ``ids`` at positions ``past``, ``past + 1``, ..."""
         x = self.tokens(ids)
         if self.positions is not None:
-            x = x + self.positions[side].weight[past: past + ids.shape[1]]
+            table, end = self.positions[side].weight, past + ids.shape[1]
+            if end > len(table):  # as the stack would say, before a slice too short fails to broadcast
+                raise ValueError(f"sequence length {end} exceeds max_positions {len(table)}")
+            x = x + table[past:end]
         if self.norm is not None:
             x = self.norm[side](x)
         return self.dropout(x)
