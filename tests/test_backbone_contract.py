@@ -119,10 +119,6 @@ class Case:
         return model.eval()
 
 
-def causal_views(causal: bool) -> dict[str, tuple[View, bool]]:
-    return {"states": (layers_and_output, causal)}
-
-
 def spell(model: nn.Module) -> None:
     model.set_vocabulary(["<pad>"] + [f"w{i}" * (i % 3 + 1) for i in range(1, VOCAB)], [0])
 
@@ -139,26 +135,31 @@ def tiny_seq2seq(style: str) -> EncoderDecoderConfig:
                                    **relative})
 
 
+CAUSAL = {"states": (layers_and_output, True)}
 SEQ2SEQ_VIEWS = {"encoder": (encoder_layers, False), "decoder": (decoder_logits, True)}
-OUTPUT_LAYER = lambda model: (model.output_weight, model.embed.tokens.weight)  # noqa: E731
+
+
+def output_layer(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    return model.output_weight, model.embed.tokens.weight
+
 
 CASES = [
     Case("bert", tiny_transformer()),
     Case("gpt2-banded", tiny_transformer(causal=True, norm="pre", activation="gelu_tanh", attention_window=3),
-         causal_views(True)),
+         CAUSAL),
     Case("albert", tiny_transformer(embedding_size=8, sharing="all")),
     Case("awd-lstm", RecurrentConfig(vocab_size=VOCAB, embedding_size=8, hidden_size=12, layers=2, tied=True,
                                      dropout=0.1, embedding_dropout=0.1, input_dropout=0.1, hidden_dropout=0.1,
-                                     weight_dropout=0.1), causal_views(True)),
+                                     weight_dropout=0.1), CAUSAL),
     Case("bigru", RecurrentConfig(vocab_size=VOCAB, cell="gru", causal=False, embedding_size=8, hidden_size=12,
                                   layers=2, dropout=0.1)),
     Case("elmo", ElmoConfig(vocab_size=VOCAB, max_chars=10, char_embedding=4, filters=[[1, 4], [2, 4], [3, 8]],
                             highways=1, projection=8, cell=16, layers=2, dropout=0.1), prepare=spell),
     Case("cove", CoveConfig(vocab_size=VOCAB, target_vocab_size=VOCAB, embedding_size=8, hidden_size=6, dropout=0.1),
          exercise=translate, backbone=lambda model: model.encoder),
-    Case("t5", tiny_seq2seq("t5"), SEQ2SEQ_VIEWS, seq2seq, OUTPUT_LAYER),
+    Case("t5", tiny_seq2seq("t5"), SEQ2SEQ_VIEWS, seq2seq, output_layer),
     Case("t5v1_1", tiny_seq2seq("t5v1_1"), SEQ2SEQ_VIEWS, seq2seq),
-    Case("bart", tiny_seq2seq("bart"), SEQ2SEQ_VIEWS, seq2seq, OUTPUT_LAYER),
+    Case("bart", tiny_seq2seq("bart"), SEQ2SEQ_VIEWS, seq2seq, output_layer),
     Case("xlnet", XLNetConfig(vocab_size=VOCAB, hidden=16, layers=2, heads=2, intermediate=32, dropout=0.1,
                               mem_len=8), exercise=two_streams),
 ]
