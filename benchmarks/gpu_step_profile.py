@@ -3,7 +3,7 @@ busy time (their difference is launch and framework overhead on the CPU), kernel
 operators with the most GPU time, for ``benchmarks/train_step.py``'s contenders (same models, batch, AdamW).
 
 A step whose wall time far exceeds its GPU time is bound by launches, not arithmetic: then fewer, larger kernels
-help and a faster precision does not (docs/results.md, "On an NVIDIA H100"). torch.profiler adds time to every
+help and a faster precision does not (docs/results/speed.md, "On an NVIDIA H100"). torch.profiler adds time to every
 operator call, so the wall times here read higher than train_step.py's.
 
     python benchmarks/gpu_step_profile.py                          # mini MLM and causal steps, fp32 and bf16

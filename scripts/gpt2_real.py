@@ -5,7 +5,7 @@ Stages, each recorded as it finishes so an interrupted run continues where it st
 tokenizer and the pre-training; WikiText-2 test perplexity, bits per byte and per character;
 generated samples (greedy with a repetition penalty, nucleus sampling, a TL;DR: prompt); airline
 fine-tuning with and without GPT's auxiliary LM loss (λ = 0.5), several seeds each; and prompt-eval
-accuracy on airline dev against the number of demonstrations k. Writes docs/results.md between the
+accuracy on airline dev against the number of demonstrations k. Writes docs/results/decoders.md between the
 ``decoder`` markers.
 
     python scripts/gpt2_real.py --data ../shared/data --runs runs/gpt2
@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4, help="fine-tuning learning rate (the foundation's gpt pick)")
     parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per setting")
     parser.add_argument("--draws", type=int, default=5, help="prompt-eval demonstration draws per k")
-    parser.add_argument("--results", default="docs/results.md")
+    parser.add_argument("--results", default="docs/results/decoders.md")
     args = parser.parse_args()
     data, runs = Path(args.data), Path(args.runs)
     record, results = open_record(runs)

@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000, 2000, 4000])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--markdown", default="docs/results.md")
+    parser.add_argument("--markdown", default="docs/results/foundation.md")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 Runs every stage with the public API, skips a stage whose result is already recorded (so an
 interrupted run continues where it stopped), and writes the numbers and the commands into
-docs/results.md between the ``foundation`` markers. Budgets are wall time on this machine.
+docs/results/foundation.md between the ``foundation`` markers. Budgets are wall time on this machine.
 
 Fine-tuning protocol, the same for the pre-trained model and its from-scratch twin: each picks its
 learning rate from ``--lrs`` by dev accuracy at seed 0, then runs ``--seeds`` seeds at that rate;
@@ -57,7 +57,7 @@ def main() -> None:
                         help="dropout while pre-training (fine-tuning always uses 0.1)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="pre-training's (fine-tuning: fp32)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the pre-trained model")
-    parser.add_argument("--results", default="docs/results.md")
+    parser.add_argument("--results", default="docs/results/foundation.md")
     args = parser.parse_args()
     data, runs = Path(args.data), Path(args.runs)
     record, results = open_record(runs)

@@ -1,7 +1,7 @@
 """What the results scripts share: stages recorded as they finish, and Markdown blocks replaced in place.
 
 A script keeps a JSON record of finished stages, so an interrupted run continues where it stopped,
-and writes its tables into docs/results.md between its own ``<!-- NAME:start -->`` and
+and writes its tables into a page of docs/results/ between its own ``<!-- NAME:start -->`` and
 ``<!-- NAME:end -->`` markers, leaving the rest of the file alone.
 """
 from __future__ import annotations

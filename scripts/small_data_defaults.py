@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0, help="pre-training budget")
     parser.add_argument("--labels", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--markdown", default="docs/results.md")
+    parser.add_argument("--markdown", default="docs/results/foundation.md")
     args = parser.parse_args()
     data, out = Path(args.data), Path(args.out)
     record, results = open_record(out)

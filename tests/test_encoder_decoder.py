@@ -1,11 +1,9 @@
 import pytest
 import torch
 
-from sesame.models import build_model, model_config
 from sesame.models.caches import KVCache
 from sesame.models.encoder_decoder import (STYLES, EncoderDecoder, EncoderDecoderConfig, RelativePositionBias,
                                            relative_buckets)
-from sesame.train.checkpoint import load_weights, save_weights
 
 VOCAB = 100
 
@@ -46,18 +44,6 @@ def test_the_position_bias_looks_up_the_buckets_of_every_offset(bidirectional):
         buckets = relative_buckets(keys[None, :] - keys[past:, None], buckets=32, max_distance=20,
                                    bidirectional=bidirectional)
         assert torch.equal(bias(length, past), bias.table(buckets).permute(2, 0, 1)[None])
-
-
-@pytest.mark.parametrize("style", ["t5", "bart"])
-def test_no_decoder_logit_depends_on_a_later_decoder_token(style):
-    m = model(style)
-    ids, padding = source([9, 6])
-    targets = torch.randint(3, VOCAB, (2, 8))
-    changed = targets.clone()
-    changed[:, 5:] = (targets[:, 5:] + 1) % VOCAB
-    a, b = (m(ids, padding=padding, decoder_ids=t) for t in (targets, changed))
-    assert torch.allclose(a[:, :5], b[:, :5], atol=1e-6)
-    assert not torch.allclose(a[:, 5:], b[:, 5:], atol=1e-4)
 
 
 @pytest.mark.parametrize("style", ["t5", "bart"])
@@ -132,18 +118,6 @@ def test_decoder_inputs_start_with_the_start_token():
 def test_inconsistent_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         config("t5", **fields)
-
-
-@pytest.mark.parametrize("style", ["t5", "bart"])
-def test_a_run_config_rebuilds_it_and_its_weights_round_trip(style, tmp_path):
-    m = model(style)
-    save_weights(tmp_path / "model.safetensors", m.state_dict())  # the shared table is stored once
-    twin = build_model({"arch": "encoder_decoder", **m.config.to_dict()}).eval()
-    assert model_config({"arch": "encoder_decoder", **m.config.to_dict()}) == m.config
-    twin.load_state_dict(load_weights(tmp_path / "model.safetensors"))
-    ids, padding = source([6, 4])
-    targets = torch.randint(3, VOCAB, (2, 5))
-    assert torch.equal(m(ids, padding=padding, decoder_ids=targets), twin(ids, padding=padding, decoder_ids=targets))
 
 
 def jittered(hf_model):

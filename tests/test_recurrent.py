@@ -90,27 +90,6 @@ def test_embedding_dropout_drops_whole_words():
     assert torch.equal(vectors[0, 0], vectors[0, 1])  # a word is dropped (or kept) wherever it occurs
 
 
-def test_forward_lstm_state_at_t_sees_no_later_token():
-    model = tiny(weight_dropout=0.5, hidden_dropout=0.2, input_dropout=0.2, dropout=0.3).eval()
-    ids = torch.randint(5, 40, (2, 10))
-    changed = ids.clone()
-    changed[:, 6:] = torch.randint(5, 40, (2, 4))
-    a, b = model(ids), model(changed)
-    assert torch.allclose(a[:, :6], b[:, :6])
-    assert not torch.allclose(a[:, 6:], b[:, 6:])
-
-
-def test_bidirectional_padding_matches_the_row_alone():
-    model = tiny(causal=False, cell="gru").eval()
-    ids = torch.randint(5, 40, (2, 8))
-    padding = torch.ones(2, 8, dtype=torch.bool)
-    padding[1, 5:] = False
-    both = model(ids, padding=padding)
-    alone = model(ids[1:, :5])
-    assert both.shape == (2, 8, 16)
-    assert torch.allclose(both[1, :5], alone[0], atol=1e-6)  # the backward direction starts at the last real token
-
-
 def test_concat_pooling_ignores_padding():
     torch.manual_seed(4)
     hidden = torch.randn(1, 4, 3)

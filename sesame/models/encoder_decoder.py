@@ -38,7 +38,7 @@ Deliberate deviations, none of which changes what a converted checkpoint compute
   matrix, as its ``in_proj_weight``), for short runs of small models: from N(0, 0.02) a 2 + 2-layer, 128-wide
   BART's attention starts almost uniform and it never learns to copy random tokens; from xavier it does
   (``benchmarks/copy_task.py --weight-init``), though 200 steps of BART pre-training still collapse its encoder
-  (docs/results.md). In a pre-norm stack it replaces the residual projections' GPT-2 start (std 0.02/√(2·layers))
+  (docs/results/encoder-decoders.md). In a pre-norm stack it replaces the residual projections' GPT-2 start (std 0.02/√(2·layers))
   too, as ``torch.nn.Transformer(norm_first=True)`` draws them; T5's unscaled scores refuse it;
 * T5 v1.1's untied output layer starts N(0, hidden^-0.5), so its first scores have the scale of v1.0's tied
   layer (N(0, 1) embeddings read times hidden^-0.5); transformers draws it N(0, 1);
@@ -211,7 +211,10 @@ class SharedEmbeddings(nn.Module):
         """The ``side`` stack's input vectors of ``ids`` at positions ``past``, ``past + 1``, ..."""
         x = self.tokens(ids)
         if self.positions is not None:
-            x = x + self.positions[side].weight[past: past + ids.shape[1]]
+            table, end = self.positions[side].weight, past + ids.shape[1]
+            if end > len(table):  # as the stack would say, before a slice too short fails to broadcast
+                raise ValueError(f"sequence length {end} exceeds max_positions {len(table)}")
+            x = x + table[past:end]
         if self.norm is not None:
             x = self.norm[side](x)
         return self.dropout(x)

@@ -217,8 +217,9 @@ class XLNet(nn.Module):
         b, length = ids.shape
         past = memory[0].shape[1] if memory else 0
         device = ids.device
-        relative = self.pos_dropout(relative_encodings(length, past + length, self.config.hidden, device=device,
-                                                       clamp_len=self.config.clamp_len, backward=backward))
+        relative = relative_encodings(length, past + length, self.config.hidden, device=device,
+                                      clamp_len=self.config.clamp_len, backward=backward)
+        relative = self.pos_dropout(relative.to(self.embed.tokens.weight.dtype))  # the module's dtype, as h's
         different = different_g = None
         if types is not None:
             keys = torch.cat([types.new_zeros(b, past), types], 1)
