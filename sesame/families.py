@@ -135,7 +135,8 @@ FAMILIES: dict[str, Family] = {
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
                cls_last=True, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
-               objective_options={"max_span": 5, "bi_data": True}),  # §3.1's pre-training: spans, both directions
+               objective_options={"max_span": 5, "bi_data": True},  # §3.1's pre-training: spans, both directions
+               model_options={"activation": "gelu_tanh"}),  # XLNet's code (modeling.py's gelu): the tanh form
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings
