@@ -84,6 +84,7 @@ class Family:
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
+T5_WINDOWS = {"separators": False}  # documents joined with nothing between, as T5's reduce_concat_tokens
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -124,18 +125,19 @@ FAMILIES: dict[str, Family] = {
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
         Family("t5", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020",  # BART's head,
                arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,  # as HF's T5
-               hf_model_type="t5"),
+               hf_model_type="t5", objective_options=T5_WINDOWS),
         # T5 v1.1 (transformers' google/t5-v1_1-*): GLU feed-forward narrowed to keep its parameters (Shazeer 2020)
         Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020, v1.1",
                arch="encoder_decoder", model_options=STYLES["t5v1_1"], decoder_start="pad", sentinels=100,
-               intermediate=8 / 3, hf_model_type="t5"),
+               intermediate=8 / 3, hf_model_type="t5", objective_options=T5_WINDOWS),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
                arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
                source_bos=True, hf_model_type="bart"),
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
                cls_last=True, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
-               objective_options={"max_span": 5, "bi_data": True}),  # §3.1's pre-training: spans, both directions
+               objective_options={"max_span": 5, "bi_data": True},  # §3.1's pre-training: spans, both directions
+               model_options={"activation": "gelu_tanh"}),  # XLNet's code (modeling.py's gelu): the tanh form
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings

@@ -33,7 +33,10 @@ SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "
          DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha", "hidden_weight",
                       "layer_map")}  # layer_map: as the run resolved it (sesame.pipelines.distil)
 # a pretrain run's with --teacher (student_layers: as the run resolved them, sesame.pipelines.distilbert)
-TEACHER_SETUP = ("teacher", "student_layers", "kl_weight", "mlm_weight", "cosine_weight", "temperature")
+TEACHER_SETUP = ("teacher", "student_layers", "kl_weight", "mlm_weight", "cosine_weight", "temperature",
+                 "train_positions", "mlm_smoothing")
+# what a run pre-trained with a teacher before DistilBERT's frozen positions and smoothed masking were its defaults did
+TEACHER_BEFORE = {"train_positions": True, "mlm_smoothing": 0.0}
 PATHS = ("corpus", "valid", "tokenizer", "base", "train", "dev", "train_src", "train_tgt", "valid_src", "valid_tgt",
          "vectors", "mixture", "teacher", "unlabeled")
 COLUMNS = ("text_column", "label_column", "pair_column", "symmetric")  # task options with flags of their own
@@ -147,7 +150,7 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
                 "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
                 "discriminative": config.discriminative, "base": config.base,
                 "dropout": config.model.get("dropout"), "attention_window": config.model.get("attention_window"),
-                **config.setup}
+                **(TEACHER_BEFORE if "teacher" in config.setup else {}), **config.setup}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
     for key, value in spec.objective_options.items():

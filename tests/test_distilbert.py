@@ -23,6 +23,7 @@ from sesame.train.trainer import mean_loss
 from .conftest import documents, refused, sentences
 
 Q = ["--no-progress"]
+PLAIN = {"counts": None, "smoothing": 0.0, "train_positions": True}  # BERT's masking, every weight trained
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 
 
@@ -73,7 +74,7 @@ def test_the_loss_is_the_weighted_sum_of_the_three_terms_computed_by_hand() -> N
     the heads' arithmetic written out: dense → GELU → LayerNorm → tied embeddings + bias."""
     student, teacher = masked_lm(2, seed=3), masked_lm(4, seed=4)
     loss = MaskedLMDistillation(student, frozen_teacher(teacher), soft_targets=True,
-                                weights={"mlm": 2.0, "kl": 5.0, "cosine": 1.0}, temperature=2.0)
+                                weights={"mlm": 2.0, "kl": 5.0, "cosine": 1.0}, temperature=2.0, **PLAIN)
     batch = a_batch(loss)
     n, tokens = batch["masked"], batch["ids"].numel()  # 3 windows of 10 tokens, each between [CLS] and [SEP]
     assert n > 0 and tokens == 36 and batch["counts"] == {"mlm": n, "kl": n, "cosine": tokens}
@@ -108,16 +109,40 @@ def test_a_student_equal_to_its_teacher_has_no_kl_or_cosine_loss() -> None:
     teacher, student = masked_lm(2, seed=5), masked_lm(2, seed=6)
     student.load_state_dict(student_weights(teacher.state_dict(), student.state_dict(), [0, 1]))
     weights = {"mlm": 2.0, "kl": 5.0, "cosine": 1.0}
-    same = MaskedLMDistillation(student, frozen_teacher(teacher), soft_targets=True, weights=weights, temperature=2.0)
+    same = MaskedLMDistillation(student, frozen_teacher(teacher), soft_targets=True, weights=weights, temperature=2.0,
+                                **PLAIN)
     with torch.no_grad():
         parts = same(a_batch(same))
         assert float(parts["kl"]) == pytest.approx(0.0, abs=1e-5)
         assert float(parts["cosine"]) == pytest.approx(0.0, abs=1e-4)
         assert float(parts["mlm"]) > 1.0
         bare = MaskedLMDistillation(student, frozen_teacher(masked_lm(2, seed=7).backbone), soft_targets=False,
-                                    weights=weights, temperature=2.0)
+                                    weights=weights, temperature=2.0, **PLAIN)
         assert bare.part_names == ("mlm", "cosine") and bare.part_weights == {"mlm": 2.0, "cosine": 1.0}
         assert float(bare(a_batch(bare))["cosine"]) > 0.1  # another model's states
+
+
+def test_rare_tokens_are_masked_in_proportion_to_count_to_the_minus_0_7() -> None:
+    """DistilBERT's smoothing: a token's weight is max(count, 1)^-0.7, 0 for special tokens; a sequence of six
+    selectable tokens has one masked position (round(0.15·6)), which falls on the rare token with probability
+    w_rare / (w_rare + 5·w_common), 0.96 here, where uniform masking picks it 1 time in 6."""
+    from sesame.objectives.masking import mask_weighted_tokens, replacement_pool, smoothed_weights
+
+    counts = torch.zeros(40, dtype=torch.long)
+    counts[10], counts[11] = 1000, 1  # a common token and a rare one; 12: never seen, weighted as a count of 1
+    weights = smoothed_weights(counts, 0.7, torch.tensor(SPECIALS.all))
+    assert weights[11] == weights[12] == 1.0 and weights[10] == pytest.approx(1000 ** -0.7)
+    assert (weights[torch.tensor(SPECIALS.all)] == 0).all()
+    ids = torch.tensor([SPECIALS.cls, 10, 10, 11, 10, 10, 10, SPECIALS.sep])
+    pool, draws = replacement_pool(40, torch.tensor(SPECIALS.all)), 2000
+    picked = torch.zeros(len(ids))
+    for seed in range(draws):
+        _, selected = mask_weighted_tokens(ids, weights, SPECIALS.mask, pool, torch.Generator().manual_seed(seed))
+        assert int(selected.sum()) == 1
+        picked += selected
+    expected = 1 / (1 + 5 * 1000 ** -0.7)
+    assert picked[3] / draws == pytest.approx(expected, abs=0.02)  # binomial sd 0.004
+    assert picked[0] == picked[-1] == 0
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +179,11 @@ def test_a_distilled_student_resumes_exactly_and_fine_tunes(teacher, tmp_path, c
     assert config["setup"]["student_layers"] == [0] and config["setup"]["kl_weight"] == 5.0
     assert load_tokenizer(tmp_path / "straight").backend.to_str() == load_tokenizer(run).backend.to_str()
     assert not any(k.startswith("student.") for k in load_weights(tmp_path / "straight" / "model.safetensors"))
+    # DistilBERT's recipe: the positions stay the teacher's (frozen) while the words move; masks smoothed by 0.7
+    assert (config["setup"]["train_positions"], config["setup"]["mlm_smoothing"]) == (False, 0.7)
+    taught, learnt = load_weights(run / "model.safetensors"), load_weights(tmp_path / "straight" / "model.safetensors")
+    assert torch.equal(learnt["backbone.embed.positions.weight"], taught["backbone.embed.positions.weight"])
+    assert not torch.equal(learnt["backbone.embed.tokens.weight"], taught["backbone.embed.tokens.weight"])
 
     out = tmp_path / "student"
     kill_at_step(monkeypatch, 3)
@@ -175,6 +205,26 @@ def test_a_distilled_student_resumes_exactly_and_fine_tunes(teacher, tmp_path, c
     assert read_json(tmp_path / "tuned" / "config.json")["model"]["layers"] == 1
 
 
+def test_positions_train_when_asked_and_older_runs_resume_as_they_were_made(teacher, tmp_path) -> None:
+    """--train-positions moves the positions; a run made before the recipe's frozen positions and smoothed masks
+    (its config.json's setup without them) resumes with both off, as it was made."""
+    from sesame.resume import resumed_pretraining
+    from sesame.specs import PretrainSpec
+
+    root, run = teacher
+    out = tmp_path / "student"
+    assert main(distil(root, run, out, "--max-steps", "2", "--train-positions")) == 0
+    learnt, taught = load_weights(out / "model.safetensors"), load_weights(run / "model.safetensors")
+    assert not torch.equal(learnt["backbone.embed.positions.weight"], taught["backbone.embed.positions.weight"])
+    config = read_json(out / "config.json")
+    assert (config["setup"]["train_positions"], config["setup"]["mlm_smoothing"]) == (True, 0.7)
+    for name in ("train_positions", "mlm_smoothing"):
+        del config["setup"][name]
+    (out / "config.json").write_text(json.dumps(config))
+    spec = resumed_pretraining(PretrainSpec(corpus=[str(root / "corpus.txt")], out=str(out), resume=True))
+    assert (spec.train_positions, spec.mlm_smoothing, spec.teacher) == (True, 0.0, str(run.resolve()))
+
+
 def test_what_a_student_cannot_change_is_refused(teacher, tmp_path, capsys) -> None:
     root, run = teacher
     out = tmp_path / "student"
@@ -182,6 +232,9 @@ def test_what_a_student_cannot_change_is_refused(teacher, tmp_path, capsys) -> N
     refused(distil(root, run, out, "--vocab-size", "300"), capsys, tmp_path, "--vocab-size 300", "teacher")
     refused(distil(root, run, out, "--objective", "mlm_nsp"), capsys, tmp_path, "--objective mlm_nsp")
     refused(distil(root, run, out, "--seq-len", "600"), capsys, tmp_path, "--seq-len 600", "512 positions")
+    refused(distil(root, run, out, "--masking", "whole_word"), capsys, tmp_path, "--mlm-smoothing 0.7",
+            "--masking whole_word")
+    refused(distil(root, run, out, "--mlm-smoothing", "-1"), capsys, tmp_path, "--mlm-smoothing -1", "0.7")
     refused(Q + ["pretrain", "--corpus", str(root / "corpus.txt"), "--out", str(out), "--kl-weight", "1"], capsys,
             tmp_path, "--kl-weight", "--teacher")
     refused(distil(root, tmp_path / "nothing", out), capsys, tmp_path, "--teacher")

@@ -13,7 +13,7 @@ from sesame.errors import SesameError
 from sesame.families import backbone_config
 from sesame.models import build_model
 from sesame.models.encoder_decoder import EncoderDecoderConfig
-from sesame.rundir import read_config, write_config
+from sesame.rundir import load_tokenizer, read_config, write_config
 from sesame.specs import RunConfig
 from sesame.tasks import make_task
 from sesame.tokenizer import train_tokenizer
@@ -51,6 +51,10 @@ def test_finetune_evaluate_and_predict_through_the_cli(family, task, files, tmp_
     config = read_config(run, "--model", ("finetuned",))
     assert (config.family, config.task, config.pooling, config.model["arch"]) == (family, task, "last",
                                                                                   "encoder_decoder")
+    tok = load_tokenizer(run)  # T5 reads "a </s>", as its pre-training's inputs end, never <s>; BART "<s> a </s>"
+    ids = tok.encode(["a dog"])[0]
+    assert ids[-1] == tok.specials.sep and (ids[0] == tok.specials.cls) == (family == "bart")
+    assert tok.specials.cls not in ids[1:]
     main(["evaluate", "--model", str(run), "--data", str(dev), "--json"])
     select = "accuracy" if task == "classify" else "pearson"
     assert json.loads(capsys.readouterr().out)[select] == pytest.approx(tuned[select], abs=1e-6)

@@ -169,9 +169,9 @@ def test_gpt_gpt2_and_albert_use_gelus_tanh_approximation_and_old_runs_keep_thei
     from sesame.families import backbone_config
     from sesame.models import build_model
 
-    families = ("gpt", "gpt2", "albert", "bert")
+    families = ("gpt", "gpt2", "albert", "xlnet", "bert")
     assert {f: backbone_config(f, "tiny", 100, 0).to_dict()["activation"] for f in families} == {
-        "gpt": "gelu_tanh", "gpt2": "gelu_tanh", "albert": "gelu_tanh", "bert": "gelu"}
+        "gpt": "gelu_tanh", "gpt2": "gelu_tanh", "albert": "gelu_tanh", "xlnet": "gelu_tanh", "bert": "gelu"}
     x = torch.linspace(-4, 4, 33)
     tanh_form = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
     for activation, expected in (("gelu_tanh", tanh_form), ("gelu", torch.nn.functional.gelu(x))):

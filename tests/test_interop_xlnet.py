@@ -109,6 +109,7 @@ def test_an_lm_checkpoint_imports_with_transformers_outputs_and_comes_back_tenso
     assert (summary["family"], summary["kind"], summary["objective"]) == ("xlnet", "pretrained", "plm")
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["model"]["mem_len"] == 5 and config["pooling"] == "last" and config["model"]["clamp_len"] == clamp_len
+    assert config["model"]["activation"] == "gelu"  # transformers' default ff_activation, exact GELU, as it says
     assert_same_lm(*sesame_lm(tmp_path / "run"), theirs, theirs.config.vocab_size)
 
     assert to_hf(tmp_path / "run", tmp_path / "back")["architecture"] == "XLNetLMHeadModel"
@@ -206,7 +207,7 @@ def sesame_run(folder: Path, finetuned: bool = False) -> tuple[XLNet, object]:
     put_cls_last(tok)
     torch.manual_seed(3)
     net = XLNet(XLNetConfig(vocab_size=tok.vocab_size, hidden=32, layers=2, heads=4, intermediate=64, dropout=0.0,
-                            pad_id=tok.specials.pad, mem_len=5))
+                            pad_id=tok.specials.pad, mem_len=5, activation="gelu_tanh"))  # as the xlnet row's
     folder.mkdir()
     tok.save(folder / "tokenizer.json")
     if finetuned:
@@ -235,6 +236,7 @@ def test_a_sesame_lm_exports_to_what_transformers_loads_with_its_outputs(tmp_pat
     theirs, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", output_loading_info=True)
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     assert theirs.config.mem_len == 5 and theirs.config.pad_token_id == tok.specials.pad
+    assert theirs.config.ff_activation == "gelu_new"  # transformers' name of the tanh form; its "gelu" is exact
     assert_same_lm(*sesame_lm(tmp_path / "run"), theirs.eval(), tok.vocab_size)
     auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     texts = sentences(5, seed=7)

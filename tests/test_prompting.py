@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from sesame import SesameError, prompt_eval
-from sesame.apps.prompting import Template, assemble, demonstration_indices, parse_verbalizers
+from sesame.apps.prompting import (CONTENT_FREE, Template, assemble, calibrate, content_free, demonstration_indices,
+                                   parse_verbalizers)
 from sesame.families import backbone_config
 from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
@@ -140,29 +141,61 @@ def test_prompt_eval(gpt: Path, tmp_path: Path) -> None:
     assert prompt_eval(str(gpt), str(data), train=str(train), ks=(0, 1, 4), draws=3, progress=False) == report
 
     # zero-shot, recomputed by hand: [sep] + "text\nSentiment:" then " yes" or " no", per-token mean or
-    # total minus the total after "N/A" (calibrated)
+    # calibrated: the labels' normalised probabilities over p_cf, their mean after "N/A", "" and "[MASK]", normalised
     backbone, tok = load_backbone(gpt), load_tokenizer(gpt)
     words = {"animal": "yes", "none": "no"}
     continuations = dict(zip(words, tok.encode([" longer yes", " no"], special=False)))
-    reference = [tok.specials.sep] + tok.encode(["N/A\nSentiment:"], special=False)[0]
+    references = [[tok.specials.sep] + ids for ids in tok.encode(["N/A\nSentiment:", "\nSentiment:",
+                                                                   "[MASK]\nSentiment:"], special=False)]
+    p_cf = torch.tensor([[direct(backbone, r, ids) for ids in continuations.values()] for r in references],
+                        dtype=torch.float64).exp()  # (float64: a verbaliser's probability can be below float32's)
+    p_cf = p_cf.mean(0) / p_cf.mean(0).sum()
     for scoring in ("mean", "calibrated"):
         zero = prompt_eval(str(gpt), str(data), verbalizers={"animal": "longer yes", "none": "no"}, ks=(0,),
                            scoring=scoring, progress=False)["results"][0]
         guesses = []
         for text, _ in animal_rows(12, seed=3):
             prompt = [tok.specials.sep] + tok.encode([f"{text}\nSentiment:"], special=False)[0]
-            scores = {label: direct(backbone, prompt, ids) / len(ids) if scoring == "mean" else
-                      direct(backbone, prompt, ids) - direct(backbone, reference, ids)
-                      for label, ids in continuations.items()}
+            p = torch.tensor([direct(backbone, prompt, ids) for ids in continuations.values()], dtype=torch.float64).exp()
+            scores = dict(zip(words, (p / p.sum() / p_cf).tolist() if scoring == "calibrated" else
+                              [direct(backbone, prompt, ids) / len(ids) for ids in continuations.values()]))
             guesses.append(max(scores, key=scores.get))
         assert zero["accuracies"] == [sum(g == label for g, label in zip(guesses, labels)) / 12]
         assert zero["predicted"] == {label: guesses.count(label) / 12 for label in words}
         assert 0 < zero["predicted"]["animal"] < 1  # both labels predicted: the comparison tells something
 
 
+def test_calibration_divides_by_the_mean_content_free_probabilities() -> None:
+    """Zhao et al. 2021, eq. 1 with W = diag(p_cf)⁻¹: p_cf is the mean of the labels' probabilities over the
+    content-free inputs, normalised; a label the prompt favours whatever the text loses that advantage."""
+    after = torch.tensor([[0.6, 0.1, 0.1], [0.2, 0.1, 0.1], [0.4, 0.4, 0.1]])  # 3 inputs × 3 labels, unnormalised
+    mean = torch.tensor([0.4, 0.2, 0.1])
+    torch.testing.assert_close(content_free(after.log()).exp(), mean / mean.sum())
+    example = torch.tensor([0.5, 0.3, 0.1])  # the biased label first, by probability
+    calibrated = calibrate(example.log(), content_free(after.log())).exp()
+    torch.testing.assert_close(calibrated, example / example.sum() / (mean / mean.sum()))
+    assert calibrated.argmax() == 1 and example.argmax() == 0
+    assert CONTENT_FREE == ("N/A", "", "[MASK]")
+
+
+def test_content_free_prompts_are_scored_once_per_demonstration_set(gpt: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zero-shot, every example has the same (empty) demonstration set: three content-free prompts for all 12."""
+    data = write_csv(tmp_path / "dev.csv", animal_rows(12, seed=3))
+    scored = []
+
+    def counted(lm, prompts, candidates, **kwargs):
+        scored.append(len(prompts))
+        return continuation_logprobs(lm, prompts, candidates, **kwargs)
+
+    monkeypatch.setattr("sesame.apps.prompting.continuation_logprobs", counted)
+    prompt_eval(str(gpt), str(data), ks=(0,), scoring="calibrated", progress=False)
+    assert scored == [12 + len(CONTENT_FREE)]
+
+
 def test_calibrated_few_shot_by_hand(gpt: Path, tmp_path: Path) -> None:
-    """k = 2 in 64 tokens, calibrated: the reference prompt keeps exactly the demonstrations the
-    example's prompt kept, then "N/A"."""
+    """k = 2 in 64 tokens, calibrated: the content-free prompts keep exactly the demonstrations the
+    example's prompt kept, then "N/A", "" or "[MASK]"."""
     rows, train_rows = animal_rows(8, seed=3), animal_rows(20, seed=4)
     data, train = write_csv(tmp_path / "dev.csv", rows), write_csv(tmp_path / "train.csv", train_rows)
     report = prompt_eval(str(gpt), str(data), train=str(train), ks=(2,), draws=1, scoring="calibrated", limit=6,
@@ -171,14 +204,17 @@ def test_calibrated_few_shot_by_hand(gpt: Path, tmp_path: Path) -> None:
     words = tok.encode([" animal", " none"], special=False)
     budget = 64 - max(map(len, words)) + 1
     demos = tok.encode([f"{text}\nSentiment: {label}\n\n" for text, label in train_rows], special=False)
+    free = tok.encode([f"{text}\nSentiment:" for text in CONTENT_FREE], special=False)
     picks = demonstration_indices([t for t, _ in train_rows], [t for t, _ in rows[:6]], k=2, seed=0, draw=0)
     right, shortened, kept = 0, 0, 0
     for (text, label), chosen in zip(rows, picks):
         query = tok.encode([f"{text}\nSentiment:"], special=False)[0]
         prompt, dropped, _ = assemble([tok.specials.sep], [demos[j] for j in chosen], query, budget)
-        reference = assemble([tok.specials.sep], [demos[j] for j in chosen[dropped:]],
-                             tok.encode(["N/A\nSentiment:"], special=False)[0], budget)[0]
-        scores = [direct(backbone, prompt, ids) - direct(backbone, reference, ids) for ids in words]
+        references = [assemble([tok.specials.sep], [demos[j] for j in chosen[dropped:]], q, budget)[0] for q in free]
+        p_cf = torch.tensor([[direct(backbone, r, ids) for ids in words] for r in references],
+                            dtype=torch.float64).exp().mean(0)
+        p = torch.tensor([direct(backbone, prompt, ids) for ids in words], dtype=torch.float64).exp()
+        scores = (p / p_cf).tolist()  # normalising either changes no argmax
         right += ("animal", "none")[scores.index(max(scores))] == label
         shortened, kept = shortened + (dropped > 0), kept + 2 - dropped
     result = report["results"][0]

@@ -16,6 +16,10 @@ import pytest
 from safetensors.torch import load_file
 
 import sesame
+from sesame.cli import main
+from sesame.rundir import load_backbone
+
+from .conftest import documents, sentences
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PRETRAINED, CLASSIFIER = FIXTURES / "runs" / "pretrained", FIXTURES / "runs" / "classifier"
@@ -107,3 +111,26 @@ def test_an_old_pretrained_run_can_be_fine_tuned_from(tmp_path, expected):
     predictions = sesame.load(out).predict(expected["texts"])
     assert len(predictions) == len(expected["texts"])
     assert {p["label"] for p in predictions} <= {"negative", "positive"}
+
+
+@pytest.mark.parametrize("recorded", ["gelu", None])  # None: a config.json older still, without the field
+def test_an_xlnet_run_from_before_the_tanh_gelu_loads_and_resumes_with_exact_gelu(tmp_path, recorded):
+    """XLNet's runs use GELU's tanh form, as XLNet's code (issue 37); a run made before recorded exact GELU ("gelu",
+    or no activation: the config's default): it loads and resumes with what it recorded."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(documents(sentences(120)))
+    run, flags = tmp_path / "run", ["--no-progress", "pretrain", "--family", "xlnet", "--size", "tiny", "--corpus",
+                                    str(corpus), "--vocab-size", "200", "--seq-len", "24", "--batch-size", "4"]
+    assert main(flags + ["--max-steps", "1", "--out", str(run)]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["model"]["activation"] == "gelu_tanh"
+    assert load_backbone(run).feed_forward[0].activation.approximate == "tanh"
+    if recorded is None:
+        del config["model"]["activation"]
+    else:
+        config["model"]["activation"] = recorded
+    (run / "config.json").write_text(json.dumps(config))
+    assert load_backbone(run).feed_forward[0].activation.approximate == "none"
+    assert main(flags + ["--max-steps", "2", "--out", str(run), "--resume"]) == 0
+    assert json.loads((run / "config.json").read_text())["model"].get("activation") == recorded
+    assert load_backbone(run).feed_forward[0].activation.approximate == "none"

@@ -94,6 +94,11 @@ def test_raw_length_fills_the_inputs_without_padding():
         assert targets.shape[1] == targets_length
 
 
+def test_separators_is_true_or_false():
+    with pytest.raises(SesameError, match=r"separators=no: give true .* or false"):
+        SpanCorruptionOptions(separators="no")
+
+
 def test_mistakes_are_named():
     with pytest.raises(SesameError, match="noise_density"):
         SpanCorruptionOptions(noise_density=1.0)

@@ -117,6 +117,28 @@ def test_span_corruption_fills_the_inputs_exactly_without_padding(tokenizers, te
     assert (batch["ids"][:, -1] == tok.specials.sep).all() and (batch["targets"][:, -1] == tok.specials.sep).all()
 
 
+def test_t5_joins_documents_with_nothing_between_as_its_reduce_concat_tokens(tokenizers, text):
+    """The t5 rows drop the </s> that closes each document from the windows (T5's reduce_concat_tokens joins documents
+    with nothing between), so </s> ends the inputs and the targets and appears nowhere else; every row is cut to the
+    shortest one's length. Runs without the option (made before it) keep the separators."""
+    from sesame.objectives.span_corruption import joined
+
+    assert FAMILIES["t5"].objective_options == FAMILIES["t5v1_1"].objective_options == {"separators": False}
+    tok, sep = tokenizers["t5"], tokenizers["t5"].specials.sep
+    rows = windows(tok, text, SpanCorruption.window_length(32))
+    assert (rows == sep).any(1).all()  # every window crosses a document's end
+    kept = joined(rows, sep)
+    assert kept.shape == (8, rows.shape[1] - int((rows == sep).sum(1).max()))
+    assert all(out.tolist() == [t for t in row.tolist() if t != sep][: kept.shape[1]] for row, out in zip(rows, kept))
+    batch = objective("t5", tok, separators=False).make_batch(rows, generators(8))
+    assert batch["ids"].shape[1] < 32  # the deviation: inputs short of --seq-len by the separators dropped
+    for key in ("ids", "targets"):
+        assert (batch[key][:, -1] == sep).all() and not (batch[key][:, :-1] == sep).any()
+    before = objective("t5", tok).make_batch(rows, generators(8))  # an older run: the separators stay
+    assert before["ids"].shape == (8, 32) and (torch.cat([before["ids"][:, :-1], before["targets"][:, :-1]], 1)
+                                               == sep).any()
+
+
 def test_denoising_pads_only_the_inputs_and_restores_the_clean_window(tokenizers, text):
     tok = tokenizers["bart"]
     obj = objective("bart", tok)
@@ -196,6 +218,7 @@ def test_tokenizer_pretrain_evaluate_resume(family, kind, tmp_path, capsys):
     assert main(pretrain + ["--max-steps", "2"]) == 0
     config = json.loads((run / "config.json").read_text())
     assert (config["objective"], config["model"]["arch"]) == (FAMILIES[family].objective, "encoder_decoder")
+    assert config["objective_options"] == FAMILIES[family].objective_options  # t5: separators false, recorded
     capsys.readouterr()
     assert main(["evaluate", "--model", str(run), "--data", str(corpus), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

@@ -256,7 +256,7 @@ def test_xlnet_row_tokenizer_ends_with_sep_cls():
     cfg = backbone_config("xlnet", "mini", 500, 0)
     assert isinstance(cfg, XLNetConfig) and cfg.to_dict()["arch"] == "xlnet" and not cfg.learned_positions
     assert (cfg.layers, cfg.hidden, cfg.heads, cfg.intermediate, cfg.norm, cfg.activation) == (
-        4, 256, 4, 1024, "post", "gelu")
+        4, 256, 4, 1024, "post", "gelu_tanh")  # XLNet's code's GELU: the tanh approximation
     assert isinstance(build_model(cfg.to_dict()), XLNet)
     assert OBJECTIVES["plm"].trains("xlnet") and not OBJECTIVES["mlm"].trains("xlnet")
     assert not OBJECTIVES["plm"].trains("transformer")

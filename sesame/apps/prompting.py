@@ -10,10 +10,16 @@ as Radford et al. (2019, §3: GPT-2, zero-shot) and Brown et al. (2020, §2.4: G
 * the prediction is the label whose verbaliser the model finds likeliest as the continuation. By
   default the likelihood is per token (the mean log-probability of the verbaliser's tokens, which GPT-3
   uses for most tasks "to normalize for length", §2.4); ``scoring="sum"`` compares total log-probabilities;
-  ``scoring="calibrated"`` is Zhao et al.'s (2021) contextual calibration: the total log-probability
-  minus that of the same verbaliser after the same demonstrations with the content-free text "N/A" in
-  place of the evaluated one, which removes a bias towards a label that the prompt itself induces (small
-  models often answer one label almost always). It costs a second prompt per example.
+  ``scoring="calibrated"`` is Zhao et al.'s (2021, §4, eq. 1; their code's ``diagonal_W``) contextual
+  calibration, which removes a bias towards a label that the prompt itself induces (small models often
+  answer one label almost always): the same demonstrations are followed by each of the content-free inputs
+  "N/A", "" and "[MASK]" in place of the evaluated text; p_cf, each label's probability averaged over the
+  three and normalised over the labels, is computed once per demonstration set (:func:`content_free`), and
+  the prediction is the argmax of W·p̂ with W = diag(p_cf)⁻¹, p̂ the labels' normalised probabilities
+  (:func:`calibrate`). A label's probability is that of its whole verbaliser (the product over its tokens;
+  the paper's labels are one token). Zhao et al. draw one demonstration set per seed for every example;
+  here each example has its own (GPT-3's draw, below), so p_cf is computed for each distinct set of the
+  demonstrations a prompt kept, and once for all of k = 0: three more prompts per demonstration set.
 
 Demonstrations are drawn, as in GPT-3, uniformly at random for each evaluated example (no balancing
 of labels), never including a training row whose text is the evaluated text; the generator is seeded
@@ -34,6 +40,7 @@ run's ``seq_len``; a converted checkpoint's positions), since positions beyond i
 """
 from __future__ import annotations
 
+import math
 import random
 import string
 from collections import Counter
@@ -52,7 +59,7 @@ from ..runtime import Runtime
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")
-CONTENT_FREE = "N/A"  # one of the content-free inputs of Zhao et al. 2021, §5
+CONTENT_FREE = ("N/A", "", "[MASK]")  # Zhao et al. 2021's content-free inputs (§4; their code's p_cf)
 
 
 @dataclass(kw_only=True)
@@ -73,7 +80,7 @@ class PromptSpec:
     limit: int | None = option(None, help="evaluate only the first N rows")
     scoring: str = option("mean", choices=SCORINGS,
                           help="compare verbalisers by mean log-probability per token (GPT-3), total, or calibrated "
-                               "against a content-free input (Zhao et al. 2021)")
+                               "against content-free inputs (Zhao et al. 2021)")
     max_length: int | None = option(None, help="prompt length in tokens (default: the model's pre-training length)")
     runtime: Runtime = option(factory=Runtime, cli=False, help="device and precision (sesame.runtime)")
     progress: bool = option(True, cli=False, help="show progress bars")
@@ -186,6 +193,20 @@ def assemble(start: Sequence[int], demonstrations: Sequence[Sequence[int]], quer
     return [*start, *(t for demo in kept for t in demo), *query], len(demonstrations) - len(kept), cut
 
 
+def content_free(scores: torch.Tensor) -> torch.Tensor:
+    """log p_cf (Zhao et al. 2021, §4) from ``scores`` ``[inputs, labels]``, each label's total log-probability
+    after each content-free input: the labels' probabilities averaged over the inputs, normalised over the labels."""
+    mean = torch.logsumexp(scores, 0) - math.log(len(scores))
+    return mean - torch.logsumexp(mean, 0)
+
+
+def calibrate(scores: torch.Tensor, log_p_cf: torch.Tensor) -> torch.Tensor:
+    """log W·p̂ with W = diag(p_cf)⁻¹ (Zhao et al. 2021, eq. 1, b = 0): ``scores`` ``[..., labels]`` are total
+    log-probabilities, p̂ their probabilities normalised over the labels, ``log_p_cf`` (:func:`content_free`)
+    broadcast against them."""
+    return scores.log_softmax(-1) - log_p_cf
+
+
 def _read(path: str, flag: str, text_column: str, label_column: str) -> list[dict]:
     rows = read_fields(path, {"text": (text_column, "--text-column"), "label": (label_column, "--label-column")})
     for row in rows:
@@ -253,9 +274,10 @@ def prompt_eval(spec: PromptSpec) -> dict:
     lengths = torch.tensor([len(c) for c in candidates], dtype=torch.float)
     texts, train_texts = [row["text"] for row in rows], [row["text"] for row in train_rows]
     calibrated = scoring == "calibrated"
-    content_free = tok.encode([form.query(CONTENT_FREE)], special=False)[0]
+    content_free_queries = tok.encode([form.query(text) for text in CONTENT_FREE], special=False)
+    log_p_cf: dict[tuple[int, ...], torch.Tensor] = {}  # demonstration set (indices, in order) → log p_cf
     draws = {k: spec.draws if k else 1 for k in ks}
-    bar = tqdm(total=sum(len(rows) * draws[k] for k in ks) * (1 + calibrated), desc="prompt-eval", unit="prompt",
+    bar = tqdm(total=sum(len(rows) * draws[k] for k in ks), desc="prompt-eval", unit="prompt",
                disable=not spec.progress, dynamic_ncols=True)
     results = []
     with bar:
@@ -264,17 +286,22 @@ def prompt_eval(spec: PromptSpec) -> dict:
             for draw in range(draws[k]):
                 picks = demonstration_indices(train_texts, texts, k=k, seed=spec.seed, draw=draw,
                                               train=f"--train {train}")
-                prompts, references = [], []
+                prompts, kept = [], []
                 for query, chosen in zip(queries, picks):
                     ids, dropped, was_cut = assemble(start, [demos[j] for j in chosen], query, budget)
                     prompts.append(ids)
+                    kept.append(tuple(chosen[dropped:]))  # the demonstrations the prompt kept
                     shortened, cut = shortened + (dropped > 0), cut + was_cut
-                    if calibrated:  # the demonstrations the prompt kept, then "N/A"
-                        references.append(assemble(start, [demos[j] for j in chosen[dropped:]], content_free,
-                                                    budget)[0])
+                new = list(dict.fromkeys(demo_set for demo_set in kept if demo_set not in log_p_cf)) \
+                    if calibrated else []
+                references = [assemble(start, [demos[j] for j in demo_set], query, budget)[0]
+                              for demo_set in new for query in content_free_queries]
+                bar.total += len(references)
                 scores = continuation_logprobs(lm, prompts + references, candidates, done=bar.update)
                 if calibrated:
-                    scores = scores[: len(prompts)] - scores[len(prompts):]
+                    found = scores[len(prompts):].view(len(new), len(CONTENT_FREE), len(labels))
+                    log_p_cf.update(zip(new, map(content_free, found)))
+                    scores = calibrate(scores[: len(prompts)], torch.stack([log_p_cf[d] for d in kept]))
                 guesses = (scores / lengths if scoring == "mean" else scores).argmax(1)
                 accuracies.append(accuracy(gold.tolist(), guesses.tolist()))
                 predicted.update(guesses.tolist())

@@ -227,6 +227,11 @@ class Shards:
     def n_tokens(self) -> int:
         return self.meta["n_tokens"]
 
+    def token_counts(self, vocab_size: int, chunk: int = 1 << 24) -> np.ndarray:
+        """How often each of the ``vocab_size`` ids occurs in the shards, read ``chunk`` tokens at a time."""
+        return sum((np.bincount(a[i: i + chunk], minlength=vocab_size) for a in self.arrays
+                    for i in range(0, len(a), chunk)), np.zeros(vocab_size, dtype=np.int64))
+
     def windows(self, length: int) -> list[Window]:
         """Non-overlapping windows of ``length`` tokens, packed across document boundaries."""
         return [Window(s, k * length) for s, a in enumerate(self.arrays) for k in range(len(a) // length)]

@@ -14,7 +14,10 @@
   previous layer's content states as keys and values: h_i through the content mask (it sees itself), g_i through
   the query mask (it never sees its own content). The two streams share every weight. The query stream runs only
   at the predicted positions (``targets``, indices; HF's ``target_mapping`` is their one-hot, :func:`target_mapping`).
-* Post-LayerNorm residual sublayers and a GELU feed-forward of width 4·hidden, as XLNet's.
+* Post-LayerNorm residual sublayers and a GELU feed-forward of width 4·hidden, as XLNet's. The family's runs use
+  GELU's tanh approximation, as XLNet's code (``modeling.py``'s ``gelu``) does; runs made before that and transformers
+  checkpoints (whose ``ff_activation`` "gelu" is the exact form) keep the activation config.json records, the
+  config's default, exact GELU, where it records none.
 * **Bidirectional data** (Yang et al., §3.1; its code's ``relative_positional_encoding`` with ``bi_data``): a row
   that ``backward`` marks holds its text right to left and counts its relative distances the other way, R_{−(i−j)}
   (:func:`relative_encodings`), so it gets the same encodings, and the same states mirrored, as the text read left to

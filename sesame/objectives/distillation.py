@@ -32,7 +32,12 @@ L_ce = Σ_i t_i · log(s_i) over the teacher's soft targets at temperature T, th
 loss L_cos between the student's and the teacher's last hidden states; the weights 5·L_ce + 2·L_mlm + 1·L_cos and
 T = 2 are the released training command's (the paper names no values), and L_ce is multiplied by T² as in Hinton's §2
 and the released ``distiller.py``. Each term is a mean: L_ce and L_mlm over the masked positions, L_cos = mean of
-1 − cos(h^S, h^T) over every token. Deviations: L_ce is written as KL(teacher_T ‖ student_T) (as ``kl`` above: the
+1 − cos(h^S, h^T) over every token. Two more parts of the released recipe (its ``train.py`` and training command) are
+defaults here, recorded in config.json's ``setup`` (runs made before them resume without them): the student's position
+embeddings stay the teacher's (``--freeze_pos_embs``; ``train_positions`` trains them), and the masked positions are
+drawn in proportion to count^−0.7 of their tokens over the corpus (``--mlm_smoothing 0.7``;
+:func:`.masking.smoothed_weights` and :func:`.masking.mask_weighted_tokens`; ``mlm_smoothing`` 0: BERT's uniform
+Bernoulli(0.15) choice), so rare tokens are predicted more often. Deviations: L_ce is written as KL(teacher_T ‖ student_T) (as ``kl`` above: the
 same gradients, 0 when the student equals its teacher); it is taken at the masked positions only (the released code's
 ``--restrict_ce_to_mask``; its default takes every token), since sesame projects onto the vocabulary only where the
 MLM predicts; the token-type embeddings are kept (DistilBERT drops them; sesame's pair tasks read segments); a teacher
@@ -51,6 +56,7 @@ from torch import nn
 
 from ..errors import SesameError
 from ..options import option
+from .masking import smoothed_weights
 from .mlm import MaskedLM, masked_entries
 
 
@@ -118,6 +124,11 @@ class DistilBertOptions:
     cosine_weight: float = option(1.0, help="with --teacher: weight of 1 − cos between the student's and the "
                                             "teacher's last hidden states (DistilBERT: 1)")
     temperature: float = option(2.0, help="with --teacher: T of the soft targets (DistilBERT: 2)")
+    train_positions: bool = option(False, help="with --teacher: train the student's position embeddings (DistilBERT "
+                                               "keeps the teacher's, frozen: its --freeze_pos_embs)")
+    mlm_smoothing: float = option(0.7, help="with --teacher: mask a token in proportion to its corpus count^-S "
+                                       "(DistilBERT: 0.7, rare tokens more often; 0: each token by a uniform 15%% "
+                                       "draw, as BERT); token masking only")
 
     def check_distillation(self, teacher: str | None) -> None:
         """Refuse DistilBERT's options without a ``teacher``, or out of range."""
@@ -131,6 +142,9 @@ class DistilBertOptions:
         for name in ("kl_weight", "mlm_weight", "cosine_weight"):
             if getattr(self, name) < 0:
                 raise SesameError(f"--{name.replace('_', '-')} {getattr(self, name)}: a weight is 0 (off) or more")
+        if self.mlm_smoothing < 0:
+            raise SesameError(f"--mlm-smoothing {self.mlm_smoothing}: use 0 (uniform masking) or more (DistilBERT: "
+                              "0.7)")
         if self.temperature <= 0:
             raise SesameError(f"--temperature {self.temperature}: must be positive (2 in DistilBERT)")
         layers = self.student_layers
@@ -168,15 +182,21 @@ class MaskedLMDistillation(nn.Module):
     trainer divides by their counts and weighs by ``weights``. ``teacher(batch)`` gives the teacher's last hidden
     states and its logits at the masked positions (None: it has no head) for the student's batch; it is no submodule:
     the teacher is neither trained nor saved. Batches are the student's (:meth:`make_batch`), validation scores all
-    parts and reports the perplexity of the first, ``mlm``."""
+    parts and reports the perplexity of the first, ``mlm``. The recipe's masking and frozen positions (module
+    docstring): given the corpus's token ``counts`` and ``smoothing`` > 0, the student masks tokens in proportion to
+    count^−smoothing; unless ``train_positions``, its position embeddings are frozen."""
 
     pairs = False
     classified: tuple[str, ...] = ()
 
     def __init__(self, student: MaskedLM, teacher: Callable[[dict], tuple[torch.Tensor, torch.Tensor | None]], *,
-                 soft_targets: bool, weights: dict[str, float], temperature: float):
+                 soft_targets: bool, weights: dict[str, float], temperature: float, counts: torch.Tensor | None,
+                 smoothing: float, train_positions: bool):
         super().__init__()
         self.student, self.teacher, self.temperature = student, teacher, temperature
+        if smoothing:
+            student.token_weights = smoothed_weights(counts, smoothing, student.special_ids)
+        student.backbone.embed.positions.weight.requires_grad_(train_positions)
         self.part_names = ("mlm", *(("kl",) if soft_targets else ()), "cosine")
         self.part_weights = {name: weights[name] for name in self.part_names}
 

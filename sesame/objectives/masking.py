@@ -8,6 +8,8 @@
   :func:`select_units` picks units in random order until 15% of the tokens are covered; every token
   of a chosen unit is selected, so no word is ever split.
 * Spans (SpanBERT, Joshi et al. 2020, §3.1): :func:`span_units`.
+* Rare tokens more often (DistilBERT's released code, Sanh et al. 2019): :func:`mask_weighted_tokens` with the
+  weights of :func:`smoothed_weights`.
 
 Every strategy returns ``unit``: per position, the index of the chosen unit it belongs to, or −1;
 :func:`mask_units` then applies BERT's 80/10/10 once per unit.
@@ -51,6 +53,31 @@ def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, voca
     action = torch.rand(ids.shape, generator=generator)
     pool = replacement_pool(vocab_size, special_ids)
     return replace(ids, selected, action, mask_id, pool, generator, mask_frac, random_frac), selected
+
+
+def smoothed_weights(counts: torch.Tensor, smoothing: float, special_ids: torch.Tensor) -> torch.Tensor:
+    """DistilBERT's masking weights (its ``train.py``, ``--mlm_smoothing``, 0.7 in its recipe): max(count, 1)^−smoothing
+    for each vocabulary entry of its corpus ``counts``, 0 for the special tokens, so that a token is selected in
+    proportion to count^−smoothing: rare tokens more often than BERT's uniform choice (smoothing 0) selects them."""
+    weights = counts.clamp(min=1).double().pow(-smoothing)
+    weights[special_ids] = 0.0
+    return weights
+
+
+def mask_weighted_tokens(ids: torch.Tensor, weights: torch.Tensor, mask_id: int, pool: torch.Tensor,
+                         generator: torch.Generator, rate: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
+    """DistilBERT's selection (its ``distiller.py``, ``prepare_batch_mlm``): :func:`budget` positions of the
+    sequence ``ids`` drawn without replacement, each in proportion to the ``weights`` of its token
+    (:func:`smoothed_weights`; 0: never), then BERT's 80/10/10 per token. Returns ``(corrupted ids, selected)``.
+    Deviation: the released code draws ceil(rate · tokens) positions over a whole batch, specials counted; here
+    round(rate · n) of each sequence's n selectable tokens, each sequence by its own generator."""
+    weight = weights[ids]
+    selected = torch.zeros(ids.shape, dtype=torch.bool)
+    count = budget(int((weight > 0).sum()), rate)
+    if count:
+        selected[torch.multinomial(weight, count, replacement=False, generator=generator)] = True
+    action = torch.rand(ids.shape, generator=generator)
+    return replace(ids, selected, action, mask_id, pool, generator), selected
 
 
 def mask_units(ids: torch.Tensor, unit: torch.Tensor, n_units: int, mask_id: int, pool: torch.Tensor,

@@ -41,8 +41,8 @@ from ..models import Transformer
 from ..models.transformer import ACTIVATIONS
 from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Objective
-from .masking import (mask_tokens, mask_units, ngram_units, phrase_table, phrase_units, replacement_pool,
-                      select_words, word_index)
+from .masking import (mask_tokens, mask_units, mask_weighted_tokens, ngram_units, phrase_table, phrase_units,
+                      replacement_pool, select_words, word_index)
 from .projection import Workspace, linear_cross_entropy
 
 IGNORE = -100  # the target of a padding entry of ``positions``
@@ -100,8 +100,12 @@ class MaskedLM(Objective):
 
     ``word_starts`` (a bool per vocabulary entry, :meth:`TextTokenizer.word_starts`) is needed by
     every ``masking`` but ``token``; ``phrase_ids`` are the phrases as token ids (``build`` tokenizes
-    the ``phrases`` of the run's options).
+    the ``phrases`` of the run's options). ``token_weights`` (a weight per vocabulary entry; None: uniform), which
+    DistilBERT's pre-training sets (:class:`sesame.objectives.distillation.MaskedLMDistillation`), makes ``token``
+    masking select tokens in proportion to them (:func:`.masking.mask_weighted_tokens`).
     """
+
+    token_weights: torch.Tensor | None = None
 
     name = "mlm"
     options = ("masking", "ngram", "phrases", "rate")
@@ -169,6 +173,8 @@ class MaskedLM(Objective):
 
     def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """One sequence → ``(corrupted ids, selected positions)``."""
+        if self.token_weights is not None:
+            return mask_weighted_tokens(ids, self.token_weights, self.specials.mask, self.pool, generator, self.rate)
         if self.masking == "token":
             return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size,
                                generator, self.rate)

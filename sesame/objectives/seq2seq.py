@@ -23,7 +23,7 @@ from .base import Objective
 from .denoising import DenoisingOptions, denoise
 from .masking import replacement_pool
 from .projection import Workspace, linear_cross_entropy
-from .span_corruption import SpanCorruptionOptions, corrupt_spans, raw_length
+from .span_corruption import SpanCorruptionOptions, corrupt_spans, joined, raw_length
 
 
 class TeacherForced(Objective):
@@ -85,6 +85,8 @@ class SpanCorruption(TeacherForced):
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        if not self.noise.separators:
+            windows = joined(windows, self.specials.sep)
         inputs, targets = corrupt_spans(windows, generators, sentinels=self.sentinels, eos=self.specials.sep,
                                         options=self.noise)
         return {"ids": inputs, "targets": targets}

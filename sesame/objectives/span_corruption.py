@@ -16,6 +16,14 @@ vocabulary has them (:func:`sentinel_ids`). Every window of a batch has the same
 number of noise tokens and spans, so inputs and targets need no padding; :func:`raw_length` chooses the
 window length that fills a given input length exactly (T5's ``random_spans_helper``).
 
+Documents: sesame's windows are packed across documents with ``</s>`` closing each, so a noise span could hold
+``</s>`` in mid-target, and an input a ``</s>`` before its end, which T5 never shows its model: its
+``reduce_concat_tokens`` joins documents with nothing between them (``</s>`` is appended only after the split
+inputs and targets). With ``separators=False``, the t5 rows' option, each window's ``</s>`` are dropped before
+corruption (:func:`joined`); runs made before the option (none recorded) keep them, the option's default.
+Deviation: a batch's rows are cut to the shortest one's length, so a window loses a few tokens of its end (at most
+as many as the most separators a row of the batch had), and its inputs are as many tokens short of ``--seq-len``.
+
 Deviation: the number of spans is also capped at the number of kept tokens, so that an option with
 more noise than text (density near 1) still gives non-empty kept spans; at the paper's values the cap
 never binds.
@@ -35,8 +43,12 @@ class SpanCorruptionOptions:
 
     noise_density: float = 0.15
     mean_span: float = 3.0
+    separators: bool = True  # keep the </s> between documents in the windows (False: T5's, module docstring)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.separators, bool):
+            raise SesameError(f"--objective-option separators={self.separators}: give true (keep the </s> between "
+                              "documents) or false (T5's: documents joined with nothing between)")
         if not 0 < self.noise_density < 1:
             raise SesameError(f"--objective-option noise_density={self.noise_density}: give a fraction "
                               "strictly between 0 and 1 (T5: 0.15)")
@@ -70,6 +82,14 @@ def raw_length(inputs_length: int, options: SpanCorruptionOptions = SpanCorrupti
 def sentinel_ids(vocab_size: int, count: int = 100) -> torch.Tensor:
     """T5's sentinels ``<extra_id_0>`` … ``<extra_id_{count−1}>``: ids vocab − 1, vocab − 2, …"""
     return vocab_size - 1 - torch.arange(count)
+
+
+def joined(windows: torch.Tensor, separator: int) -> torch.Tensor:
+    """T5's ``reduce_concat_tokens``: each row of ``windows`` (batch, L) without its ``separator`` tokens (documents
+    joined with nothing between), every row cut to the shortest row's length."""
+    kept = windows != separator
+    length = int(kept.sum(1).min())
+    return torch.stack([row[keep][:length] for row, keep in zip(windows, kept)])
 
 
 def segment(items: int, segments: int, generator: torch.Generator) -> torch.Tensor:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
+from ..data.shards import Shards
 from ..errors import SesameError
 from ..models import TransformerConfig, model_config
 from ..options import defaults
@@ -84,6 +87,11 @@ class PretrainTeacher:
         if length > self.config.model["max_positions"]:
             raise SesameError(f"{flag} {length}: --teacher {self.given} has {self.config.model['max_positions']} "
                               "positions, which the student copies; give at most that")
+        masking = spec.objective_options.get("masking", "token")
+        if spec.mlm_smoothing and masking != "token":
+            raise SesameError(f"--mlm-smoothing {spec.mlm_smoothing}: DistilBERT's smoothing chooses single tokens, and "
+                              f"--masking {masking} chooses whole words; give --mlm-smoothing 0, or leave --masking "
+                              "out")
         if spec.kl_weight and not self.soft_targets:
             raise SesameError(f"--kl-weight {spec.kl_weight}: --teacher {self.given} has no masked-LM head (converted "
                               "without one, as all-MiniLM-L6-v2, which ships its encoder alone), so it gives no soft "
@@ -100,9 +108,12 @@ class PretrainTeacher:
         """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""
         student.load_state_dict(student_weights(self.state, student.state_dict(), spec.student_layers))
 
-    def learner(self, student: MaskedLM, spec: PretrainSpec) -> MaskedLMDistillation:
-        """What the trainer trains: ``student`` inside DistilBERT's loss, with the spec's weights."""
+    def learner(self, student: MaskedLM, spec: PretrainSpec, corpus: Shards) -> MaskedLMDistillation:
+        """What the trainer trains: ``student`` inside DistilBERT's loss, with the spec's weights, masking tokens by
+        their counts in the ``corpus`` shards when ``spec.mlm_smoothing`` says so."""
         weights = {"mlm": spec.mlm_weight, "kl": spec.kl_weight, "cosine": spec.cosine_weight}
+        counts = torch.from_numpy(corpus.token_counts(self.tok.vocab_size)) if spec.mlm_smoothing else None
         return MaskedLMDistillation(student, frozen_teacher(self.model), soft_targets=self.soft_targets,
-                                    weights=weights, temperature=spec.temperature)
+                                    weights=weights, temperature=spec.temperature, counts=counts,
+                                    smoothing=spec.mlm_smoothing, train_positions=spec.train_positions)
 

@@ -30,7 +30,8 @@ from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint,
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, RunConfig, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.inputs import add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last
+from ..tasks.inputs import (add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last,
+                           read_without_start)
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, TrainConfig, recipes
@@ -81,6 +82,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
         read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
         read_cls_last(config, tok)  # xlnet: a <sep> <cls>
+        read_without_start(config, tok)  # t5: a </s>, as its pre-training's inputs, with no <s>
         job.check_model(config.model)
         fam = FAMILIES.get(config.family)
         data.for_family(fam)  # the task options left to the family, recorded below

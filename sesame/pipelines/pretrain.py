@@ -123,7 +123,7 @@ def pretrain(spec: PretrainSpec) -> dict:
                                                 config.model["vocab_size"]))
         if teacher is not None and not resumed:
             teacher.initialise(obj, spec)
-        learner = teacher.learner(obj, spec) if teacher is not None else obj  # trained; obj's weights are kept
+        learner = teacher.learner(obj, spec, shards) if teacher is not None else obj  # trained; obj's weights are kept
         windows, valid_shards, valid_windows = _windows(config, shards, valid_shards)
         phases = [(window_length(config), windows)]
         if config.final_seq_len:

@@ -24,6 +24,10 @@ text with the ``xxbos`` its LM saw (Howard & Ruder 2018's code), instead of the 
 
 A family whose row sets ``cls_last`` (XLNet) reads ``a <sep> <cls>`` (:func:`read_cls_last`), the class token last,
 as its pre-training segments end.
+
+An encoder-decoder whose inputs do not start with ``<s>`` (T5: its row's ``source_bos`` is off) reads ``a </s>`` and
+``a </s> b </s>`` (:func:`read_without_start`), as T5's own tokenizer frames them and as its pre-training's inputs
+end, instead of the tokenizer's ``<s> a </s>``, whose ``<s>`` span corruption never shows the encoder.
 """
 from __future__ import annotations
 
@@ -81,6 +85,18 @@ def read_as_documents(config: RunConfig, tok: TextTokenizer) -> bool:
     sep = tok.backend.id_to_token(tok.specials.sep)
     tok.backend.post_processor = processors.TemplateProcessing(
         single=f"{sep} $A", pair=f"{sep} $A {sep} $B:1", special_tokens=[(sep, tok.specials.sep)])
+    return True
+
+
+def read_without_start(config: RunConfig, tok: TextTokenizer) -> bool:
+    """Give ``tok`` the template ``$A </s>`` (pairs ``$A </s> $B </s>``) when ``config.family``'s row is an
+    encoder-decoder whose inputs do not start with ``<s>`` (``source_bos`` off: T5); whether it did."""
+    family = get_family(config.family)
+    if family.arch != "encoder_decoder" or family.source_bos:
+        return False
+    sep = tok.backend.id_to_token(tok.specials.sep)
+    tok.backend.post_processor = processors.TemplateProcessing(
+        single=f"$A {sep}", pair=f"$A {sep} $B:1 {sep}:1", special_tokens=[(sep, tok.specials.sep)])
     return True
 
 
