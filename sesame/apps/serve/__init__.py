@@ -13,7 +13,9 @@ in :mod:`.app`.
 """
 from __future__ import annotations
 
+import errno
 import importlib
+import socket
 from dataclasses import dataclass
 
 from ...errors import SesameError
@@ -49,6 +51,14 @@ class ServeSpec:
                                                                "of its own)")
     max_new_tokens: int = option(256, within=(1, 1 << 31), help="the most new tokens a /v1/generate request may "
                                                                  "ask for; more: 422")
+    max_beams: int = option(8, within=(1, 1 << 31), help="the most beams a /v1/generate request may ask for (beam "
+                                                         "search holds prompts x beams copies of the decoder's "
+                                                         "state); more: 422")
+    request_timeout: float = option(60.0, within=(0, 1e6), help="seconds from a request's arrival to its answer (a "
+                                                                "stream: its last event); past them its work stops "
+                                                                "(a generation at its next token) and it gets 503 "
+                                                                "if the model had not started on it, else 504 "
+                                                                "(0: no limit)")
 
 
 def require() -> None:
@@ -74,5 +84,33 @@ def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
 
     if spec.host not in LOOPBACK and spec.api_key is None:
         warn(f"--host {spec.host}: anyone who can reach this address can use the model; give --api-key")
-    app = create_app(spec, load(spec.model, runtime=runtime))
-    uvicorn.run(app, host=spec.host, port=spec.port, log_level="info")
+    with listening(spec.host, spec.port) as sock:
+        app = create_app(spec, load(spec.model, runtime=runtime))
+        # SIGTERM or Ctrl-C: uvicorn answers the requests in flight, then ends by the signal (status 143 or 130)
+        uvicorn.Server(uvicorn.Config(app, host=spec.host, port=spec.port, log_level="info")).run(sockets=[sock])
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` before the model loads, so that an address nobody can listen on is one
+    line naming the flag at fault (uvicorn would log it and exit 3 after loading the model)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise SesameError(f"--host {host}: no such address ({getattr(err, 'strerror', None) or err}); give a name "
+                          "or address of this machine, such as 127.0.0.1") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise SesameError(f"--port {port}: {host}:{port} is in use by another program; choose another --port "
+                              "(0: any free one)") from None
+        if err.errno == errno.EACCES:
+            raise SesameError(f"--port {port}: this user may not listen on it ({err.strerror}; ports below 1024 "
+                              "need privileges); choose another --port") from None
+        raise SesameError(f"--host {host}: cannot listen there ({err.strerror}); give an address of this machine, "
+                          "such as 127.0.0.1") from None
+    return sock
