@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import logging
 import socket
 from dataclasses import dataclass
 
@@ -72,7 +73,8 @@ def require() -> None:
 
 
 def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
-    """Load ``spec.model`` onto ``runtime``'s device and serve it until interrupted."""
+    """Load ``spec.model`` onto ``runtime``'s device and serve it until SIGTERM or Ctrl-C (SIGINT), which answer the
+    requests in flight and then end the process by that signal (as uvicorn does: status 143 or 130)."""
     from ...errors import warn
     from ...options import check_ranges
 
@@ -84,15 +86,19 @@ def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
 
     if spec.host not in LOOPBACK and spec.api_key is None:
         warn(f"--host {spec.host}: anyone who can reach this address can use the model; give --api-key")
+    app = create_app(spec, load(spec.model, runtime=runtime))
     with listening(spec.host, spec.port) as sock:
-        app = create_app(spec, load(spec.model, runtime=runtime))
-        # SIGTERM or Ctrl-C: uvicorn answers the requests in flight, then ends by the signal (status 143 or 130)
-        uvicorn.Server(uvicorn.Config(app, host=spec.host, port=spec.port, log_level="info")).run(sockets=[sock])
+        config = uvicorn.Config(app, log_level="info")
+        host, port = sock.getsockname()[:2]
+        logging.getLogger("uvicorn.error").info(
+            "sesame serve: --model %s on http://%s:%d (SIGTERM or Ctrl-C: answers the requests in flight, then ends)",
+            spec.model, f"[{host}]" if ":" in host else host, port)
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 def listening(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host``:``port`` before the model loads, so that an address nobody can listen on is one
-    line naming the flag at fault (uvicorn would log it and exit 3 after loading the model)."""
+    """A socket listening on ``host``:``port``, made before uvicorn starts, so that an address nobody can listen on
+    is one line naming the flag at fault (uvicorn logs the system's error, naming no flag, and exits 3)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
@@ -103,6 +109,7 @@ def listening(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
+        sock.listen(2048)  # connections made before uvicorn starts wait to be accepted
     except OSError as err:
         sock.close()
         if err.errno == errno.EADDRINUSE:
