@@ -80,6 +80,8 @@ def test_beams_and_the_decoder_state_are_bounded(runs, limits, parameters, words
                 assert word in response.json()["error"], response.json()
         ok = c.post("/v1/generate", json={"inputs": "The cat", "parameters": {"max_new_tokens": 4}})
         assert ok.status_code == 200 and c.app.state.server.in_flight == 0
+        info = c.get("/info").json()["limits"]
+        assert info["max_beams"] == limits.get("max_beams", 8) and info["request_timeout"] == 60
 
 
 @pytest.mark.parametrize("name, endpoint", [("classify", "/v1/predict"), ("gpt", "/v1/generate")])
@@ -241,7 +243,9 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_sigterm_answers_the_request_in_flight_then_ends_by_the_signal(runs, tmp_path):
+@pytest.mark.parametrize("stop, status", [(signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, 130)],
+                         ids=["SIGTERM ends by the signal (a shell's 143)", "Ctrl-C ends with 130"])
+def test_a_signal_answers_the_request_in_flight_then_ends_the_server(runs, tmp_path, stop, status):
     served = load_script(SCRIPT, "benchmark_serve_load").served
     gate = tmp_path / "gate"
     command = [sys.executable, "-c", GATED_SERVE, str(gate), "--no-progress", "serve", "--model", str(runs / "gpt"),
@@ -251,14 +255,16 @@ def test_sigterm_answers_the_request_in_flight_then_ends_by_the_signal(runs, tmp
         with httpx.stream("POST", f"{url}/v1/generate", json=body, timeout=120) as response:
             lines = response.iter_lines()
             assert next(lines) == "event: token"  # the generation is under way, held at its third token
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(stop)
             gate.touch()
             rest = list(lines)
-        assert process.wait(120) == -signal.SIGTERM  # a shell's status 143
+        assert process.wait(120) == status
     done = json.loads(rest[rest.index("event: done") + 1].removeprefix("data: "))
     assert done["generations"][0]["new_tokens"] == 12  # the request in flight was answered in full
     log = "".join(process.log)
     assert "Shutting down" in log and "Traceback" not in log
+    if stop == signal.SIGINT:
+        assert process.log[-1].startswith("sesame: stopped by Ctrl-C"), process.log[-3:]
 
 
 def test_peak_memory_stays_bounded_under_oversized_requests_and_each_is_refused(runs):

@@ -25,6 +25,9 @@ from ...runtime import Runtime
 
 INSTALL = "pip install 'sesame-nlp[serve]'"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+CHARACTERS_PER_TOKEN = 16  # a request's texts may have this many characters per token of --max-batch-tokens (a
+# bound checked before tokenizing, without which one long text costs hundreds of megabytes; English averages about 4)
+MAX_DEPTH = 32  # levels a request's JSON may nest (the deepest input nests 3)
 
 
 @dataclass
@@ -73,10 +76,12 @@ def require() -> None:
 
 
 def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
-    """Load ``spec.model`` onto ``runtime``'s device and serve it until SIGTERM or Ctrl-C (SIGINT), which answer the
-    requests in flight and then end the process by that signal (as uvicorn does: status 143 or 130)."""
+    """Load ``spec.model`` onto ``runtime``'s device and serve it until SIGTERM or Ctrl-C, which answer the requests
+    in flight and then end the process: SIGTERM by the signal itself, as uvicorn does (status 143); Ctrl-C with
+    :class:`~sesame.train.Interrupted` (the command's status 130)."""
     from ...errors import warn
     from ...options import check_ranges
+    from ...train import Interrupted
 
     require()
     check_ranges(spec)
@@ -93,7 +98,10 @@ def serve(spec: ServeSpec, *, runtime: Runtime | None = None) -> None:
         logging.getLogger("uvicorn.error").info(
             "sesame serve: --model %s on http://%s:%d (SIGTERM or Ctrl-C: answers the requests in flight, then ends)",
             spec.model, f"[{host}]" if ":" in host else host, port)
-        uvicorn.Server(config).run(sockets=[sock])
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once the requests in flight are answered
+            raise Interrupted("stopped by Ctrl-C, after answering the requests in flight") from None
 
 
 def listening(host: str, port: int) -> socket.socket:

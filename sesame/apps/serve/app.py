@@ -3,17 +3,17 @@
 Routes: ``POST /v1/predict`` (a fine-tuned run), ``POST /v1/generate`` (a language model; server-sent events with
 ``"stream": true``), ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json`` and the demo
 page ``GET /``. Every refusal is a JSON body ``{"error": message, "status": code}``: 400 malformed JSON (or nested
-deeper than :data:`MAX_DEPTH`, or holding half of a UTF-16 surrogate pair), 401 a missing or wrong API key, 404 an
-endpoint this model does not serve, 413 a body over ``--payload-limit``, 422 inputs of the wrong shape, too many
-(``--max-client-batch-size``), too long (unless ``--auto-truncate``), too many characters or tokens
+deeper than :data:`~sesame.apps.serve.MAX_DEPTH` levels, or holding half of a UTF-16 surrogate pair), 401 a missing or
+wrong API key, 404 an endpoint this model does not serve, 413 a body over ``--payload-limit``, 422 inputs of the wrong
+shape, too many (``--max-client-batch-size``), too long (unless ``--auto-truncate``), too many characters or tokens
 (``--max-batch-tokens``), too many new tokens (``--max-new-tokens``) or beams (``--max-beams``), 429 more than
 ``--max-concurrent-requests`` in flight, 503 or 504 past ``--request-timeout`` (waiting for the model, or worked on),
 500 an error of the server (logged with its traceback). A request's error is its own: it is answered and the server
-goes on. A request whose client has gone is dropped (logged in the metrics as 499, nginx's "client closed request").
+goes on. A request whose client has gone is dropped (counted in the metrics as 499, nginx's "client closed request").
 
 Memory: a request is counted in flight before its body is read, so the bodies held are at most
 ``--max-concurrent-requests`` × ``--payload-limit`` bytes; its texts are counted before they are tokenized
-(:data:`CHARACTERS_PER_TOKEN`), so the model's thread tokenizes at most ``CHARACTERS_PER_TOKEN`` ×
+(:data:`~sesame.apps.serve.CHARACTERS_PER_TOKEN`), so the model's thread tokenizes at most ``CHARACTERS_PER_TOKEN`` ×
 ``--max-batch-tokens`` characters at once; a forward pass (a generation's decoder state: prompts × beams × (the
 longest prompt + the new tokens)) holds at most ``--max-batch-tokens`` tokens.
 """
@@ -49,15 +49,12 @@ from ...pipelines.evaluate import ExportedPredictor
 from ...rundir import describe, read_config
 from ...runtime import Runtime
 from ...tasks.base import shown
-from . import ServeSpec
+from . import CHARACTERS_PER_TOKEN, MAX_DEPTH, ServeSpec
 from .schema import openapi
 from .worker import Batching, Call, Cancelled, Finish, Job, Model, Predict, Refused, Worker, stopping
 
 log = logging.getLogger("sesame.serve")
 PARAMETERS = {f.name: f for f in fields(GenerationConfig) if f.name != "cache"}  # /v1/generate's "parameters"
-CHARACTERS_PER_TOKEN = 16  # a request's texts may have this many characters per token of --max-batch-tokens (a
-# bound checked before tokenizing, without which one long text costs hundreds of megabytes; English averages about 4)
-MAX_DEPTH = 32  # levels a request's JSON may nest (the deepest input nests 3)
 SURROGATE = re.compile("[\ud800-\udfff]")  # in a str from JSON: a \uD8xx escape without its pair
 
 
@@ -325,8 +322,8 @@ class Server:
         longest = max(map(len, generator.encode(prompts)))
         tokens, most = len(prompts) * cfg.beams * (longest + cfg.max_new_tokens), self.spec.max_batch_tokens
         if tokens > most:
-            raise Refused(422, f"{len(prompts)} prompts × {cfg.beams} beams × ({longest} tokens of the longest prompt "
-                               f"+ {cfg.max_new_tokens} new tokens) = {tokens} tokens, more than the server's "
+            raise Refused(422, f"{len(prompts)} prompts × {cfg.beams} beams × ({longest} tokens of the longest "
+                               f"prompt + {cfg.max_new_tokens} new tokens) = {tokens} tokens, more than the server's "
                                f"--max-batch-tokens {most}: send fewer or shorter prompts, or ask for fewer beams or "
                                "new tokens")
         with stopping(generator.backbone.embed, gone):
