@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import load_script
-from .test_serve import LABELS, client, load, write_run  # importing it skips this module too without the extra
+from .test_serve import client, load, runs  # noqa: F401 (runs: a fixture); it skips this module too without the extra
 
 import httpx  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
@@ -29,14 +29,6 @@ from sesame.apps.serve.app import background, create_app  # noqa: E402
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
 PEAK_GROWTH_MB = 100  # docs/serving.md states it: the idle server's peak memory grows by less under oversized requests
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("serve_limit_runs")
-    write_run(root, "classify", "classify", {}, LABELS)
-    write_run(root, "gpt", None, {}, [], family="gpt")
-    return root
 
 
 def until(condition, what: str, seconds: float = 60) -> None:
