@@ -173,6 +173,20 @@ def raw_post(url: str, path: str, body: dict) -> socket.socket:
     return connection
 
 
+def test_a_body_that_does_not_arrive_by_the_deadline_gets_408(runs):
+    app = create_app(ServeSpec(model="classify", request_timeout=1), load(str(runs / "classify")))
+    with background(app) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=60) as connection:
+            connection.sendall(b"POST /v1/predict HTTP/1.1\r\nhost: serve\r\ncontent-type: application/json\r\n"
+                               b'content-length: 100\r\n\r\n{"inputs": ')  # and the rest never comes
+            answer = b""
+            while b"}" not in answer and (piece := connection.recv(65536)):  # to the end of the JSON body
+                answer += piece
+        assert answer.startswith(b"HTTP/1.1 408") and b"--request-timeout of 1 s" in answer, answer
+        assert app.state.server.in_flight == 0
+
+
 def test_a_queued_request_whose_client_leaves_is_dropped_unrun(runs):
     loaded = load(str(runs / "classify"))
     gate = threading.Event()

@@ -27,7 +27,7 @@ INSTALL = "pip install 'sesame-nlp[serve]'"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CHARACTERS_PER_TOKEN = 16  # a request's texts may have this many characters per token of --max-batch-tokens (a
 # bound checked before tokenizing, without which one long text costs hundreds of megabytes; English averages about 4)
-MAX_DEPTH = 32  # levels a request's JSON may nest (the deepest input nests 3)
+MAX_DEPTH = 32  # levels a request's JSON may nest (its deepest strings, a multiple-choice input's choices: 4)
 
 
 @dataclass
@@ -60,9 +60,9 @@ class ServeSpec:
                                                          "state); more: 422")
     request_timeout: float = option(60.0, within=(0, 1e6), help="seconds from a request's arrival to its answer (a "
                                                                 "stream: its last event); past them its work stops "
-                                                                "(a generation at its next token) and it gets 503 "
-                                                                "if the model had not started on it, else 504 "
-                                                                "(0: no limit)")
+                                                                "(a generation at its next token) and it gets 408 "
+                                                                "if its body had not arrived, 503 if the model had "
+                                                                "not started on it, else 504 (0: no limit)")
 
 
 def require() -> None:

@@ -4,11 +4,12 @@ Routes: ``POST /v1/predict`` (a fine-tuned run), ``POST /v1/generate`` (a langua
 ``"stream": true``), ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json`` and the demo
 page ``GET /``. Every refusal is a JSON body ``{"error": message, "status": code}``: 400 malformed JSON (or nested
 deeper than :data:`~sesame.apps.serve.MAX_DEPTH` levels, or holding half of a UTF-16 surrogate pair), 401 a missing or
-wrong API key, 404 an endpoint this model does not serve, 413 a body over ``--payload-limit``, 422 inputs of the wrong
-shape, too many (``--max-client-batch-size``), too long (unless ``--auto-truncate``), too many characters or tokens
-(``--max-batch-tokens``), too many new tokens (``--max-new-tokens``) or beams (``--max-beams``), 429 more than
-``--max-concurrent-requests`` in flight, 503 or 504 past ``--request-timeout`` (waiting for the model, or worked on),
-500 an error of the server (logged with its traceback). A request's error is its own: it is answered and the server
+wrong API key, 404 an endpoint this model does not serve, 408 a body not received within ``--request-timeout``, 413 a
+body over ``--payload-limit``, 422 inputs of the wrong shape, too many (``--max-client-batch-size``), too long (unless
+``--auto-truncate``), too many characters or tokens (``--max-batch-tokens``), too many new tokens
+(``--max-new-tokens``) or beams (``--max-beams``), 429 more than ``--max-concurrent-requests`` in flight, 503 or 504
+past ``--request-timeout`` (waiting for the model, or worked on), 500 an error of the server (logged with its
+traceback). A request's error is its own: it is answered and the server
 goes on. A request whose client has gone is dropped (counted in the metrics as 499, nginx's "client closed request").
 
 Memory: a request is counted in flight before its body is read, so the bodies held are at most
@@ -152,19 +153,17 @@ class Server:
     def release(self) -> None:
         self.in_flight -= 1
 
-    async def body(self, request: Request, allowed: tuple[str, ...]) -> dict:
-        """The request's JSON object, within ``--payload-limit`` (413), well formed, nested at most
-        :data:`MAX_DEPTH` levels and of characters only (400), with only ``allowed`` keys and ``inputs``, whose texts
-        have at most :data:`CHARACTERS_PER_TOKEN` × ``--max-batch-tokens`` characters (422)."""
-        limit = self.spec.payload_limit
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise Refused(413, f"the body has {declared} bytes, more than the server's --payload-limit {limit}")
-        raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > limit:
-                raise Refused(413, f"the body has more than the server's --payload-limit {limit} bytes")
+    async def body(self, request: Request, allowed: tuple[str, ...], deadline: float | None) -> dict:
+        """The request's JSON object, received by ``deadline`` (408) within ``--payload-limit`` (413), well formed,
+        nested at most :data:`MAX_DEPTH` levels and of characters only (400), with only ``allowed`` keys and
+        ``inputs``, whose texts have at most :data:`CHARACTERS_PER_TOKEN` × ``--max-batch-tokens`` characters
+        (422)."""
+        try:
+            raw = await asyncio.wait_for(self.received(request), None if deadline is None else
+                                         deadline - time.monotonic())
+        except TimeoutError:
+            raise Refused(408, f"the body did not arrive within the server's --request-timeout of "
+                               f"{self.spec.request_timeout:g} s") from None
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as err:
@@ -190,6 +189,19 @@ class Server:
                                f"per request ({CHARACTERS_PER_TOKEN} per token of its --max-batch-tokens "
                                f"{self.spec.max_batch_tokens}): send fewer or shorter inputs per request")
         return body
+
+    async def received(self, request: Request) -> bytearray:
+        """The request's body, within ``--payload-limit`` (413)."""
+        limit = self.spec.payload_limit
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise Refused(413, f"the body has {declared} bytes, more than the server's --payload-limit {limit}")
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > limit:
+                raise Refused(413, f"the body has more than the server's --payload-limit {limit} bytes")
+        return raw
 
     def inputs(self, body: dict) -> list:
         """The request's inputs: a list of them, or one input (not a list)."""
@@ -249,7 +261,7 @@ class Server:
                                "POST /v1/generate")
         deadline = self.admit()
         try:
-            values = self.inputs(await self.body(request, ("inputs",)))
+            values = self.inputs(await self.body(request, ("inputs",), deadline))
             examples = [model.task.example_of(value, f"inputs[{i}]") for i, value in enumerate(values)]
         except BaseException:
             self.release()
@@ -264,7 +276,7 @@ class Server:
                                "a language model: use POST /v1/predict")
         deadline = self.admit()
         try:
-            body = await self.body(request, ("inputs", "parameters", "stream"))
+            body = await self.body(request, ("inputs", "parameters", "stream"), deadline)
             prompts = self.inputs(body)
             for i, prompt in enumerate(prompts):
                 if not isinstance(prompt, str) or not prompt.strip():
@@ -468,7 +480,7 @@ def _event(kind: str, data: object) -> str:
 
 
 def strings(value: object) -> Iterator[str]:
-    """The strings of a JSON value (keys too), walked without recursion; 400 below :data:`MAX_DEPTH` levels."""
+    """The strings of a JSON value (keys too), walked without recursion; 400 deeper than :data:`MAX_DEPTH` levels."""
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()

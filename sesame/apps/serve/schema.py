@@ -37,7 +37,8 @@ PARAMETERS = {"type": "object", "description": "sesame.decoding.GenerationConfig
 REFUSALS = {"400": f"malformed JSON, nested deeper than {serve.MAX_DEPTH} levels, or holding half of a UTF-16 "
                    "surrogate pair",
             "401": "missing or wrong API key (with --api-key)",
-            "404": "this model does not serve the endpoint", "413": "body over --payload-limit",
+            "404": "this model does not serve the endpoint",
+            "408": "the body did not arrive within --request-timeout", "413": "body over --payload-limit",
             "422": "inputs of the wrong shape, too many (--max-client-batch-size) or too long (the model's length; "
                    f"{serve.CHARACTERS_PER_TOKEN} characters per token of --max-batch-tokens, counted before "
                    "tokenizing); more tokens than --max-batch-tokens (a generation: prompts × beams × (longest "
