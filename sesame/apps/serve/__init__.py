@@ -44,8 +44,12 @@ class ServeSpec:
                                             "(default: no key)")
     max_concurrent_requests: int = option(512, within=(1, 1 << 31), help="requests in flight at once (queued or "
                                                                            "running); more are refused with 429")
-    max_batch_tokens: int = option(16384, within=(1, 1 << 31), help="tokens of one forward pass; a request with "
-                                                                     "more is refused with 422")
+    max_batch_tokens: int = option(16384, within=(1, 1 << 31), help="tokens of one forward pass (a generation's: "
+                                                                     "prompts x beams x (the longest prompt + the new "
+                                                                     "tokens)); a request with more, or with texts "
+                                                                     f"of more than {CHARACTERS_PER_TOKEN} characters "
+                                                                     "per token of it "
+                                                                     "(counted before tokenizing), is refused with 422")
     max_client_batch_size: int = option(32, within=(1, 1 << 31), help="inputs of one request; more: 422")
     payload_limit: int = option(2_000_000, within=(1, 1 << 31), help="bytes of a request's body; more: 413")
     auto_truncate: bool = option(False, help="cut inputs longer than the model reads (its fine-tuning --max-length) "
