@@ -170,6 +170,11 @@ ROWS = {
                                                                 "generate needs a causal language model"),
     "serve: no inputs per request": (["serve", "--model", "{root}/clf", "--max-client-batch-size", "0"],
                                      "--max-client-batch-size", "at least 1"),
+    "serve: no beams": (["serve", "--model", "{root}/clf", "--max-beams", "0"], "--max-beams", "at least 1"),
+    "serve: a negative deadline": (["serve", "--model", "{root}/clf", "--request-timeout", "-1"], "--request-timeout",
+                                   "at least 0"),
+    "serve: an address not of this machine": (["serve", "--model", "{root}/clf", "--host", "192.0.2.1", "--api-key",
+                                               "k"], "--host 192.0.2.1", "cannot listen there"),
     # export
     "export: a pretrained run": (["export", "--model", "{root}/pre", "--out", "{root}/new"], "--model", "pretrained"),
     "export: into someone's folder": (["export", "--model", "{root}/clf", "--out", "{root}/mine"], "--out", "mine"),

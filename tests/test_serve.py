@@ -366,12 +366,26 @@ def test_without_the_extra_the_error_says_what_to_install(monkeypatch):
         require()
 
 
+@pytest.fixture
+def busy_port():
+    """A port of 127.0.0.1 another program listens on."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        yield held.getsockname()[1]
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--model", "{root}/classify", "--port", "70000"], ["--port 70000"]),
     (["--model", "{root}/classify", "--batch-wait-ms", "-1"], ["--batch-wait-ms"]),
     (["--model", "{root}/missing"], ["--model", "missing"]),
+    (["--model", "{root}/classify", "--port", "{port}"], ["--port {port}", "in use", "--port (0: any free one)"]),
+    (["--model", "{root}/classify", "--host", "no-such-host.invalid"], ["--host no-such-host.invalid",
+                                                                        "no such address"]),
 ])
-def test_bad_flags_are_refused_in_one_line(runs, argv, expected, tmp_path, capsys):
+def test_bad_flags_are_refused_in_one_line(runs, argv, expected, tmp_path, capsys, busy_port):
     from .conftest import refused
 
-    refused(["serve", *(a.format(root=runs) for a in argv)], capsys, tmp_path, *expected)
+    given = {"root": runs, "port": busy_port}
+    refused(["serve", "--api-key", "k", *(a.format(**given) for a in argv)], capsys, tmp_path,
+            *(e.format(**given) for e in expected))

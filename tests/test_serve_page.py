@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import browser
-from .test_serve import LABELS, load, write_run  # importing it skips this module too without the extra
+from .test_serve import load, runs  # noqa: F401 (runs: a fixture); it skips this module too without the extra
 
 import httpx  # noqa: E402
 
@@ -17,14 +17,6 @@ from sesame.apps.serve import ServeSpec  # noqa: E402
 from sesame.apps.serve.app import background, create_app  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("page_runs")
-    write_run(root, "classify", "classify", {}, LABELS)
-    write_run(root, "gpt", None, {}, [], family="gpt")
-    return root
 
 
 class Chromium:

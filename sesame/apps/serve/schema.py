@@ -24,17 +24,28 @@ GENERATION = {"type": "object", "properties": {"prompt": TEXT, "text": {"type": 
                                                "finish": {"enum": ["end", "stop", "length"]}}}
 PARAMETERS = {"type": "object", "description": "sesame.decoding.GenerationConfig's fields (those of `sesame "
                                                "generate`'s flags)",
-              "properties": {"max_new_tokens": {"type": "integer", "minimum": 1, "default": 50},
+              "properties": {"max_new_tokens": {"type": "integer", "minimum": 1, "default": 50,
+                                                "description": "at most the server's --max-new-tokens"},
                              "sample": {"type": "boolean"}, "temperature": {"type": "number"},
                              "top_k": {"type": "integer"}, "top_p": {"type": "number"},
-                             "repetition_penalty": {"type": "number"}, "beams": {"type": "integer"},
+                             "repetition_penalty": {"type": "number"},
+                             "beams": {"type": "integer", "minimum": 1, "default": 1,
+                                       "description": "at most the server's --max-beams"},
                              "length_penalty": {"type": "number"}, "early_stopping": {"type": "boolean"},
                              "stop": {"type": "array", "items": TEXT}, "seed": {"type": "integer"}},
               "additionalProperties": False}
-REFUSALS = {"400": "malformed JSON", "401": "missing or wrong API key (with --api-key)",
-            "404": "this model does not serve the endpoint", "413": "body over --payload-limit",
-            "422": "inputs of the wrong shape, too many or too long, or parameters out of range",
-            "429": "--max-concurrent-requests in flight"}
+REFUSALS = {"400": f"malformed JSON, nested deeper than {serve.MAX_DEPTH} levels, or holding half of a UTF-16 "
+                   "surrogate pair",
+            "401": "missing or wrong API key (with --api-key)",
+            "404": "this model does not serve the endpoint",
+            "408": "the body did not arrive within --request-timeout", "413": "body over --payload-limit",
+            "422": "inputs of the wrong shape, too many (--max-client-batch-size) or too long (the model's length; "
+                   f"{serve.CHARACTERS_PER_TOKEN} characters per token of --max-batch-tokens, counted before "
+                   "tokenizing); more tokens than --max-batch-tokens (a generation: prompts × beams × (longest "
+                   "prompt + new tokens)); parameters unknown or out of range, beyond --max-new-tokens or --max-beams",
+            "429": "--max-concurrent-requests in flight",
+            "503": "waited for the model past --request-timeout (the server is busy)",
+            "504": "worked on past --request-timeout; a generation stops at its next token"}
 
 
 def _json(schema: dict, description: str) -> dict:
@@ -46,7 +57,8 @@ def _post(summary: str, request: dict, answer: dict, *, stream: bool = False) ->
     if stream:
         responses["200"] = {**answer, "content": {**answer["content"], "text/event-stream": {"schema": {
             "type": "string", "description": "with \"stream\": true: events `token` {index, text} as each prompt's "
-                                             "text becomes final, then `done` {generations} or `error` {error}"}}}}
+                                             "text becomes final, then `done` {generations} or `error` {error} (a "
+                                             "failure, or --request-timeout passed: the generation stops)"}}}}
     return {"post": {"summary": summary, "security": [{"bearer": []}], "responses": responses,
                      "requestBody": {"required": True, "content": {"application/json": {"schema": request}}}}}
 

@@ -8,7 +8,8 @@ until ``max_tokens`` tokens, into one :meth:`Model.outputs` call, and each job's
 its predictions (dynamic batching as text-embeddings-inference and Triton do it). A feature's outputs do not depend
 on the features batched with it (padding is masked), so batched results equal one-at-a-time results up to float
 rounding. A job whose inputs are refused fails alone; if a batch's forward pass fails, its jobs are run one by one,
-so only the faulty one fails.
+so only the faulty one fails. A job whose request has gone (its client left, or its deadline passed) is dropped
+before the model runs it; a generation that is running stops at its next token (:func:`stopping`).
 """
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import logging
 import queue
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
+from torch import nn
 
 from ...tasks import Task
 
@@ -61,22 +64,50 @@ class Batching:
 Finish = Callable[[object], None]  # receives the job's result, or the exception that ended it
 
 
-@dataclass
-class Predict:
+class Cancelled(Exception):
+    """The work of a request that has gone (its client left, or its deadline passed)."""
+
+
+@dataclass(kw_only=True)
+class Job:
+    """One request's work, ``finish``-ed exactly once. ``gone`` is set when nobody waits for its answer any more:
+    the worker then drops it (finished with :class:`Cancelled`) unless ``started``."""
+
+    finish: Finish
+    gone: threading.Event = field(default_factory=threading.Event)
+    started: bool = False
+
+
+@dataclass(kw_only=True)
+class Predict(Job):
     """Examples to predict (from one request)."""
 
     examples: list[dict]
-    finish: Finish
     features: list[dict] | None = None
     tokens: int = 0
 
 
-@dataclass
-class Call:
+@dataclass(kw_only=True)
+class Call(Job):
     """Work that runs alone on the model's thread (a generation)."""
 
     run: Callable[[], object]
-    finish: Finish
+
+
+@contextmanager
+def stopping(module: nn.Module, gone: threading.Event) -> Iterator[None]:
+    """Within the ``with``, ``module``'s next forward pass after ``gone`` is set raises :class:`Cancelled`: given a
+    generator's embeddings, which every decoding step reads, a generation stops at its next token."""
+
+    def check(_: nn.Module, args: tuple) -> None:
+        if gone.is_set():
+            raise Cancelled
+
+    hook = module.register_forward_pre_hook(check)
+    try:
+        yield
+    finally:
+        hook.remove()
 
 
 @dataclass
@@ -93,7 +124,7 @@ class Worker:
         self.thread = threading.Thread(target=self._loop, name="sesame-serve-model", daemon=True)
         self.thread.start()
 
-    def submit(self, job: Predict | Call | None) -> None:
+    def submit(self, job: Job | None) -> None:
         self.queue.put(job)
 
     def depth(self) -> int:
@@ -105,21 +136,23 @@ class Worker:
         self.thread.join()
 
     def _loop(self) -> None:
-        carry: Predict | Call | None = None
+        carry: Job | None = None
         while True:
             job = carry if carry is not None else self.queue.get()
             carry = None
             if job is None:
                 return
             if isinstance(job, Call):
-                _settle(job.finish, job.run)
+                if not _dropped(job):
+                    job.started = True
+                    _settle(job.finish, job.run)
                 continue
             batch = [job] if self._prepare(job) else []
             carry = self._gather(batch)
             if batch:
                 self._run(batch)
 
-    def _gather(self, batch: list[Predict]) -> Predict | Call | None:
+    def _gather(self, batch: list[Predict]) -> Job | None:
         """Add the jobs that arrive within the wait to ``batch`` while they fit; returns the job that ended the
         gathering without joining it (to run next), or None. ``None`` in the queue (stop) is put back."""
         deadline = time.monotonic() + self.batching.wait
@@ -146,7 +179,10 @@ class Worker:
         return None
 
     def _prepare(self, job: Predict) -> bool:
-        """Make the job's features (once) and hold them to the limits; a refused job is finished with the error."""
+        """Make the job's features (once) and hold them to the limits; a refused job is finished with the error, a
+        job whose request has gone is dropped."""
+        if _dropped(job):
+            return False
         if job.features is None:
             try:
                 job.features = self.features(job.examples)
@@ -180,6 +216,11 @@ class Worker:
 
     def _run(self, batch: list[Predict]) -> None:
         """One forward pass over the batch's features, each job decoded from its own rows."""
+        batch = [job for job in batch if not _dropped(job)]
+        if not batch:
+            return
+        for job in batch:
+            job.started = True
         features = [f for job in batch for f in job.features]
         try:
             outputs = self.model.outputs(features)
@@ -196,6 +237,14 @@ class Worker:
             rows = outputs[start: start + len(job.features)]
             start += len(job.features)
             _settle(job.finish, lambda: self.model.predictions(job.examples, job.features, rows))
+
+
+def _dropped(job: Job) -> bool:
+    """Whether ``job``'s request has gone; if so it is finished with :class:`Cancelled`, unrun."""
+    if job.gone.is_set():
+        _answer(job.finish, Cancelled())
+        return True
+    return False
 
 
 def _settle(finish: Finish, work: Callable[[], object]) -> None:
