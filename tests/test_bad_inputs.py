@@ -3,15 +3,23 @@ every existing file (the committed fixture runs, copied here, and the data besid
 
 Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre`` and ``clf`` (the
 fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a
-folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task).
+folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
+``held/`` (an empty folder) and ``setting-up/`` (a run being set up), both held as another sesame command holds its
+output.
 """
 import json
+import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from sesame.rundir import SETTING_UP
+
 from .conftest import refused
+
+fcntl = pytest.importorskip("fcntl", reason="the table holds folders as other commands do, by fcntl's flock")
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST = ["--max-steps", "1", "--batch-size", "8"]
@@ -117,6 +125,12 @@ ROWS = {
                                                          "{root}/corpus.txt", "--tokenizer", "{root}/unigram.json",
                                                          "--out", "{root}/new", *FAST],
                                                         "--tokenizer", "unigram.json", "--sentinels"),
+    "pretrain: into a run another command is setting up": (["pretrain", "--corpus", "{root}/corpus.txt", "--out",
+                                                             "{root}/setting-up", *FAST], "--out", "setting-up",
+                                                            "another sesame command"),
+    "pretrain: resume a run another command is setting up": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt",
+                                                              "--out", "{root}/setting-up", *FAST], "--out",
+                                                             "another sesame command"),
     "pretrain: resume nothing": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out", "{root}/new"],
                                  "--out", "no such run directory"),
     # finetune
@@ -184,6 +198,8 @@ ROWS = {
                                    "holds a fine-tuned run"),
     "convert: export into its own run": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/pre"], "--out",
                                          "holds a pretrained run"),
+    "convert: into a folder another command holds": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/held"],
+                                                      "--out", "held", "another sesame command"),
     "convert: missing model": (["convert", "--from-hf", "{root}/nothing", "--out", "{root}/new"], "--from-hf"),
     "convert: generator without import": (["convert", "--to-hf", "{root}/pre", "--generator", "{root}/pre", "--out",
                                            "{root}/new"], "--generator"),
@@ -221,6 +237,8 @@ ROWS = {
                                       "--corpus", "nothing.txt"),
     # demo
     "demo: into the user's folder": (["demo", "--out", "{root}/mine"], "--out", "holds other files"),
+    "demo: into a folder another command holds": (["demo", "--out", "{root}/held"], "--out", "held",
+                                                   "another sesame command"),
     # what the readers refuse (file:line and the fix)
     "finetune: a row with an extra field": (["finetune", "--from", "{root}/pre", "--train", "{root}/more.csv", "--dev",
                                              "{root}/dev.csv", "--out", "{root}/new"], "more.csv:3", "quote"),
@@ -273,7 +291,7 @@ ROWS = {
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
+def root(tmp_path_factory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("bad_inputs")
     shutil.copytree(FIXTURES / "runs" / "pretrained", root / "pre")
     shutil.copytree(FIXTURES / "runs" / "classifier", root / "clf")
@@ -310,7 +328,15 @@ def root(tmp_path_factory) -> Path:
     (root / "garbled-shards" / "meta.json").write_text('{"format": "sesame-sh')
     (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
                                                  "dev": str(root / "dev.csv")}))
-    return root
+    (root / "held").mkdir()
+    (root / "setting-up").mkdir()
+    (root / "setting-up" / SETTING_UP).touch()
+    held = [os.open(root / name, os.O_RDONLY) for name in ("held", "setting-up")]
+    for fd in held:  # as another command holds its output (sesame.outputs.hold)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    yield root
+    for fd in held:
+        os.close(fd)
 
 
 def test_the_table_covers_every_command():
