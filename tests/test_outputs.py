@@ -12,10 +12,11 @@ import pytest
 
 from sesame.cli import main
 from sesame.errors import SesameError
-from sesame.outputs import MARKER, check_dir, claim_dir, directory_kind, held, new_file, only_run_files
+from sesame.outputs import (MARKER, check_dir, claim_dir, directory_kind, held, new_file, only_run_files,
+                            publish_dir)
 from sesame.rundir import SETTING_UP
 
-from .conftest import onnxruntime_or_skip, refused, snapshot
+from .conftest import NO_UNWRITABLE, onnxruntime_or_skip, refused, snapshot
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -229,24 +230,27 @@ def test_what_a_killed_command_held_is_free_and_its_lock_file_taken_over(tiny_ru
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.json"]
 
 
-@pytest.fixture
-def unwritable(tmp_path):
-    """A folder where no file can be created: one made read-only, or for root, whom permission bits do not stop,
-    Linux's /sys (sysfs takes no new files)."""
-    if hasattr(os, "geteuid") and os.geteuid() != 0:
-        folder = tmp_path / "read-only"
+def test_a_folder_published_whole_claims_its_name_by_the_rename(tmp_path):
+    """Shards and a decontaminated corpus are written beside their name and renamed into place: into a new or empty
+    folder; one another command filled meanwhile is refused, and what it holds stays."""
+    def finished(name: str) -> Path:
+        folder = tmp_path / name
         folder.mkdir()
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-    elif Path("/sys").is_dir():
-        yield Path("/sys")
-    else:
-        pytest.skip("no folder here that root cannot write to (Linux's /sys is one)")
+        (folder / "meta.json").write_text(name)
+        return folder
+
+    out = tmp_path / "shards"
+    publish_dir(finished(".first.tmp"), out, "--out")
+    second = finished(".second.tmp")
+    with pytest.raises(SesameError, match="--out .*shards: another command wrote there meanwhile"):
+        publish_dir(second, out, "--out")
+    assert (out / "meta.json").read_text() == ".first.tmp" and second.is_dir()  # the caller removes its own
 
 
 def test_predict_into_a_folder_it_cannot_write_stops_before_predicting(tiny_runs, unwritable, capsys):
     """predict printed every prediction and then failed with a traceback writing --output: now one line first."""
+    if unwritable is None:
+        pytest.skip(NO_UNWRITABLE)
     out = unwritable / "predictions.jsonl"
     capsys.readouterr()
     assert main(["--no-progress", "predict", "--model", str(tiny_runs / "clf"), "--input", str(tiny_runs / "dev.csv"),
@@ -258,5 +262,7 @@ def test_predict_into_a_folder_it_cannot_write_stops_before_predicting(tiny_runs
 
 
 def test_report_into_a_folder_it_cannot_write_is_one_line(tiny_runs, unwritable, capsys):
+    if unwritable is None:
+        pytest.skip(NO_UNWRITABLE)
     refused(["report", str(tiny_runs / "pre"), "--out", str(unwritable / "page.html")], capsys, tiny_runs,
             f"--out {unwritable / 'page.html'}: cannot write there")
