@@ -9,6 +9,7 @@ import os
 import sys
 
 from .errors import SesameError
+from .outputs import held
 from .train import Interrupted
 
 TRAINING = ("pretrain", "finetune")  # the commands every process runs under torchrun
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         # the trainer keeps tensors on the CPU, so CPU collectives go through gloo even when CUDA is present
         dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     try:
-        args.run(args)
+        with held():  # the outputs it claims, released as it ends (or by the system, should it die)
+            args.run(args)
     except SesameError as err:
         print(f"sesame: error: {err}", file=sys.stderr)
         return 2

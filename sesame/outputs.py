@@ -7,6 +7,9 @@
   replaces one it did not write, nor one of the command's own inputs.
 - A missing parent folder is created; a parent that is a file, or a folder that cannot be created, is an error
   naming the flag.
+- An output is claimed for the command's life (:func:`hold`): an advisory lock the process holds, which the system
+  drops when it ends or dies, so two commands never write one output at once, and what a killed command left is
+  known to be nobody's. A second command is refused, naming the flag and the output.
 
 The kind of a directory is what it says of itself (:func:`directory_kind`): a run's ``config.json``, a shard
 directory's ``meta.json``, an application folder's marker (:data:`MARKER`).
@@ -14,8 +17,15 @@ directory's ``meta.json``, an application folder's marker (:data:`MARKER`).
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows: outputs go unlocked
+    fcntl = None
 
 from . import __version__
 from .errors import SesameError
@@ -94,25 +104,122 @@ def check_dir(path: str | Path, flag: str, kind: str | None = None, *,
     raise SesameError(f"{flag} {path}: exists and holds {_describe(found)}; {fix}")
 
 
-def make_dir(path: str | Path, flag: str, kind: str | None = None) -> Path:
-    """Create ``path`` and its parents (after :func:`check_dir`); an application's folder gets its marker."""
+def _cannot_write(path: Path, flag: str, err: OSError) -> SesameError:
+    return SesameError(f"{flag} {path}: cannot write there ({err.strerror}); choose a folder you can write to")
+
+
+def make_dir(path: str | Path, flag: str) -> Path:
+    """Create ``path`` and its parents (after :func:`check_dir`)."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        if kind in APPLICATIONS and not (path / MARKER).exists():
-            (path / MARKER).write_text(json.dumps({"kind": kind, "sesame_version": __version__}) + "\n")
     except OSError as err:
         raise SesameError(f"{flag} {path}: cannot create it ({err.strerror}); choose a folder you can write to") \
             from None
     return path
 
 
-def claim_dir(path: str | Path, flag: str, kind: str, *, fix: str = "choose a new or empty folder") -> bool:
-    """:func:`check_dir`, then :func:`make_dir`: ``path`` is this command's ``kind`` folder from now on. Returns
-    whether it already was one (the command continues it)."""
+def claim_dir(path: str | Path, flag: str, kind: str | None = None, *, fix: str = "choose a new or empty folder"
+              ) -> bool:
+    """``path`` as this command's ``kind`` folder from now on (an application's gets its marker): checked
+    (:func:`check_dir`), made (:func:`make_dir`), held (:func:`hold`), and checked again, since another command may
+    have written there in between. Returns whether it already was one (the command continues it)."""
+    path = Path(path)
+    check_dir(path, flag, kind, fix=fix)
+    make_dir(path, flag)
+    hold(path, flag)
     existed = check_dir(path, flag, kind, fix=fix)
-    make_dir(path, flag, kind)
+    if kind in APPLICATIONS and not (path / MARKER).exists():
+        try:
+            (path / MARKER).write_text(json.dumps({"kind": kind, "sesame_version": __version__}) + "\n")
+        except OSError as err:
+            raise _cannot_write(path, flag, err) from None
     return existed
+
+
+def publish_dir(tmp: Path, out: Path, flag: str) -> None:
+    """Move the finished folder ``tmp`` to ``out`` in one rename, which claims an output written whole beside it
+    (shards, a decontaminated corpus): ``out`` absent or an empty folder; one another command filled meanwhile is
+    refused, naming ``flag``."""
+    try:
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except OSError as err:
+        if out.is_dir() and any(out.iterdir()):
+            raise SesameError(f"{flag} {out}: another command wrote there meanwhile; choose another {flag}") from None
+        raise _cannot_write(out, flag, err) from None
+
+
+_HELD: dict[Path, tuple[int, Path | None]] = {}  # this process's outputs: path → (locked descriptor, lock file)
+
+
+def _lock_target(path: Path) -> Path | None:
+    """What locks ``path``: the folder itself, or for a file the lock file ``.NAME.lock`` beside it (the file is
+    written, under another name, only at the end); None where nothing can (no ``fcntl``: Windows)."""
+    if fcntl is None:
+        return None
+    return path if path.is_dir() else path.with_name(f".{path.name}.lock")
+
+
+def hold(path: str | Path, flag: str) -> bool:
+    """Lock the output ``path`` (an existing folder, or a file to be written) for this process, until
+    :func:`release` (or :func:`held`'s end) or the process's: an advisory ``flock`` on the folder, or on
+    ``.NAME.lock`` beside the file, which the system drops when the process dies. Returns False where this process
+    holds it already, or nothing can be locked (Windows, a filesystem without locks). Held by another process:
+    refused, naming ``flag``."""
+    key = Path(path).absolute()
+    target = _lock_target(key)
+    if target is None or key in _HELD:
+        return False
+    try:
+        fd = os.open(target, os.O_RDONLY if target == key else os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise _cannot_write(Path(path), flag, err) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        busy = not _same_file(fd, target)  # a lock file its owner removed, ending, as we opened it
+    except BlockingIOError:
+        busy = True
+    except OSError:  # a filesystem without locks (some network ones): unlocked, as on Windows
+        os.close(fd)
+        if target != key:
+            target.unlink(missing_ok=True)
+        return False
+    if busy:
+        os.close(fd)
+        raise SesameError(f"{flag} {path}: another sesame command is writing there now; wait for it to end, or "
+                          f"choose another {flag}")
+    _HELD[key] = (fd, None if target == key else target)
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+def release(path: str | Path) -> None:
+    """Give up this process's lock on ``path`` (:func:`hold`), removing a file's lock file."""
+    fd, lock_file = _HELD.pop(Path(path).absolute())
+    if lock_file is not None:
+        lock_file.unlink(missing_ok=True)  # before the lock goes: whoever opened it finds it gone (_same_file)
+    os.close(fd)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Release, at the end, the outputs held (:func:`hold`) inside: a command's life (sesame.cli.main)."""
+    before = set(_HELD)
+    try:
+        yield
+    finally:
+        for path in [path for path in _HELD if path not in before]:
+            release(path)
 
 
 def _paths(given: str | Path | Iterable[str | Path] | None) -> list[Path]:
@@ -121,10 +228,16 @@ def _paths(given: str | Path | Iterable[str | Path] | None) -> list[Path]:
     return [Path(given)] if isinstance(given, (str, Path)) else [Path(p) for p in given]
 
 
+def _exists(path: Path, flag: str) -> SesameError:
+    return SesameError(f"{flag} {path}: exists; sesame never replaces an existing file, so choose a new name (or move "
+                       "that file away)")
+
+
 def new_file(path: str | Path, flag: str, inputs: dict[str, str | Path | Iterable[str | Path] | None] | None = None
              ) -> Path:
     """``path`` checked as a file this command will write: not one of its ``inputs`` (``{flag: path or paths}``),
-    not an existing file or folder; its missing parent folders are created."""
+    not an existing file or folder; its missing parent folders are created, and it is held (:func:`hold`), which
+    also finds a folder it cannot be written to before the command's work."""
     path = Path(path)
     for other, paths in (inputs or {}).items():
         if any(p.absolute().resolve() == path.absolute().resolve() for p in _paths(paths)):
@@ -133,12 +246,14 @@ def new_file(path: str | Path, flag: str, inputs: dict[str, str | Path | Iterabl
     if path.is_dir():
         raise SesameError(f"{flag} {path}: is a folder; give the name of a new file")
     if path.exists() or path.is_symlink():
-        raise SesameError(f"{flag} {path}: exists; sesame never replaces an existing file, so choose a new name "
-                          "(or move that file away)")
+        raise _exists(path, flag)
     _check_parent(path, flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise SesameError(f"{flag} {path}: cannot create its folder ({err.strerror}); choose a folder you can write "
                           "to") from None
+    if hold(path, flag) and (path.exists() or path.is_symlink()):  # written meanwhile, by a command now ended
+        release(path)
+        raise _exists(path, flag)
     return path

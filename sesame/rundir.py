@@ -16,7 +16,7 @@ from torch import nn
 
 from .errors import SesameError
 from .models import build_model
-from .outputs import check_dir, make_dir
+from .outputs import check_dir, hold, make_dir, release
 from .specs import KINDS, RunConfig
 from .tokenizer import TextTokenizer
 from .train import TrainConfig
@@ -57,32 +57,51 @@ def setup_killed(out: str | Path) -> bool:
     return (Path(out) / SETTING_UP).is_file() and not (Path(out) / "config.json").is_file()
 
 
-@contextmanager
-def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
-    """Claim ``out`` for a run of ``kind``: a new or empty folder (:func:`sesame.outputs.check_dir`); with ``resume``
-    a run of the same kind.
-
-    If setting up a brand-new directory fails, it is removed again, so a failed command leaves nothing behind;
-    one whose setup was killed before config.json (it holds :data:`SETTING_UP`) holds only what that setup
-    wrote, so it is cleared and claimed afresh, with or without ``resume``.
-    """
-    out = Path(out)
+def _checked(out: Path, kind: str, resume: bool) -> bool:
+    """Whether the run in ``out`` continues: with ``resume`` a run of ``kind`` does, one whose setup was killed
+    (:func:`setup_killed`) never does; else ``out`` must be new or empty (:func:`sesame.outputs.check_dir`)."""
     if setup_killed(out):
-        shutil.rmtree(out)
-        resume = False
+        return False
     if resume:
         read_config(out, "--out", (kind,))
     else:
         check_dir(out, "--out", fix="choose a new --out, or pass --resume to continue the run there")
+    return resume
+
+
+@contextmanager
+def new_run(out: str | Path, kind: str, resume: bool) -> Iterator[Path]:
+    """Claim ``out`` for a run of ``kind``: a new or empty folder (:func:`sesame.outputs.check_dir`); with ``resume``
+    a run of the same kind. It is held (:func:`sesame.outputs.hold`) until the end, by rank 0 alone under torchrun,
+    so a second command is refused.
+
+    If setting up a brand-new directory fails, it is removed again, so a failed command leaves nothing behind;
+    one whose setup was killed before config.json (it holds :data:`SETTING_UP`, and no command holds it) holds only
+    what that setup wrote, so it is cleared and claimed afresh, with or without ``resume``.
+    """
+    out = Path(out)
+    _checked(out, kind, resume)  # before making anything
     make_dir(out, "--out")
-    if not resume:
-        (out / SETTING_UP).touch()
+    took = world()[0] == 0 and hold(out, "--out")
     try:
-        yield out
-    except BaseException:
-        if not resume and not (out / "config.json").exists():
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+        resume = _checked(out, kind, resume)  # once held: what another command did meanwhile counts too
+        if setup_killed(out):
+            for entry in out.iterdir():  # the folder itself stays: it is what is held
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        if not resume:
+            (out / SETTING_UP).touch()
+        try:
+            yield out
+        except BaseException:
+            if not resume and not (out / "config.json").exists():
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+    finally:
+        if took:
+            release(out)
 
 
 def _barrier(failed: bool = False) -> None:

@@ -7,6 +7,7 @@ import random
 import shutil
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -163,6 +164,22 @@ def tiny_runs(tmp_path_factory) -> Path:
                      str(root / "dev.csv"), "--epochs", "1", "--batch-size", "16", "--max-length", "32",
                      "--out", str(root / "clf")]) == 0
     return root
+
+
+NO_UNWRITABLE = "no folder here that root cannot write to (Linux's /sys is one)"
+
+
+@pytest.fixture(scope="session")
+def unwritable(tmp_path_factory) -> Iterator[Path | None]:
+    """A folder where no file can be created: one made read-only, or for root, whom permission bits do not stop,
+    Linux's /sys (sysfs takes no new files); None where there is none (tests skip: NO_UNWRITABLE)."""
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        folder = tmp_path_factory.mktemp("read-only")
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+    else:
+        yield Path("/sys") if Path("/sys").is_dir() else None
 
 
 @pytest.fixture(scope="session")

@@ -3,15 +3,26 @@ every existing file (the committed fixture runs, copied here, and the data besid
 
 Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre`` and ``clf`` (the
 fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a
-folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task).
+folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
+``held/`` (an empty folder) and ``setting-up/`` (a run being set up), both held as another sesame command holds its
+output; ``{unwritable}`` is a folder where no file can be created.
 """
 import json
+import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from .conftest import refused
+from sesame.rundir import SETTING_UP
+
+from .conftest import NO_UNWRITABLE, refused
+
+try:
+    import fcntl
+except ImportError:  # Windows: outputs are not locked, and the rows that need a held folder skip
+    fcntl = None
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAST = ["--max-steps", "1", "--batch-size", "8"]
@@ -117,6 +128,12 @@ ROWS = {
                                                          "{root}/corpus.txt", "--tokenizer", "{root}/unigram.json",
                                                          "--out", "{root}/new", *FAST],
                                                         "--tokenizer", "unigram.json", "--sentinels"),
+    "pretrain: into a run another command is setting up": (["pretrain", "--corpus", "{root}/corpus.txt", "--out",
+                                                             "{root}/setting-up", *FAST], "--out", "setting-up",
+                                                            "another sesame command"),
+    "pretrain: resume a run another command is setting up": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt",
+                                                              "--out", "{root}/setting-up", *FAST], "--out",
+                                                             "another sesame command"),
     "pretrain: resume nothing": (["pretrain", "--resume", "--corpus", "{root}/corpus.txt", "--out", "{root}/new"],
                                  "--out", "no such run directory"),
     # finetune
@@ -164,6 +181,8 @@ ROWS = {
                                    "{root}/afile.txt/p.jsonl"], "--output", "afile.txt is a file"),
     "predict: missing input": (["predict", "--model", "{root}/clf", "--input", "{root}/nothing.csv"],
                                "nothing.csv"),
+    "predict: into a folder it cannot write": (["predict", "--model", "{root}/clf", "--input", "{root}/dev.csv",
+                                                "--output", "{unwritable}/p.jsonl"], "--output", "cannot write there"),
     # serve
     "serve: missing model": (["serve", "--model", "{root}/nothing"], "--model", "no such run directory"),
     "serve: an encoder that neither classifies nor generates": (["serve", "--model", "{root}/pre"], "--model",
@@ -184,6 +203,8 @@ ROWS = {
                                    "holds a fine-tuned run"),
     "convert: export into its own run": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/pre"], "--out",
                                          "holds a pretrained run"),
+    "convert: into a folder another command holds": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/held"],
+                                                      "--out", "held", "another sesame command"),
     "convert: missing model": (["convert", "--from-hf", "{root}/nothing", "--out", "{root}/new"], "--from-hf"),
     "convert: generator without import": (["convert", "--to-hf", "{root}/pre", "--generator", "{root}/pre", "--out",
                                            "{root}/new"], "--generator"),
@@ -221,6 +242,8 @@ ROWS = {
                                       "--corpus", "nothing.txt"),
     # demo
     "demo: into the user's folder": (["demo", "--out", "{root}/mine"], "--out", "holds other files"),
+    "demo: into a folder another command holds": (["demo", "--out", "{root}/held"], "--out", "held",
+                                                   "another sesame command"),
     # what the readers refuse (file:line and the fix)
     "finetune: a row with an extra field": (["finetune", "--from", "{root}/pre", "--train", "{root}/more.csv", "--dev",
                                              "{root}/dev.csv", "--out", "{root}/new"], "more.csv:3", "quote"),
@@ -267,13 +290,15 @@ ROWS = {
                           "{root}/pre"], "--out", "holds a pretrained run"),
     # report
     "report: missing run": (["report", "{root}/nothing", "--out", "{root}/page.html"], "nothing", "not found"),
+    "report: into a folder it cannot write": (["report", "{root}/pre", "--out", "{unwritable}/page.html"], "--out",
+                                              "cannot write there"),
     "report: a page over a file it did not write": (["report", "{root}/pre", "--out", "{root}/corpus.txt"], "--out",
                                                      ".html"),
 }
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
+def root(tmp_path_factory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("bad_inputs")
     shutil.copytree(FIXTURES / "runs" / "pretrained", root / "pre")
     shutil.copytree(FIXTURES / "runs" / "classifier", root / "clf")
@@ -310,19 +335,23 @@ def root(tmp_path_factory) -> Path:
     (root / "garbled-shards" / "meta.json").write_text('{"format": "sesame-sh')
     (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
                                                  "dev": str(root / "dev.csv")}))
-    return root
-
-
-def test_the_table_covers_every_command():
-    from sesame.commands import COMMANDS
-
-    covered = {argv[0] for argv, *_ in ROWS.values()}
-    assert len(ROWS) >= 40
-    assert set(COMMANDS) == {name.replace("-", "_") for name in covered}
+    (root / "held").mkdir()
+    (root / "setting-up").mkdir()
+    (root / "setting-up" / SETTING_UP).touch()
+    held = [os.open(root / name, os.O_RDONLY) for name in ("held", "setting-up")] if fcntl else []
+    for fd in held:  # as another command holds its output (sesame.outputs.hold)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    yield root
+    for fd in held:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("case", list(ROWS))
-def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, root, capsys):
+def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, root, unwritable, capsys):
     argv, *expected = ROWS[case]
-    refused([a.format(root=root) for a in argv], capsys, root, *expected)
+    if fcntl is None and "another sesame command" in expected:
+        pytest.skip("outputs are locked where fcntl is (Linux, macOS)")
+    if unwritable is None and "{unwritable}" in " ".join(argv):
+        pytest.skip(NO_UNWRITABLE)
+    refused([a.format(root=root, unwritable=unwritable) for a in argv], capsys, root, *expected)
     assert not (root / "new").exists()

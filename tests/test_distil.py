@@ -26,7 +26,7 @@ from sesame.specs import layer_pairs
 from sesame.tasks import make_task
 from sesame.train.checkpoint import load_weights, read_json
 
-from .conftest import refused, shared_data
+from .conftest import refused, shared_data, snapshot
 
 Q = ["--no-progress"]
 
@@ -230,6 +230,10 @@ def test_teacher_outputs_are_computed_once_and_reused_on_resume(inputs: Path, tm
         "finetuned", "classify", 0.5, "kl")
     refused(first + ["--max-steps", "6", "--resume", "--temperature", "4"], capsys, tmp_path,
             "--temperature 4", "2.0")
+    before = snapshot(out)  # finished at step 4: resumed with that budget or a lower one, it writes nothing
+    for budget in ("4", "2"):
+        assert main(first + ["--max-steps", budget, "--resume"]) == 0
+    assert snapshot(out) == before
 
 
 def test_a_second_student_reuses_the_teachers_outputs(inputs: Path, tmp_path: Path, monkeypatch,

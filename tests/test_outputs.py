@@ -1,14 +1,22 @@
 """The output rule (sesame/outputs.py): a command writes a directory only when it is new, empty or its own kind,
 and a file only where none is, never over its own input; each harm it prevents has its own test."""
 import json
+import os
 import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from sesame.cli import main
 from sesame.errors import SesameError
-from sesame.outputs import MARKER, check_dir, claim_dir, directory_kind, new_file, only_run_files
+from sesame.outputs import (MARKER, check_dir, claim_dir, directory_kind, held, new_file, only_run_files,
+                            publish_dir)
+from sesame.rundir import SETTING_UP
 
-from .conftest import refused, snapshot
+from .conftest import NO_UNWRITABLE, onnxruntime_or_skip, refused, snapshot
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -139,3 +147,122 @@ def test_new_file_refuses_inputs_existing_files_and_folders(tmp_path):
         new_file(tmp_path, "--output")
     assert new_file(tmp_path / "a" / "b.txt", "--output") == tmp_path / "a" / "b.txt"
     assert (tmp_path / "a").is_dir() and not (tmp_path / "a" / "b.txt").exists()
+
+
+@contextmanager
+def held_elsewhere(path: Path):
+    """``path`` locked as another sesame command holds its output (sesame.outputs.hold): an exclusive ``flock`` of an
+    open file of its own, which conflicts with any other open's, in this process too."""
+    fcntl = pytest.importorskip("fcntl", reason="outputs are locked where fcntl is (Linux, macOS)")
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_a_run_a_live_command_is_setting_up_is_refused_not_cleared(tiny_runs, tmp_path, capsys):
+    """Issue 37: a second `pretrain` to the same --out 0.5 s after the first took the first's .setting-up.tmp for a
+    killed setup and deleted its live run. While its owner holds it, it is refused and left as it is, with or without
+    --resume; once the owner is gone, the same command clears it and sets up its own run."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / SETTING_UP).touch()
+    (run / "tokenizer.json").write_text("{}")  # what the live setup has written so far
+    argv = ["pretrain", "--family", "bert", "--size", "tiny", "--corpus", str(tiny_runs / "corpus.txt"),
+            "--vocab-size", "200", "--seq-len", "32", "--max-steps", "1", "--batch-size", "8", "--out", str(run)]
+    with held_elsewhere(run):
+        for resume in ([], ["--resume"]):
+            refused(argv + resume, capsys, tmp_path, f"--out {run}: another sesame command is writing there")
+    assert main(["--no-progress", *argv]) == 0
+    assert (run / "checkpoint").is_dir() and not (run / SETTING_UP).exists()
+
+
+def test_an_export_into_a_folder_another_command_holds_is_refused(tiny_runs, tmp_path, capsys):
+    """Two exports to one --out both said "wrote" and the folder held one of them: the second is refused."""
+    onnxruntime_or_skip()
+    out = tmp_path / "export"
+    out.mkdir()
+    with held_elsewhere(out):
+        refused(["export", "--model", str(tiny_runs / "clf"), "--out", str(out)], capsys, tmp_path,
+                f"--out {out}: another sesame command")
+    assert not any(out.iterdir())
+
+
+def test_a_folder_or_file_another_command_holds_is_refused_and_left_as_it_is(tmp_path):
+    """compare, ulmfit, demo, convert and export claim a folder, the commands writing files the file (by its
+    .NAME.lock): held by another, it is refused before anything is written, and free once let go."""
+    folder = tmp_path / "compare"
+    folder.mkdir()
+    with held_elsewhere(folder), pytest.raises(SesameError, match="--out .*compare: another sesame command"):
+        claim_dir(folder, "--out", "compare")
+    assert not any(folder.iterdir())  # no marker
+    lock = tmp_path / ".page.html.lock"
+    lock.touch()
+    with held_elsewhere(lock), pytest.raises(SesameError, match="--out .*page.html: another sesame command"):
+        new_file(tmp_path / "page.html", "--out")
+    with held():
+        assert claim_dir(folder, "--out", "compare") is False and new_file(tmp_path / "page.html", "--out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare"]  # the lock file went with its lock
+
+
+def test_what_a_killed_command_held_is_free_and_its_lock_file_taken_over(tiny_runs, tmp_path, capsys):
+    """The lock is the process's: the system drops it when the process is killed, so the next command takes the
+    output (and removes the lock file the killed one left) without anyone deciding by the clock."""
+    pytest.importorskip("fcntl", reason="outputs are locked where fcntl is (Linux, macOS)")
+    out = tmp_path / "tok.json"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from sesame.outputs import hold; hold(sys.argv[1], '--out'); "
+                               "print('held', flush=True); sys.stdin.read()", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        argv = ["tokenizer", "train", "--corpus", str(tiny_runs / "corpus.txt"), "--vocab-size", "100", "--out",
+                str(out)]
+        refused(argv, capsys, tmp_path, f"--out {out}: another sesame command")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / ".tok.json.lock").exists()  # left by the killed command, nobody's now
+    assert main(["--no-progress", *argv]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.json"]
+
+
+def test_a_folder_published_whole_claims_its_name_by_the_rename(tmp_path):
+    """Shards and a decontaminated corpus are written beside their name and renamed into place: into a new or empty
+    folder; one another command filled meanwhile is refused, and what it holds stays."""
+    def finished(name: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "meta.json").write_text(name)
+        return folder
+
+    out = tmp_path / "shards"
+    publish_dir(finished(".first.tmp"), out, "--out")
+    second = finished(".second.tmp")
+    with pytest.raises(SesameError, match="--out .*shards: another command wrote there meanwhile"):
+        publish_dir(second, out, "--out")
+    assert (out / "meta.json").read_text() == ".first.tmp" and second.is_dir()  # the caller removes its own
+
+
+def test_predict_into_a_folder_it_cannot_write_stops_before_predicting(tiny_runs, unwritable, capsys):
+    """predict printed every prediction and then failed with a traceback writing --output: now one line first."""
+    if unwritable is None:
+        pytest.skip(NO_UNWRITABLE)
+    out = unwritable / "predictions.jsonl"
+    capsys.readouterr()
+    assert main(["--no-progress", "predict", "--model", str(tiny_runs / "clf"), "--input", str(tiny_runs / "dev.csv"),
+                 "--output", str(out)]) == 2
+    printed = capsys.readouterr()
+    lines = printed.err.strip().splitlines()
+    assert printed.out == "" and len(lines) == 1 and f"--output {out}: cannot write there" in lines[0], printed
+    assert not out.exists()
+
+
+def test_report_into_a_folder_it_cannot_write_is_one_line(tiny_runs, unwritable, capsys):
+    if unwritable is None:
+        pytest.skip(NO_UNWRITABLE)
+    refused(["report", str(tiny_runs / "pre"), "--out", str(unwritable / "page.html")], capsys, tiny_runs,
+            f"--out {unwritable / 'page.html'}: cannot write there")

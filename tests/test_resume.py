@@ -8,7 +8,7 @@ import pytest
 from sesame.cli import main
 from sesame.resume import RESUMABLE, resolved
 
-from .conftest import refused
+from .conftest import refused, snapshot
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,3 +80,23 @@ def test_finetune_resume_extends_the_epochs_and_records_them(tiny_runs, tmp_path
     assert after["epochs"] == 2 and state["step"] == after["train"]["max_steps"] == 2 * first
     assert {k: v for k, v in after["train"].items() if k != "max_steps"} == \
         {k: v for k, v in config["train"].items() if k != "max_steps"}
+
+
+@pytest.mark.parametrize("budget", [[], ["--max-steps", "1"]])
+@pytest.mark.parametrize("name, resume", [("pre", pretrain_resume), ("clf", finetune_resume)])
+def test_resuming_a_finished_run_writes_nothing(tiny_runs, tmp_path, name, resume, budget):
+    """Issue 37: resumed with a lower --max-steps, a finished run exited 0 but recorded the lower budget in
+    config.json and logged its last evaluation again. Its budget spent, it has nothing to do, and writes nothing."""
+    run = shutil.copytree(tiny_runs / name, tmp_path / name)
+    before = snapshot(run)
+    assert main(["--no-progress", *resume(tiny_runs, *budget, out=run)]) == 0
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("name, resume", [("pre", pretrain_resume), ("clf", finetune_resume)])
+def test_a_resume_refused_for_a_cut_checkpoint_writes_nothing(tiny_runs, tmp_path, capsys, name, resume):
+    """The new budget was written to config.json before the checkpoint was read, and found cut short."""
+    run = shutil.copytree(tiny_runs / name, tmp_path / name)
+    weights = run / "checkpoint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    refused(resume(tiny_runs, "--max-steps", "9", out=run), capsys, tmp_path, "model.safetensors", "cut short")

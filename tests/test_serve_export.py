@@ -4,6 +4,7 @@ endpoints and flags an export cannot serve refused with a JSON error or one line
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,15 @@ def test_serve_refuses_runtime_flags_an_export_cannot_follow(runs, capsys):
     export = runs / "classify-fp32"
     refused(["serve", "--model", str(export), "--precision", "bf16"], capsys, runs, "--precision", "ONNX export")
     refused(["serve", "--model", str(export), "--compile"], capsys, runs, "--compile", "ONNX export")
+
+
+def test_an_export_whose_model_is_cut_short_is_one_line(runs, tmp_path, capsys):
+    """onnxruntime's InvalidProtobuf came out as a traceback of `sesame serve`, and of predict and evaluate."""
+    export = shutil.copytree(runs / "classify-fp32", tmp_path / "cut")
+    model = export / "model.onnx"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    refused(["serve", "--model", str(export)], capsys, tmp_path, f"--model {export}", "cannot load model.onnx",
+            "sesame export")
 
 
 def test_the_demo_page_names_the_export_and_shows_its_label(runs, tmp_path):

@@ -286,7 +286,6 @@ def train_cove(spec: CoveSpec) -> dict:
         if not spec.resume:
             model = _create(run, spec, cfg, src, tgt)
         config = read_config(run, "--out", ("pretrained",))
-        record_training(run, config, cfg, runtime=spec.runtime.record(placement))
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
         if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
@@ -320,7 +319,8 @@ def train_cove(spec: CoveSpec) -> dict:
 
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         trainer = Trainer(objective, settings, batches, evaluate=evaluate, select="bleu")
-        metrics = trainer.fit(resume=resumed)
+        metrics = trainer.fit(resume=resumed, record=lambda: record_training(
+            run, config, cfg, runtime=spec.runtime.record(placement)))
         coverage = config.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
                 "train_sentences": len(train_ids), "source_vocab": source.vocab_size,

@@ -17,7 +17,6 @@ written back without the documents that share an n-gram with any example. Deviat
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from ..data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_
 from ..data.labeled import FORMATS, json_object, read_fields, read_text
 from ..errors import SesameError
 from ..options import option
-from ..outputs import check_dir
+from ..outputs import check_dir, publish_dir
 from ..train.checkpoint import temporary_dir
 
 _NON_WORD = re.compile(r"[\W_]+")
@@ -230,9 +229,7 @@ def _write_corpus(out: Path, names: dict[Path, Path], clean: dict[Path, list[int
                 keep = set(records)
                 with open(target, "w", encoding="utf-8") as fh:
                     fh.writelines(line for lineno, line in decoded_lines(path) if lineno in keep)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
+        publish_dir(tmp, out, "--out-corpus")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

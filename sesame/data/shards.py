@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import SesameError
-from ..outputs import check_dir, make_dir
+from ..outputs import check_dir, make_dir, publish_dir
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import temporary_dir
 from .corpus import boundary_rule, fingerprint, iter_pieces
@@ -164,9 +163,7 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
         tokenizer.save(tmp / "tokenizer.json")
         if broken:
             shutil.rmtree(out)  # the same inputs and tokenizer: what replaces them is what they were
-        elif out.exists():
-            out.rmdir()  # empty (check_dir)
-        os.replace(tmp, out)
+        publish_dir(tmp, out, "--out")
     finally:
         writer.close()
         bar.close()

@@ -21,9 +21,9 @@ from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYP
 from .hf_seq2seq import seq2seq_export
 from .hf_tokenizer import export_tokenizer
 from .xlnet import xlnet_export
-from .mapping import (CLASSIFY_TASKS, Entry, GENERATOR_NAMES, Rows, check_new, classifier_config, dense_entries,
-                     discriminator_entries, export_tensors, identity_projection, lm_entries, meta_backbone, name_plan,
-                     pair_entries)
+from .mapping import (CLASSIFY_TASKS, Entry, GENERATOR_NAMES, Rows, check_new, claim_new, classifier_config,
+                     dense_entries, discriminator_entries, export_tensors, identity_projection, lm_entries,
+                     meta_backbone, name_plan, pair_entries)
 
 ROUTES = {"encoder_decoder": seq2seq_export, "xlnet": xlnet_export}  # architectures with an exporter of their own
 POOLER_STD = 0.02  # transformers' initializer_range
@@ -197,7 +197,7 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
     hf.update(head, architectures=[name], pad_token_id=ids.get(specials.get("pad_token")))
     hf.update({f"{r}_token_id": ids[specials[f"{r}_token"]] for r in ("bos", "eos") if f"{r}_token" in specials})
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_new(out)
     save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     (out / "tokenizer.json").write_text(tokenizer_json)

@@ -38,7 +38,7 @@ from .architectures import ARCHITECTURES
 from .encoder_decoder import (TYPES, check_style, classifier_weights, export_weights, hf_config, import_weights,
                               leading_rows, model_config, split_classifier, stores_own_head)
 from .hf_tokenizer import export_tokenizer, import_tokenizer
-from .mapping import (CLASSIFY_TASKS, check_new, classifier_config, classifier_labels, classifier_max_length,
+from .mapping import (CLASSIFY_TASKS, check_new, claim_new, classifier_config, classifier_labels, classifier_max_length,
                       classifier_task, is_sequence_classifier, read_weights)
 
 EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
@@ -146,7 +146,7 @@ def export_encoder_decoder(checkpoint: Seq2SeqCheckpoint, out: str | Path) -> di
     tokenizer_json, specials = export_tokenizer(c.tokenizer, c.hf.get("tokenizer"), drop_aliases=True)
     ids = Tokenizer.from_str(tokenizer_json).get_vocab()
     specials = {k: v for k, v in specials.items() if v in ids}
-    out.mkdir(parents=True, exist_ok=True)
+    claim_new(out)
     save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out / "tokenizer.json").write_text(tokenizer_json)

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..errors import SesameError
 from ..models import Transformer, TransformerConfig
-from ..outputs import check_dir
+from ..outputs import check_dir, claim_dir
 from ..train.checkpoint import read_json
 from .architectures import Architecture
 
@@ -213,6 +213,11 @@ def classifier_config(task: str, labels: list[str]) -> dict:
 def check_new(out: Path) -> None:
     """``--out`` is a new or empty directory (:func:`sesame.outputs.check_dir`)."""
     check_dir(out, "--out", fix="choose a new directory")
+
+
+def claim_new(out: Path) -> None:
+    """``--out``, a new or empty directory, made and held for this command (:func:`sesame.outputs.claim_dir`)."""
+    claim_dir(out, "--out", fix="choose a new directory")
 
 
 def meta_backbone(model: dict) -> Transformer:

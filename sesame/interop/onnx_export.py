@@ -41,7 +41,7 @@ from torch import nn
 
 from .. import __version__
 from ..errors import SesameError
-from ..outputs import check_dir, make_dir
+from ..outputs import check_dir, claim_dir
 from ..tasks import Task, TaskModel
 from ..tokenizer import TextTokenizer
 
@@ -150,7 +150,14 @@ class OnnxModel(nn.Module):
         if unknown:
             raise SesameError(f"--model {path.parent}: inputs {unknown} are not sesame's; export the run again")
         self.inputs = {keys[name]: name for name in inputs}
-        self.session = session(path)
+        from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf
+
+        try:
+            self.session = session(path)
+        except (Fail, InvalidGraph, InvalidProtobuf) as err:  # a file cut short, garbled, or not ONNX
+            reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            raise SesameError(f"--model {path.parent}: onnxruntime cannot load {path.name} ({reason}); export the run "
+                              "again (sesame export)") from None
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return run_session(self.session, self.inputs, batch)
@@ -228,7 +235,7 @@ def to_onnx(model: str | Path, out: str | Path, *, quantize: str | None = None) 
                 "family": config.family, "size": config.size, "opset": OPSET,
                 "sesame": {"version": __version__, "task_options": task.options(), "causal": config.causal}}
         (files / EXPORT_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        make_dir(out, "--out")
+        claim_dir(out, "--out")  # held, and still new or empty
         for file in files.iterdir():
             shutil.move(file, out / file.name)
     return {"out": str(out), "inputs": meta["inputs"], "output": meta["output"], "quantize": quantize,

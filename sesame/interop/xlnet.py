@@ -34,8 +34,8 @@ from .encoder_decoder import ACTIVATIONS
 from .architectures import EXPORTED_ACTIVATIONS
 from .hf_seq2seq import EVAL_SEQ_LEN
 from .hf_tokenizer import export_tokenizer, import_tokenizer
-from .mapping import (CLASSIFY_TASKS, check_tensors, classifier_config, classifier_labels, classifier_max_length,
-                      classifier_task, is_sequence_classifier, read_weights)
+from .mapping import (CLASSIFY_TASKS, check_tensors, claim_new, classifier_config, classifier_labels,
+                      classifier_max_length, classifier_task, is_sequence_classifier, read_weights)
 
 MODEL_TYPE = "xlnet"
 PREFIX = "transformer."  # XLNetPreTrainedModel's base_model_prefix
@@ -262,7 +262,7 @@ def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
     roles = {"pad": tok.specials.pad, "cls": tok.specials.cls, "sep": tok.specials.sep}
     source = (config.hf or {}).get("config", {})
     hf = {**hf_config(model, source=source, tokens=roles), **extra, "architectures": [name]}
-    out.mkdir(parents=True, exist_ok=True)
+    claim_new(out)
     save_weights(out / "model.safetensors", tensors, metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     (out / "tokenizer.json").write_text(tokenizer_json)

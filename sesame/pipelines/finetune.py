@@ -123,11 +123,12 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         trainer, epochs = _trainer(teaching.learner(model, run, data.train), model, settings, spec, data, tok,
                                    techniques)
-        if world()[0] == 0:  # the epochs and steps the training set's size decided, or a resume's budget
-            record_training(run, config, cfg, epochs, runtime=spec.runtime.record(placement))
-        metrics = trainer.fit(resume=resumed)
-        if "null_threshold" in metrics and world()[0] == 0:  # SQuAD 2.0: the no-answer threshold tuned on dev
-            config.task_options["null_threshold"] = metrics["null_threshold"]
+        # recorded: the epochs and steps the training set's size decided, or a resume's budget
+        metrics = trainer.fit(resume=resumed, record=lambda: record_training(
+            run, config, cfg, epochs, runtime=spec.runtime.record(placement)))
+        threshold = metrics.get("null_threshold")  # SQuAD 2.0: the no-answer threshold tuned on dev
+        if threshold is not None and threshold != config.task_options.get("null_threshold") and world()[0] == 0:
+            config.task_options["null_threshold"] = threshold
             write_config(run, config)
         return {**metrics, **coverage, "trainable_parameters": trainable,
                 "parameters": sum(p.numel() for p in model.parameters())}

@@ -111,8 +111,6 @@ def pretrain(spec: PretrainSpec) -> dict:
 
     with claimed_run(spec.out, "pretrained", spec.resume, setup) as run:
         config = read_config(run, "--out", ("pretrained",))
-        if world()[0] == 0:
-            record_training(run, config, cfg, runtime=spec.runtime.record(placement))  # a resume's budget
         tok = load_tokenizer(run)
         shards = Shards(config.shards)
         valid_shards = Shards(config.valid_shards) if config.valid_shards else None
@@ -136,7 +134,8 @@ def pretrain(spec: PretrainSpec) -> dict:
         trainer = Trainer(learner, settings, window_batches(learner, shards, phases, cfg, config.static_masks),
                           evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config),
                                                         cfg.seed, config.valid_size), param_groups=rates, keeps=obj)
-        return trainer.fit(resume=resumed)
+        return trainer.fit(resume=resumed, record=lambda: record_training(  # a resume's budget
+            run, config, cfg, runtime=spec.runtime.record(placement)))
 
 
 def window_length(config: RunConfig, seq_len: int | None = None) -> int:

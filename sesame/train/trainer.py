@@ -196,6 +196,7 @@ class Trainer:
         self.optimizer = adamw(param_groups or model, config.lr, config.weight_decay)
         self.scaler = self.placement.scaler()
         self.step, self.elapsed_before = 0, 0.0
+        self.finished = False  # the budget was spent, the last evaluation done and the weights kept
         self.setup_seconds = 0.0  # of the budget, spent before the first step
         self.best: dict = {}  # dev metrics of the selected weights
         self.last_eval: dict = {}
@@ -221,7 +222,7 @@ class Trainer:
 
     def trainer_state(self) -> dict:
         state = {"step": self.step, "elapsed": self.elapsed(), "setup_seconds": self.setup_seconds, "best": self.best,
-                 "last_eval": self.last_eval, "config": asdict(self.config)}
+                 "last_eval": self.last_eval, "config": asdict(self.config), "finished": self.finished}
         if self.scaler.is_enabled():  # fp16: the loss scale and its growth tracker (plain numbers)
             state["scaler"] = self.scaler.state_dict()
         return state
@@ -237,7 +238,15 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.best, self.last_eval = state["step"], state["best"], state["last_eval"]
         self.elapsed_before, self.setup_seconds = state["elapsed"], state["setup_seconds"]
+        self.finished = state.get("finished", False)  # runs saved before it was recorded finish again
         self.started = time.time()
+
+    def _nothing_left(self) -> bool:
+        """Whether a resumed run had finished and the budget (perhaps a new one) is spent: nothing to do, nor
+        to write. Read from the checkpoint alone, so every process agrees."""
+        c = self.config
+        return self.finished and ((c.max_steps is not None and self.step >= c.max_steps) or (
+            c.max_minutes is not None and self.elapsed_before >= 60 * c.max_minutes))
 
     def _forget_logged_after(self, step: int) -> None:
         """Keep the records of metrics.jsonl up to ``step`` (the checkpoint resumed from; 0 when starting): what
@@ -344,12 +353,19 @@ class Trainer:
         loss_sum, tokens = all_sum([loss_sum.item(), float(tokens)])
         return loss_sum, int(tokens)
 
-    def fit(self, resume: bool = False) -> dict:
-        """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``)."""
+    def fit(self, resume: bool = False, *, record: Callable[[], None] | None = None) -> dict:
+        """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``).
+        ``record`` (rank 0's; a pipeline's record of the budget in config.json) is called once the checkpoint is
+        read; a run resumed after it finished, with no budget left, returns its metrics and writes nothing."""
         self.run.mkdir(parents=True, exist_ok=True)
         if resume:
             self.resume()
+            if self._nothing_left():
+                return self.best if self.select else self.last_eval
+            self.finished = False  # until the new budget is spent
         if self.rank == 0:
+            if record is not None:
+                record()
             remove_leftovers(self.run)
             self._forget_logged_after(self.step)
         wrapped: nn.Module = self.model
@@ -393,6 +409,7 @@ class Trainer:
                 self._evaluate()
             if self.select is None and self.rank == 0:
                 save_weights(self.run / "model.safetensors", self.kept.state_dict())
+            self.finished = True
             self.save()
         finally:
             bar.close()
