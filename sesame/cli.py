@@ -1,7 +1,6 @@
 """The ``sesame`` command: the table of subcommands (:data:`sesame.commands.COMMANDS`, one module each);
 a :class:`SesameError`, a value outside a flag's choices among them (:class:`Parser`), becomes one line on stderr and
-exit status 2; a closed stdout (``| head``) ends it quietly
-with status 141, as SIGPIPE ends a Unix tool."""
+exit status 2; a closed stdout (``| head``) ends it quietly with status 141, as SIGPIPE ends a Unix tool."""
 from __future__ import annotations
 
 import argparse
