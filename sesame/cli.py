@@ -1,6 +1,6 @@
 """The ``sesame`` command: the table of subcommands (:data:`sesame.commands.COMMANDS`, one module each);
-a :class:`SesameError` becomes one line on stderr and exit status 2; a closed stdout (``| head``) ends it quietly
-with status 141, as SIGPIPE ends a Unix tool."""
+a :class:`SesameError`, a value outside a flag's choices among them (:class:`Parser`), becomes one line on stderr and
+exit status 2; a closed stdout (``| head``) ends it quietly with status 141, as SIGPIPE ends a Unix tool."""
 from __future__ import annotations
 
 import argparse
@@ -16,10 +16,20 @@ TRAINING = ("pretrain", "finetune")  # the commands every process runs under tor
 GLOBAL_FLAG = "--no-progress"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), but a value outside a flag's choices is a :class:`SesameError`, one
+    line naming the flag and the choices, where argparse prints the whole usage before the line that matters."""
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        if action.choices is not None and value not in action.choices:
+            flag = "/".join(action.option_strings) or action.dest  # a positional: the command
+            raise SesameError(f"{flag} {value}: choose one of {', '.join(map(str, action.choices))}")
+
+
 def _parser() -> argparse.ArgumentParser:
     from .commands import COMMANDS
 
-    parser = argparse.ArgumentParser(prog="sesame", description="Transfer learning for NLP.")
+    parser = Parser(prog="sesame", description="Transfer learning for NLP.")
     parser.add_argument(GLOBAL_FLAG, action="store_true",
                         help="hide progress bars (hidden anyway with --json and when stderr is not a terminal)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -46,8 +56,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def refused(err: SesameError) -> int:
+    print(f"sesame: error: {err}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    try:
+        args = parse(argv)
+    except SesameError as err:
+        return refused(err)
     args.no_progress = quiet(args)
     # Under torchrun (WORLD_SIZE > 1) training commands run on every process as one process group;
     # every other command runs on rank 0 alone, so it does not write the same files N times.
@@ -67,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         with held():  # the outputs it claims, released as it ends (or by the system, should it die)
             args.run(args)
     except SesameError as err:
-        print(f"sesame: error: {err}", file=sys.stderr)
-        return 2
+        return refused(err)
     except Interrupted as err:
         print(f"sesame: {err}", file=sys.stderr)
         return 130

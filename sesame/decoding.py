@@ -191,6 +191,18 @@ class GenerationConfig:
         if any(not s for s in self.stop):
             raise SesameError("--stop: a stop string must not be empty")
 
+    def check_room(self, positions: int, *, prompt: int = 0, which: str = "the prompt") -> None:
+        """The one bound on a generation's length: the decoder's ``prompt`` tokens (a causal LM's prompt, named
+        ``which``; an encoder-decoder's decoder reads none before its own) and ``max_new_tokens`` within the model's
+        ``positions`` (its ``max_positions``). Learned positions end there; T5, whose relative positions do not, is
+        held to it as well, so that no request decodes (and grows its caches) without end."""
+        if prompt + self.max_new_tokens <= positions:
+            return
+        if prompt:
+            raise SesameError(f"{which} has {prompt} tokens; with --max-new-tokens {self.max_new_tokens} it exceeds "
+                              f"the model's {positions} positions: shorten it or lower --max-new-tokens")
+        raise SesameError(f"--max-new-tokens {self.max_new_tokens} exceeds the model's {positions} positions: lower it")
+
 
 def penalise_repetition(logits: torch.Tensor, context: torch.Tensor, penalty: float) -> torch.Tensor:
     """CTRL's repetition penalty on the tokens of ``context`` (batch, time) ids."""

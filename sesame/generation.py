@@ -251,11 +251,8 @@ def generate(model: str | LanguageModel | Transducer, prompts: Sequence[str], co
     if isinstance(lm, Transducer):
         return lm.generate(prompts, cfg, batch_size=batch_size, on_text=on_text, first=first)
     encoded = lm.encode(prompts)
-    room = lm.backbone.config.max_positions
     for i, ids in enumerate(encoded):
-        if len(ids) + cfg.max_new_tokens > room:
-            raise SesameError(f"prompt {i + 1} has {len(ids)} tokens; with --max-new-tokens {cfg.max_new_tokens} "
-                              f"it exceeds the model's {room} positions: shorten it or lower --max-new-tokens")
+        cfg.check_room(lm.backbone.config.max_positions, prompt=len(ids), which=f"prompt {i + 1}")
     results: list[dict] = []
     step = 1 if cfg.beams > 1 else batch_size
     for start in range(0, len(encoded), step):

@@ -111,9 +111,8 @@ def generate_seq2seq(model: EncoderDecoder, inputs: Sequence[Sequence[int]], con
     cfg.validate()
     if cfg.stop and text is None:
         raise ValueError("stop strings need text=, the tokenizer's decoding of token ids")
+    cfg.check_room(model.config.max_positions)  # T5's too, whose sources are any length
     room = position_limit(model.config)  # None: any length (T5's relative positions)
-    if room is not None and cfg.max_new_tokens > room:
-        raise SesameError(f"--max-new-tokens {cfg.max_new_tokens}: the model's decoder has {room} positions; lower it")
     for i, source in enumerate(inputs):
         if not source:
             raise SesameError(f"input {first + i + 1} is empty: give the encoder at least one token")

@@ -4,6 +4,7 @@ every existing file (the committed fixture runs, copied here, and the data besid
 Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre`` and ``clf`` (the
 fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a
 folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
+``pickled/`` (a transformers folder whose pytorch_model.bin pickles more than tensors), ``t5`` (a random t5 run),
 ``held/`` (an empty folder) and ``setting-up/`` (a run being set up), both held as another sesame command holds its
 output; ``{unwritable}`` is a folder where no file can be created.
 """
@@ -41,6 +42,8 @@ ROWS = {
                                     "{root}/corpus.txt"], "--out", "is also --corpus"),
     "tokenizer: parent is a file": (["tokenizer", "train", "--corpus", "{root}/corpus.txt", "--out",
                                      "{root}/afile.txt/t.json"], "--out", "afile.txt is a file"),
+    "tokenizer: an unknown kind": (["tokenizer", "train", "--corpus", "{root}/corpus.txt", "--kind", "bpee", "--out",
+                                    "{root}/t.json"], "--kind bpee: choose one of wordpiece, bpe"),
     # vectors
     "vectors: over its corpus": (["vectors", "train", "--corpus", "{root}/corpus.txt", "--out", "{root}/corpus.txt"],
                                  "--out", "is also --corpus"),
@@ -84,6 +87,10 @@ ROWS = {
     "pretrain: separators neither true nor false": (["pretrain", "--family", "t5", "--objective-option",
                                                      "separators=no", "--corpus", "{root}/corpus.txt", "--out",
                                                      "{root}/new", *FAST], "separators=no", "true"),
+    "pretrain: an unknown family": (["pretrain", "--family", "bertt", "--corpus", "{root}/corpus.txt", "--out",
+                                     "{root}/new", *FAST], "--family bertt: choose one of bert, roberta"),
+    "pretrain: an unknown size": (["pretrain", "--size", "huge", "--corpus", "{root}/corpus.txt", "--out",
+                                   "{root}/new", *FAST], "--size huge: choose one of tiny"),
     "pretrain: missing corpus": (["pretrain", "--corpus", "{root}/nothing.txt", "--out", "{root}/new", *FAST],
                                  "--corpus", "nothing.txt"),
     "pretrain: negative budget": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/new",
@@ -146,6 +153,24 @@ ROWS = {
     "finetune: missing run": (["finetune", "--from", "{root}/nothing", *FT, "--out", "{root}/new"], "--from"),
     "finetune: missing column": (["finetune", "--from", "{root}/pre", *FT, "--text-column", "sentence", "--out",
                                   "{root}/new"], "train.csv", "'sentence'"),
+    "finetune: an unknown task": (["finetune", "--from", "{root}/pre", *FT, "--task", "tagg", "--out", "{root}/new"],
+                                  "--task tagg: choose one of classify"),
+    "finetune: a folder for --train": (["finetune", "--from", "{root}/pre", "--train", "{root}/empty", "--dev",
+                                        "{root}/dev.csv", "--out", "{root}/new"], "empty is a folder", "CSV"),
+    "finetune: a text file of texts alone for --train": (["finetune", "--from", "{root}/pre", "--train",
+                                                          "{root}/texts.txt", "--dev", "{root}/dev.csv", "--out",
+                                                          "{root}/new"], "texts.txt", "--label-column", "labels"),
+    "finetune: a JSON object as a label": (["finetune", "--from", "{root}/pre", "--train", "{root}/object.jsonl",
+                                            "--dev", "{root}/dev.csv", "--out", "{root}/new"], "object.jsonl:2",
+                                           "a JSON object"),
+    "finetune: a label that is nan": (["finetune", "--from", "{root}/pre", "--train", "{root}/nan-label.csv", "--dev",
+                                       "{root}/dev.csv", "--out", "{root}/new"], "nan-label.csv:3", "NaN"),
+    "finetune: a tagging file of words alone": (["finetune", "--from", "{root}/pre", "--task", "tag", "--train",
+                                                 "{root}/words.txt", "--dev", "{root}/words.txt", "--out",
+                                                 "{root}/new"], "words.txt:1", "a word without a tag"),
+    "finetune: a mixture's unknown cast": (["finetune", "--from", "scratch:t5:tiny", "--task", "text2text", "--mixture",
+                                            "{root}/mixture.json", "--out", "{root}/new"],
+                                           "mixture.json: task 'a': cast=clasify: choose one of"),
     "finetune: zero epochs": (["finetune", "--from", "{root}/pre", *FT, "--epochs", "0", "--out", "{root}/new"],
                               "--epochs 0"),
     "finetune: resume another task": (["finetune", "--resume", "--from", "{root}/pre", *FT, "--out", "{root}/clf",
@@ -164,6 +189,11 @@ ROWS = {
     "distil: teacher outputs of a run that kept none": (["distil", "--teacher", "{root}/clf", *DI, "--teacher-outputs",
                                                          "{root}/pre", "--out", "{root}/new"], "--teacher-outputs",
                                                         "no teacher_outputs.json"),
+    "distil: a folder of unlabeled text": (["distil", "--teacher", "{root}/clf", *DI[:2], "--unlabeled",
+                                            "{root}/empty", *DI[4:], "--out", "{root}/new"], "empty is a folder"),
+    "distil: a text file for two texts": (["distil", "--teacher", "{root}/clf", *DI[:2], "--unlabeled",
+                                           "{root}/texts.txt", *DI[4:], "--pair-column", "second", "--out",
+                                           "{root}/new"], "texts.txt", "--pair-column"),
     "distil: a missing student": (["distil", "--teacher", "{root}/clf", *DI[2:], "--student", "{root}/nothing",
                                    "--out", "{root}/new"], "--student", "no such run"),
     # evaluate
@@ -171,6 +201,8 @@ ROWS = {
                               "nothing"),
     "evaluate: missing data": (["evaluate", "--model", "{root}/clf", "--data", "{root}/nothing.csv"],
                                "nothing.csv"),
+    "evaluate: a folder for --data": (["evaluate", "--model", "{root}/clf", "--data", "{root}/empty"],
+                                      "empty is a folder"),
     "evaluate: not a run": (["evaluate", "--model", "{root}/mine", "--data", "{root}/dev.csv"], "--model", "mine"),
     # predict
     "predict: over its input": (["predict", "--model", "{root}/clf", "--input", "{root}/dev.csv", "--output",
@@ -206,6 +238,8 @@ ROWS = {
     "convert: into a folder another command holds": (["convert", "--to-hf", "{root}/pre", "--out", "{root}/held"],
                                                       "--out", "held", "another sesame command"),
     "convert: missing model": (["convert", "--from-hf", "{root}/nothing", "--out", "{root}/new"], "--from-hf"),
+    "convert: a pickle of more than tensors": (["convert", "--from-hf", "{root}/pickled", "--out", "{root}/new"],
+                                                "pickled/pytorch_model.bin", "convert it to safetensors"),
     "convert: generator without import": (["convert", "--to-hf", "{root}/pre", "--generator", "{root}/pre", "--out",
                                            "{root}/new"], "--generator"),
     # generate
@@ -216,6 +250,8 @@ ROWS = {
     # translate
     "translate: over its input": (["translate", "--model", "{root}/pre", "--input", "{root}/corpus.txt",
                                    "--output", "{root}/corpus.txt"], "--output", "is also --input"),
+    "translate: a folder of sources": (["translate", "--model", "{root}/pre", "--input", "{root}/empty"], "--input",
+                                       "empty is a folder"),
     # compare
     "compare: into the user's folder": (["compare", "--approaches", "bert:tiny", "--corpus", "{root}/corpus.txt",
                                          "--tasks", "{root}/tasks.json", "--minutes", "1", "--out", "{root}/mine"],
@@ -276,10 +312,17 @@ ROWS = {
                                         "config.json", "not UTF-8"),
     "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
                                     "latin1.csv:3", "UTF-8"),
+    "generate: a folder of prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/empty"],
+                                      "--prompts", "empty is a folder"),
+    "generate: a t5 past its positions": (["generate", "--model", "{root}/t5", "--prompt", "a cat",
+                                           "--max-new-tokens", "100000"], "--max-new-tokens 100000", "512 positions"),
     "generate: an empty prompt": (["generate", "--model", "{root}/pre", "--prompt", ""], "--prompt"),
     # neighbors, prompt-eval, cove
     "neighbors: missing run": (["neighbors", "--model", "{root}/nothing", "--word", "cat", "--corpus",
                                 "{root}/corpus.txt"], "--model", "nothing"),
+    "prompt-eval: a label that is nan": (["prompt-eval", "--model", "{root}/pre", "--data", "{root}/nan-label.csv",
+                                          "--k", "0"],
+                                         "nan-label.csv:3", "NaN"),
     "prompt-eval: demonstrations without --train": (["prompt-eval", "--model", "{root}/pre", "--data",
                                                      "{root}/dev.csv", "--k", "8"], "--k 8", "--train"),
     "cove: missing source": (["cove", "--train-src", "{root}/nothing.txt", "--train-tgt", "{root}/corpus.txt",
@@ -335,6 +378,14 @@ def root(tmp_path_factory) -> Iterator[Path]:
     (root / "garbled-shards" / "meta.json").write_text('{"format": "sesame-sh')
     (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
                                                  "dev": str(root / "dev.csv")}))
+    (root / "texts.txt").write_text("a text alone\nanother\n")
+    (root / "object.jsonl").write_text('{"text": "fine", "label": "a"}\n{"text": "odd", "label": {"a": 1}}\n')
+    (root / "nan-label.csv").write_text("text,label\nfine,positive\nodd,nan\nbad,negative\n")
+    (root / "words.txt").write_text("EU\nrejects\n\nPeter\n")
+    (root / "mixture.json").write_text(json.dumps({name: {"train": "train.csv", "dev": "dev.csv", "cast": cast}
+                                                   for name, cast in (("a", "clasify"), ("b", "classify"))}))
+    pickled(root / "pickled")
+    random_run(root / "t5", "t5", (root / "corpus.txt").read_text())
     (root / "held").mkdir()
     (root / "setting-up").mkdir()
     (root / "setting-up" / SETTING_UP).touch()
@@ -344,6 +395,47 @@ def root(tmp_path_factory) -> Iterator[Path]:
     yield root
     for fd in held:
         os.close(fd)
+
+
+def pickled(folder: Path) -> None:
+    """A transformers BERT folder (config.json, vocab.txt) whose pytorch_model.bin pickles an object besides tensors."""
+    import argparse
+
+    import torch
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "bert", "vocab_size": 6, "hidden_size": 4, "num_hidden_layers": 1, "num_attention_heads": 1,
+        "intermediate_size": 8, "max_position_embeddings": 8}))
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    torch.save({"embeddings.word_embeddings.weight": torch.zeros(6, 4), "args": argparse.Namespace(lr=1.0)},
+               folder / "pytorch_model.bin")
+
+
+def random_run(folder: Path, family: str, text: str) -> None:
+    """A pretrained run of ``family`` at size tiny with random weights and a tokenizer trained on ``text``."""
+    from sesame.families import backbone_config
+    from sesame.models import build_model
+    from sesame.rundir import write_config
+    from sesame.specs import RunConfig
+    from sesame.tokenizer import train_tokenizer
+    from sesame.train.checkpoint import save_weights
+
+    folder.mkdir()
+    tok = train_tokenizer([text], "unigram", 100)
+    tok.save(folder / "tokenizer.json")
+    model = backbone_config(family, "tiny", tok.vocab_size, tok.specials.pad, specials=tok.specials).to_dict()
+    weights = build_model({"arch": "encoder_decoder", **model}).state_dict()
+    save_weights(folder / "model.safetensors", {"backbone." + k: v for k, v in weights.items()})
+    write_config(folder, RunConfig(kind="pretrained", family=family, model={"arch": "encoder_decoder", **model}))
+
+
+def test_the_table_covers_every_command():
+    from sesame.commands import COMMANDS
+
+    covered = {argv[0] for argv, *_ in ROWS.values()}
+    assert len(ROWS) >= 40
+    assert set(COMMANDS) == {name.replace("-", "_") for name in covered}
 
 
 @pytest.mark.parametrize("case", list(ROWS))

@@ -146,6 +146,9 @@ def bad_cases(root):
                                        "--drop-mult: scales the five dropouts of a recurrent (AWD-LSTM) model"),
         "missing run": (["finetune", "--from", f"{r}/nothing", "--train", f"{r}/train.tsv", "--dev",
                          f"{r}/dev.tsv", "--out", f"{r}/new"], "--from"),
+        "unknown family": (["pretrain", "--family", "bertt", "--corpus", f"{r}/corpus.txt", "--out", f"{r}/new"] + FAST,
+                           "sesame: error: --family bertt: choose one of bert, roberta"),
+        "unknown command": (["pretrian", "--corpus", f"{r}/corpus.txt"], "command pretrian: choose one of tokenizer"),
     }
 
 

@@ -236,6 +236,23 @@ def test_teacher_outputs_are_computed_once_and_reused_on_resume(inputs: Path, tm
     assert snapshot(out) == before
 
 
+def test_a_text_file_of_one_text_per_line_is_a_transfer_set(inputs: Path, tmp_path: Path, capsys, one_thread) -> None:
+    """--unlabeled takes plain text, one text per non-blank line, as `pretrain --corpus` does: the teacher scores
+    those texts, and the run records them as its transfer set. A pair teacher's two texts cannot come from it."""
+    from sesame.pipelines.distil import fingerprint
+
+    texts = [json.loads(line)["text"] for line in (inputs / "unlabeled.jsonl").read_text().splitlines()]
+    texts = [text for text in texts if "\n" not in text and "\r" not in text][:20]
+    (tmp_path / "unlabeled.txt").write_text("\n".join(texts[:10]) + "\n\n" + "\r\n".join(texts[10:]) + "\n")
+    command = distil_command(inputs, tmp_path / "student", "--max-steps", "1")
+    command[command.index("--unlabeled") + 1] = str(tmp_path / "unlabeled.txt")
+    assert main(command) == 0
+    record = read_json(tmp_path / "student" / RECORD)
+    assert record["examples"] == 20 and record["transfer_set"] == fingerprint([{"text": text} for text in texts])
+    refused(command[:-2] + ["--out", str(tmp_path / "pair"), "--pair-column", "second"], capsys, tmp_path,
+            "unlabeled.txt", "--pair-column")
+
+
 def test_a_second_student_reuses_the_teachers_outputs(inputs: Path, tmp_path: Path, monkeypatch,
                                                       one_thread) -> None:
     """The record of scoring carries the transfer set's fingerprint (by hand: the sha256 of each example's text as a

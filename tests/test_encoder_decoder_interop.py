@@ -134,6 +134,9 @@ def test_a_checkpoint_imports_with_transformers_logits_and_comes_back_tensor_for
         assert source["model.encoder.embed_positions.weight"][:2].abs().min() > 0
     config, returned = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("hf", "back"))
     del config["transformers_version"]
+    if model_type == "bart":  # sesame forces no </s> at the length limit, and the export says so
+        assert config["forced_eos_token_id"] == 2 and returned["forced_eos_token_id"] is None
+        config["forced_eos_token_id"] = None
     assert {k: returned.get(k) for k in config} == config
     reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "back").eval()
     assert_same_logits(ours, reloaded, tok, theirs.config.decoder_start_token_id)
@@ -198,6 +201,35 @@ def test_a_sesame_model_exports_to_what_transformers_loads_with_its_logits(model
     auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     texts = sentences(5, seed=7)
     assert [auto(t)["input_ids"] for t in texts] == tok.encode(texts)
+
+
+def test_transformers_generates_an_exported_bart_runs_tokens_as_sesame_does(tmp_path):
+    """Greedy decoding of 8 new tokens: transformers' generate on the export, as its generation config says (no
+    settings of the test's), gives sesame's tokens. BartConfig forces </s> as the last token at the length limit
+    unless config.json says otherwise (forced_eos_token_id, 2 by default); sesame forces nothing and export says so."""
+    from sesame.decoding import GenerationConfig
+    from sesame.seq2seq import generate_seq2seq
+
+    ours, tok = sesame_run("bart", tmp_path / "run")
+    torch.manual_seed(0)
+    with torch.no_grad():  # moved further, the decoder's sublayers louder: else it ends every output at once
+        for name, p in ours.named_parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+            if name.startswith("decoder.") and name.endswith("out.weight"):
+                p.mul_(3.0)
+    save_weights(tmp_path / "run" / "model.safetensors", {"backbone." + k: v for k, v in ours.state_dict().items()})
+    to_hf(tmp_path / "run", tmp_path / "hf")
+    theirs = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    sources = tok.encode(sentences(3, seed=8))
+    got = generate_seq2seq(ours, sources, GenerationConfig(max_new_tokens=8), eos=tok.specials.sep)
+    ids, padding = padded(sources, tok.specials.pad)
+    with torch.no_grad():
+        rows = theirs.generate(input_ids=ids, attention_mask=padding.long(), max_new_tokens=8).tolist()
+    sep = tok.specials.sep
+    expected = [row[1: row.index(sep, 1) + 1] if sep in row[1:] else row[1:] for row in rows]  # after the start
+    assert [h.tokens + [sep] * (h.finish == "end") for h in got] == expected
+    assert any(len(h.tokens) == 8 for h in got)  # a row cut at the limit, where transformers forced </s> before
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["forced_eos_token_id"] is None
 
 
 def test_a_run_that_is_not_of_the_style_is_refused(tmp_path):

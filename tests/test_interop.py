@@ -431,9 +431,11 @@ def test_pickled_code_is_refused(tmp_path: Path, capsys) -> None:
     (tmp_path / "hf" / "model.safetensors").unlink()
     torch.save({"embeddings.word_embeddings.weight": torch.zeros(2), "x": Payload()},
                tmp_path / "hf" / "pytorch_model.bin")
-    with pytest.raises(SesameError, match="pytorch_model.bin: unreadable as a weights file"):
+    with pytest.raises(SesameError, match="pytorch_model.bin: unreadable as a weights file") as err:
         from_hf(tmp_path / "hf", tmp_path / "run")
     assert "unpickled" not in capsys.readouterr().out
+    message = str(err.value)  # one line naming the file and the fix, not torch's lines about weights_only
+    assert "\n" not in message and "weights_only=False" in message and "model.safetensors" in message
 
 
 def test_config_the_weights_do_not_fit(tmp_path: Path) -> None:

@@ -77,6 +77,11 @@ def test_a_mixture_file_names_its_tasks_files_and_reading_options(tmp_path):
     ({"mt": {"train": "a", "dev": "b", "beams": 4}, "b": {"train": "a", "dev": "b"}},
      "task 'mt': beams is no option of one task .* give those as --task-option"),
     ({"m t": {"train": "a", "dev": "b"}, "b": {"train": "a", "dev": "b"}}, "task 'm t': name a task with letters"),
+    # a task's options are the file's, not a flag's
+    ({"mt": {"train": "a", "dev": "b", "cast": "clasify"}, "b": {"train": "a", "dev": "b"}},
+     "^[^ ]*mix.json: task 'mt': cast=clasify: choose one of text, classify"),
+    ({"mt": {"train": "a", "dev": "b", "prefix": 3}, "b": {"train": "a", "dev": "b"}},
+     "^[^ ]*mix.json: task 'mt': prefix=3 should be a str$"),
 ])
 def test_a_bad_mixture_file_is_named_with_its_task(tmp_path, data, message):
     with pytest.raises(SesameError, match=message):

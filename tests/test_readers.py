@@ -95,3 +95,45 @@ def test_commands_name_input_that_is_not_utf8(tmp_path, monkeypatch, capsys, arg
 def test_generate_refuses_an_empty_prompt(capsys):
     assert main(["generate", "--model", "nowhere", "--prompt", "a cat", "--prompt", ""]) == 2
     assert "--prompt '': an empty prompt gives the model nothing to continue" in capsys.readouterr().err
+
+
+def test_a_text_file_gives_a_single_text_task_one_text_per_line(tmp_path):
+    """Plain text, as `pretrain --corpus` reads it: one text per non-blank line, any newline convention; a task that
+    reads labels or a second text refuses it, naming the file and the flag."""
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"First text, with a comma.\r\n\r\n  \nSecond text\n")
+    expected = [{"text": "First text, with a comma.", "line": 1}, {"text": "Second text", "line": 4}]
+    assert make_task("classify").read(str(path), labeled=False) == expected
+    assert make_task("regress").read(str(path), labeled=False) == expected
+    with pytest.raises(SesameError, match=r"texts\.txt: a text file holds one text per line .* --label-column"):
+        make_task("classify").read(str(path))
+    with pytest.raises(SesameError, match=r"texts\.txt: a text file .* --pair-column \(sentence2\) asks for a second"):
+        make_task("pair").read(str(path), labeled=False)
+
+
+@pytest.mark.parametrize("label, kind", [('{"a": 1}', "object"), ("[1, 2]", "list")])
+def test_a_jsonl_label_that_is_an_object_or_a_list_is_refused(tmp_path, label, kind):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(f'{{"text": "fine", "label": "a"}}\n{{"text": "odd", "label": {label}}}\n')
+    with pytest.raises(SesameError, match=rf"rows\.jsonl:2: 'label' \(--label-column\) is a JSON {kind}"):
+        make_task("classify").read(str(path))
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text('{"text": "fine", "label": 1}\n{"text": "odd", "label": true}\n')
+    assert [row["label"] for row in make_task("classify").read(str(numbers))] == ["1", "true"]
+
+
+@pytest.mark.parametrize("label", ["nan", "NaN", "-nan"])
+def test_a_label_that_spells_nan_is_a_missing_value_not_a_class(tmp_path, label):
+    """pandas writes a missing value as "nan" (``astype(str)``): a class of that name would be scored as one."""
+    path = tmp_path / "rows.csv"
+    path.write_text(f"text,label\nfine,positive\nodd,{label}\nbad,negative\n")
+    with pytest.raises(SesameError, match=rf"rows\.csv:3: 'label' is '{label}', .* \(NaN\); fill it in or remove"):
+        make_task("classify").read(str(path))
+    assert make_task("classify").read(str(path), labeled=False)[1]["text"] == "odd"  # texts are not labels
+
+
+@pytest.mark.parametrize("name", ["data", "data.csv"])
+def test_a_folder_named_where_a_file_is_expected_says_so(tmp_path, name):
+    (tmp_path / name).mkdir()
+    with pytest.raises(SesameError, match=rf"{name} is a folder; give a CSV, TSV or JSONL file"):
+        make_task("classify").read(str(tmp_path / name))

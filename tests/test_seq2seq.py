@@ -188,15 +188,18 @@ def test_bad_inputs_are_refused_naming_the_input_or_the_flag():
     assert len(generate_seq2seq(bart, [[5] * 64], GenerationConfig(max_new_tokens=64), eos=None)[0].tokens) == 64
 
 
-def test_t5_reads_and_writes_past_max_positions_as_transformers_does():
-    """T5's relative position bias has no cap (BART's learned table has: above): an 80-token source and 70 new tokens
-    on a model of 64 positions decode to transformers' T5 tokens."""
+def test_t5_reads_past_max_positions_as_transformers_does_and_writes_up_to_them():
+    """T5's relative position bias has no cap (BART's learned table has: above): an 80-token source on a model of 64
+    positions decodes to transformers' T5 tokens. What it writes is held to its max_positions as GPT's and BART's
+    outputs are (GenerationConfig.check_room): 64 new tokens, not 65, so that no request decodes without end."""
     hf, t5 = pair("t5")
     source = [torch.randint(3, VOCAB, (80,), generator=torch.Generator().manual_seed(1)).tolist()]
-    cfg = GenerationConfig(max_new_tokens=70)
+    cfg = GenerationConfig(max_new_tokens=64)
     [hyp] = generate_seq2seq(t5, source, cfg, eos=END["t5"])
-    assert t5.config.max_positions == 64 and len(hyp.tokens) == 70
+    assert t5.config.max_positions == 64 and len(hyp.tokens) == 64
     assert [(hyp.tokens, hyp.finish == "end")] == transformers_tokens(hf, "t5", source, cfg)
+    with pytest.raises(SesameError, match="--max-new-tokens 100000 exceeds the model's 64 positions"):
+        generate_seq2seq(t5, source, GenerationConfig(max_new_tokens=100_000), eos=END["t5"])
 
 
 @pytest.mark.parametrize("setting", [{}, {"beams": 2}, {"sample": True, "top_p": 0.9}])

@@ -59,8 +59,11 @@ def test_reader_errors_name_file_and_line(tmp_path):
     with pytest.raises(SesameError, match=r"bad.txt:1: --label-column 4, but the line has 4 columns"):
         make_task("tag", {"label_column": 4}).read(write(tmp_path, "bad.txt", CONLL))
     words_only = write(tmp_path, "words.txt", "EU\nrejects\n\nPeter\n")
-    with pytest.raises(SesameError, match=r"words.txt:1: token_column 0 and --label-column -1 are the same column"):
-        make_task("tag").read(words_only)
+    with pytest.raises(SesameError, match=r"words.txt:1: a word without a tag; a labeled tagging file is a CoNLL") as err:
+        make_task("tag").read(words_only)  # not the --label-column -1 the user never gave
+    assert "--label-column" not in str(err.value)
+    with pytest.raises(SesameError, match=r"train.txt:1: token_column 0 and --label-column 0 are the same column"):
+        make_task("tag", {"label_column": "0"}).read(write(tmp_path, "train.txt", CONLL))
     assert [r["words"] for r in make_task("tag").read(words_only, labeled=False)] == [["EU", "rejects"], ["Peter"]]
     task = make_task("tag")
     train = task.read(write(tmp_path, "train.txt", CONLL))

@@ -361,19 +361,21 @@ def test_squad_answers_score_with_the_official_normalisation(tok):
 
 
 def test_only_an_encoder_decoder_serves_the_task(tok):
-    task = make_task("text2text")
+    task = make_task("text2text", {"max_target_length": 64})
     task.check_model(tiny_model(tok).config.to_dict())
     with pytest.raises(SesameError, match="needs an encoder-decoder .* not a transformer model"):
         task.check_model({"arch": "transformer"})
 
 
-def test_targets_longer_than_learned_positions_are_refused_but_not_relative_ones(tok):
-    """BART's decoder reads a learned table of max_positions (64 here): a longer max_target_length is refused by the
-    task's check_model (before a run directory is written); T5's relative position bias reads any length."""
+def test_targets_longer_than_the_decoders_positions_are_refused(tok):
+    """BART's decoder reads a learned table of max_positions (64 here), and generation holds T5's, whose relative
+    position bias reads any length, to its max_positions too (GenerationConfig.check_room): a longer
+    max_target_length is refused by the task's check_model, before a run directory is written, not at the first
+    dev evaluation."""
     bart = EncoderDecoderConfig(vocab_size=tok.vocab_size, hidden=32, layers=1, heads=2, intermediate=64,
                                 max_positions=64, pad_id=tok.specials.pad, **STYLES["bart"]).to_dict()
     t5 = tiny_model(tok).config.to_dict()
-    make_task("text2text", {"max_target_length": 64}).check_model(bart)
-    make_task("text2text", {"max_target_length": 65}).check_model(t5)
-    with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 learned positions"):
-        make_task("text2text", {"max_target_length": 65}).check_model(bart)
+    for model in (bart, t5):
+        make_task("text2text", {"max_target_length": 64}).check_model(model)
+        with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 positions"):
+            make_task("text2text", {"max_target_length": 65}).check_model(model)

@@ -119,7 +119,7 @@ def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path
             capsys, tmp_path, f"--max-length {bart + 1} exceeds the model's {bart} positions")
     refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart",
                           options=(f"max_target_length={bart + 1}",)),  # its decoder's positions too
-            capsys, tmp_path, f"--task-option max_target_length={bart + 1} exceeds the model's {bart} learned")
+            capsys, tmp_path, f"--task-option max_target_length={bart + 1} exceeds the model's {bart} positions")
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_run(tmp_path, monkeypatch):

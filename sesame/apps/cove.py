@@ -35,6 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.corpus import decoded_lines
+from ..data.labeled import a_file
 from ..decoding import GenerationConfig, beam_search, greedy
 from ..errors import SesameError
 from ..families import get_family
@@ -56,6 +57,7 @@ from ..data.vectors import WordVectors, embedding_matrix, load_vectors
 FAMILY = "cove"  # the family of the runs this module makes
 TARGET_TOKENIZER = "target_tokenizer.json"
 EVAL_BATCH = 64
+SENTENCES = "a text file with one sentence per line"
 DEFAULTS = {"lr": 1e-3, "weight_decay": 0.0, "warmup": 0.02, "batch_size": 64, "clip": 5.0, "eval_every": 500,
             "save_every": 500}  # clip 5: OpenNMT's default, the toolkit the paper trained with
 
@@ -106,10 +108,8 @@ def read_parallel(source: str | Path, target: str | Path, source_flag: str, targ
     """Two line-aligned UTF-8 files → (source sentences, target sentences). Unequal line counts, invalid UTF-8
     and a line blank on one side only name the file (and line); lines blank on both sides are skipped."""
     sides = []
-    for path, flag in ((Path(source), source_flag), (Path(target), target_flag)):
-        if not path.is_file():
-            raise SesameError(f"{flag} {path}: no such file; give a text file with one sentence per line")
-        sides.append([line.strip() for _, line in decoded_lines(path)])
+    for path, flag in ((source, source_flag), (target, target_flag)):
+        sides.append([line.strip() for _, line in decoded_lines(a_file(path, SENTENCES, flag))])
     (src, tgt), (src_path, tgt_path) = sides, (source, target)
     if len(src) != len(tgt):
         raise SesameError(f"{target_flag} {tgt_path}: {len(tgt)} lines, but {source_flag} {src_path} has {len(src)}; "
@@ -194,14 +194,11 @@ def translate_file(model: str, input: str, *, reference: str | None = None, beam
     placement = (runtime or Runtime()).place()
     if output:
         new_file(output, "--output", {"--input": input, "--reference": reference, "--model": model})
-    translator = Translator(model, placement=placement)
     if reference:
         sources, references = read_parallel(input, reference, "--input", "--reference")
     else:
-        path = Path(input)
-        if not path.is_file():
-            raise SesameError(f"--input {path}: no such file; give a text file with one sentence per line")
-        sources, references = [line.strip() for _, line in decoded_lines(path)], None
+        sources, references = [line.strip() for _, line in decoded_lines(a_file(input, SENTENCES, "--input"))], None
+    translator = Translator(model, placement=placement)
     started = time.time()
     translations = translator.translate(sources, beam=beam, progress=progress)
     result: dict = {"translations": translations, "sentences": len(sources), "beam": beam,

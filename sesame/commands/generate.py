@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from ..data.labeled import decode, stdin_lines
+from ..data.labeled import a_file, decode, stdin_lines
 from ..errors import SesameError
 from . import add_runtime_flags, runtime_options
 
@@ -53,10 +52,9 @@ def run(args: argparse.Namespace) -> None:
     from ..generation import Transducer, generate, load_generator
 
     if args.prompts:
-        if args.prompts != "-" and not Path(args.prompts).is_file():
-            raise SesameError(f"--prompts {args.prompts}: no such file; give a text file with one prompt per line")
         lines = stdin_lines() if args.prompts == "-" else \
-            decode(Path(args.prompts).read_bytes(), args.prompts).splitlines()
+            decode(a_file(args.prompts, "a text file with one prompt per line", "--prompts").read_bytes(),
+                   args.prompts).splitlines()
         prompts = [line for line in lines if line.strip()]
         if not prompts:
             raise SesameError(f"--prompts {args.prompts}: no prompts (every line is empty)")

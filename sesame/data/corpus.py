@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import SesameError
-from .labeled import decode, json_object
+from .labeled import TEXT_SUFFIXES, decode, json_object
 
-TEXT_SUFFIXES = {".txt", ".text", ".raw", ".tokens", ".md"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
 HEADINGS = {  # the rules by which a heading line begins a document, in order of precedence
     "wikitext titles": re.compile(r"^ ?= [^=](?:.*[^=])? = ?$"),

@@ -103,8 +103,9 @@ class ModelType:
     style implies; ``tokens``: config keys → the tokenizer role whose id they hold (checked on import, written on
     export); ``head_size``: the key of the width of a head, if the config has one (it must be d_model / heads);
     ``copies``: the checkpoint's tied copies of the shared table; ``bias``: an output bias that must be zero;
-    ``ignored``: tensors older transformers saved that its models do not read; ``gates``: the activation key may
-    name a gated feed-forward (``gated-gelu``)."""
+    ``ignored``: tensors older transformers saved that its models do not read; ``written``: config keys export sets
+    to these values, those of decoding sesame does otherwise (BART's forced end token); ``gates``: the activation key
+    may name a gated feed-forward (``gated-gelu``)."""
 
     base_class: str
     keys: dict[str, str]
@@ -118,6 +119,7 @@ class ModelType:
     head_size: str | None = None
     bias: str | None = None
     ignored: tuple[str, ...] = ()
+    written: dict[str, Any] = field(default_factory=dict)  # config keys export writes whatever the source held
     prefix: str = ""  # the task model's prefix of the base model's tensors (BART: "model.")
     gates: bool = False
     classifier: str = ""  # the *ForSequenceClassification class (BART's head on the decoder's last end token)
@@ -161,8 +163,7 @@ TYPES = {
               "tied": "tie_word_embeddings"},
         defaults={"vocab_size": 50265, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
                   "encoder_attention_heads": 16, "encoder_ffn_dim": 4096, "max_position_embeddings": 1024,
-                  "dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "forced_eos_token_id": 2,
-                  "decoder_start_token_id": 2,
+                  "dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2,
                   "activation_function": "gelu", "scale_embedding": False, "tie_word_embeddings": True},
         equal={"decoder_attention_heads": "encoder_attention_heads", "decoder_ffn_dim": "encoder_ffn_dim"},
         required={"scale_embedding": (False, "sesame does not scale BART's embeddings by √d_model"),
@@ -177,7 +178,10 @@ TYPES = {
         fixed={**{k: STYLES["bart"][k] for k in ("norm", "norm_kind", "embedding_norm", "layer_norm_eps")},
                "bias": True, "scale_attention": True, "relative_buckets": 0, "scale_logits": False, "gated": False,
                "tied": True},
-        tokens={"bos_token_id": "cls", "eos_token_id": "sep", "forced_eos_token_id": "sep"},
+        tokens={"bos_token_id": "cls", "eos_token_id": "sep"},
+        # fairseq and transformers force </s> as a BART output's last token at the length limit (BartConfig's
+        # default forced_eos_token_id, 2); sesame does not, and says so, so that transformers decodes as it does
+        written={"forced_eos_token_id": None},
         copies=("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"),
         bias="final_logits_bias", prefix="model.", classifier="BartForSequenceClassification",
         classifier_prefix="model."),
@@ -248,7 +252,7 @@ def hf_config(model: dict, model_type: str, *, source: dict, tokens: dict[str, i
     hf[types.keys["decoder_layers"]] = model["decoder_layers"] or model["layers"]  # None: as deep as the encoder
     hf.update({k: hf[o] for k, o in types.equal.items()})
     hf[types.keys["activation"]] = activation_value(model)
-    hf.update({key: tokens[role] for key, role in types.tokens.items()})
+    hf.update({key: tokens[role] for key, role in types.tokens.items()}, **types.written)
     hf.update(model_type=model_type, architectures=[types.base_class], is_encoder_decoder=True)
     if types.head_size:
         hf[types.head_size] = model["hidden"] // model["heads"]

@@ -253,8 +253,16 @@ def read_weights(src: Path, flag: str = "--from-hf", *, pickles: bool = True
             weights = torch.load(path, map_location="cpu", weights_only=True)
         else:
             raise SesameError(f"{flag} {src}: no weights; expected {expected}")
-    except (SafetensorError, OSError, RuntimeError, KeyError, EOFError, pickle.UnpicklingError) as err:
-        raise SesameError(f"{path}: unreadable as a weights file ({err}); only plain tensors load "
+    except pickle.UnpicklingError:  # weights_only met an object that is no tensor: torch's message runs to lines
+        safetensors = path.parent / "model.safetensors"
+        raise SesameError(f"{path}: unreadable as a weights file: it pickles objects besides tensors, which sesame "
+                          "never unpickles (that could run code); if you trust its source, convert it to safetensors: "
+                          f"python -c \"import torch, safetensors.torch as st; w = torch.load('{path}', "
+                          "weights_only=False); st.save_file({k: v.contiguous().clone() for k, v in w.items() if "
+                          f"torch.is_tensor(v)}}, '{safetensors}')\"") from None
+    except (SafetensorError, OSError, RuntimeError, KeyError, EOFError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SesameError(f"{path}: unreadable as a weights file ({reason}); only plain tensors load "
                           "(safetensors, or pytorch_model.bin without pickled code)") from None
     if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
         raise SesameError(f"{path}: not a state dict of tensors")

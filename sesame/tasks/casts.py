@@ -151,7 +151,7 @@ def parallel_lines(path: str, languages: str, labeled: bool) -> list[dict]:
     files = {"source": Path(f"{stem}.{source}")} | ({"target": Path(f"{stem}.{target}")} if labeled else {})
     lines = {}
     for side, file in files.items():
-        text = read_text(file).split("\n")
+        text = read_text(file, "a text file, one sentence per line").split("\n")
         lines[side] = [line.rstrip("\r") for line in text[: -1 if text[-1] == "" else None]]
     if labeled and len(lines["source"]) != len(lines["target"]):
         raise SesameError(f"{files['source']} has {len(lines['source'])} lines but {files['target']} has "

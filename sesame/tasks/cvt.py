@@ -138,7 +138,7 @@ def read_sentences(path: str) -> list[list[str]]:
     """The unlabeled text: one sentence per line, words split at whitespace, blank lines skipped; a
     CoNLL file given by mistake fails at its first document line."""
     sentences = []
-    for lineno, line in enumerate(read_text(Path(path)).splitlines(), 1):
+    for lineno, line in enumerate(read_text(Path(path), "a text file, one sentence per line").splitlines(), 1):
         words = line.split()
         if words and words[0] == DOCSTART:
             raise SesameError(f"{path}:{lineno}: a CoNLL document line; cvt_unlabeled takes plain text, one "

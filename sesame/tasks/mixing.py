@@ -32,6 +32,7 @@ from typing import Mapping
 
 from ..data.labeled import read_text
 from ..errors import SesameError
+from .base import make_task
 
 MIXING_CAP = 2 ** 19  # K: T5's artificial data set size limit (§3.5.3)
 SHARED = ("max_target_length", "bos", "beams", "length_penalty")  # one model's framing and decoding: --task-option
@@ -103,10 +104,11 @@ def check_spec(*, mixture: str | None, task: str, cap: int, temperature: float, 
 def read_mixture(path: str) -> dict[str, dict]:
     """The tasks of a mixture file, a JSON object ``{NAME: {"train": FILE, "dev": FILE, READING options}}`` of two
     or more tasks (paths relative to the file's folder), as ``{NAME: {"train": path, "dev": path, "options": {...}}}``
-    with the paths resolved; an error names the file, the task and the fix."""
+    with the paths resolved; an error names the file, the task and the fix, also where a task's options make no
+    text2text task (a ``cast`` of none of :data:`~sesame.tasks.casts.CASTS`, ...)."""
     file = Path(path)
     try:
-        data = json.loads(read_text(file))
+        data = json.loads(read_text(file, "a mixture file (JSON)"))
     except json.JSONDecodeError as err:
         raise SesameError(f"{path}: not valid JSON ({err}); a mixture file is a JSON object of tasks, e.g. "
                           f"{EXAMPLE}") from None
@@ -125,8 +127,12 @@ def read_mixture(path: str) -> dict[str, dict]:
             raise SesameError(f"{where}: {other[0]} is no option of one task (it takes train, dev, "
                               f"{', '.join(READING)}); the tasks share {', '.join(SHARED)}: give those as "
                               "--task-option")
-        tasks[name] = {**{key: str((file.parent / entry[key]).resolve()) for key in FILES},
-                       "options": {key: value for key, value in entry.items() if key not in FILES}}
+        options = {key: value for key, value in entry.items() if key not in FILES}
+        try:  # the options' errors name the flag they come from elsewhere: --task-option KEY=VALUE
+            make_task("text2text", options)
+        except SesameError as err:
+            raise SesameError(f"{where}: {re.sub(r'^--task-option:? ', '', str(err))}") from None
+        tasks[name] = {**{key: str((file.parent / entry[key]).resolve()) for key in FILES}, "options": options}
     return tasks
 
 

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.labeled import decode
+from ..data.labeled import a_file, decode
 from ..errors import SesameError
 from ..metrics import answer_scores, tune_null_threshold
 from ..models import Transformer
@@ -143,10 +143,8 @@ class SpanQA(Task):
     def read(self, path: str, labeled: bool = True) -> list[dict]:
         """One example per question: ``id``, ``title``, ``question``, ``context`` and, when ``labeled``,
         ``answers`` (``text``, ``start``) and ``impossible``. Every answer must sit at its answer_start."""
-        if not Path(path).is_file():
-            raise SesameError(f"{path}: no such file")
         try:
-            raw = json.loads(decode(Path(path).read_bytes(), str(path)))
+            raw = json.loads(decode(a_file(path, "a SQuAD JSON file").read_bytes(), str(path)))
         except json.JSONDecodeError as err:
             raise SesameError(f"{path}: not a SQuAD JSON file ({err})") from None
         articles = _field(raw, "data", list, str(path))

@@ -48,6 +48,7 @@ from .classify import collate
 from .words import DOCSTART, IGNORE, encode_words, first_subwords, word_loss
 
 OUTSIDE = "O"  # the prediction for a word without a subword in the model's window
+CONLL = "a CoNLL file: a word and its tags per line, a blank line between sentences (CoNLL-2003: EU NNP B-NP B-ORG)"
 
 
 class TokenModel(TaskModel):
@@ -122,7 +123,7 @@ class Tag(Task):
                 words.clear()
                 tags.clear()
 
-        for lineno, line in enumerate(read_text(Path(path)).splitlines(), 1):
+        for lineno, line in enumerate(read_text(Path(path), CONLL).splitlines(), 1):
             columns = line.split()
             if not columns:
                 close()
@@ -148,6 +149,8 @@ class Tag(Task):
         return examples
 
     def _check_columns(self, width: int, labeled: bool, path: str, lineno: int) -> None:
+        if labeled and width == 1:
+            raise SesameError(f"{path}:{lineno}: a word without a tag; a labeled tagging file is {CONLL}")
         for value, option in ((self.token_column, "token_column"), (self.label_column, "--label-column")):
             if not -width <= value < width:
                 raise SesameError(f"{path}:{lineno}: {option} {value}, but the line has {width} columns "

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..data.labeled import read_fields
 from ..errors import SesameError
-from ..models import model_config, position_limit
+from ..models import model_config
 from ..models.encoder_decoder import EncoderDecoder
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, register
@@ -197,15 +197,16 @@ class Text2Text(Task):
                                   f"the known labels are {labels}")
 
     def check_model(self, model: dict) -> None:
-        """An encoder-decoder whose decoder reads ``max_target_length`` positions: any for T5's relative position
-        bias, at most its table's for learned positions (BART: 1024; :func:`sesame.models.position_limit`)."""
+        """An encoder-decoder whose decoder reads ``max_target_length`` positions, at most its ``max_positions``:
+        its table's for learned positions (BART: 1024), T5's ``n_positions`` (512) for its relative position bias, as
+        generation holds every decoder (:meth:`sesame.decoding.GenerationConfig.check_room`)."""
         if model.get("arch") != "encoder_decoder":
             raise SesameError(f"--task text2text needs an encoder-decoder (the t5 or bart family), not a "
                               f"{model.get('arch', 'transformer')} model: give --from a t5 or bart run")
-        positions = position_limit(model_config(model))
-        if positions is not None and self.max_target_length > positions:
+        positions = model_config(model).max_positions
+        if self.max_target_length > positions:
             raise SesameError(f"--task-option max_target_length={self.max_target_length} exceeds the model's "
-                              f"{positions} learned positions; give at most {positions}")
+                              f"{positions} positions; give at most {positions}")
 
     def features(self, examples: list[dict], tok: TextTokenizer, max_length: int, labels: list[str],
                  causal: bool) -> list[dict]:
