@@ -185,7 +185,7 @@ def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
     train, dev = labeled  # 120 rows: 4 steps of 32 per epoch
     api.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "run"), progress=False, max_length=16)
     config = read_config(tmp_path / "run", "--model")
-    assert config.epochs == 20 and config.train["lr"] == 2e-4  # 63 epochs for 250 steps, capped at 20
+    assert config.epochs == 20 and config.train["lr"] == 1e-3  # scratch: pre-training's rate; 63 epochs, capped
     state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 80
 
