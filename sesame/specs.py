@@ -30,8 +30,9 @@ from .train.recipes import Recipe
 # rate up for short budgets), under a family's own recipe (AWD-LSTM, ELMo, RoBERTa's batches)
 PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
 # BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own; and under
-# --max-minutes, dev read as each quarter of the time is spent (an epoch may outlast the budget)
-FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32, "eval_points": 4}
+# --max-minutes, dev read at half the time too (an epoch may outlast the budget). Not more often: each reading of
+# CoNLL-2003's dev took a minute of a busy machine's 5-minute budget (docs/results/foundation.md)
+FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32, "eval_points": 2}
 # A model from scratch learns its weights, not an adaptation of them: it takes pre-training's rates. At a fine-tuning
 # rate (bert mini's 1e-4, tiny's 2e-4) a CoNLL-2003 tagger from scratch called every word O after the 150-400 steps a
 # 5-minute budget gives a busy machine; at 1e-3 it finds entities within 50 (docs/results/foundation.md, issue 37).

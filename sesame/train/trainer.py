@@ -60,7 +60,7 @@ class TrainConfig:
     max_minutes: float | None = option(None, help="wall-time budget for the whole command")
     eval_every: int = option(200, help="validate every N steps (fine-tuning: after every epoch when not given)")
     eval_points: int = option(0, help="with --max-minutes, also validate as each 1/N of the time is spent, whatever "
-                                      "the steps (fine-tuning: 4)")
+                                      "the steps (fine-tuning: 2)")
     save_every: int = option(200, help="checkpoint every N steps (fine-tuning: after every epoch when not given)")
     seed: int = option(0, help="random seed")
     schedule: str = option("linear", choices=SCHEDULES,
