@@ -34,7 +34,7 @@ PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
 # CoNLL-2003's dev took a minute of a busy machine's 5-minute budget (docs/results/foundation.md)
 FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32, "eval_points": 2}
 # A model from scratch learns its weights, not an adaptation of them: it takes pre-training's rates. At a fine-tuning
-# rate (bert mini's 1e-4, tiny's 2e-4) a CoNLL-2003 tagger from scratch called every word O after the 150-400 steps a
+# rate (bert mini's 1e-4, tiny's 2e-4) a CoNLL-2003 tagger from scratch called every word O after the 100-400 steps a
 # 5-minute budget gives a busy machine; at 1e-3 it finds entities within 50 (docs/results/foundation.md, issue 37).
 SCRATCH_TRAINING = PRETRAIN_TRAINING
 # Epochs when --epochs is not given: enough for MIN_STEPS optimizer steps on a small training set, within
