@@ -3,9 +3,10 @@
 A bert mini pre-trained for ``--minutes`` by ``sesame pretrain`` (on WikiText-2 train, its defaults), then
 fine-tuned with nothing but the files and columns given, next to its from-scratch twin (``scratch:bert:mini``,
 the same tokenizer): the learning rate and the number of epochs are sesame's defaults for a model of that size
-and a training set of that size (sesame.families.FINETUNE_RATES, sesame.specs.default_epochs). The 1,000
-training tweets and the 1,000 that pick the kept epoch are disjoint random draws from airline train; accuracy
-is reported on airline dev, which neither saw. Resumable: finished stages are read back from --out.
+and a training set of that size (sesame.families.FINETUNE_RATES, from scratch sesame.specs.SCRATCH_TRAINING;
+sesame.specs.default_epochs). The 1,000 training tweets and the 1,000 that pick the kept epoch are disjoint random
+draws from airline train; accuracy is reported on airline dev, which neither saw. Resumable: finished stages are
+read back from --out.
 
     python scripts/small_data_defaults.py --out runs/small-data    # about 35 minutes
 """

@@ -162,26 +162,18 @@ SIZES: dict[str, tuple[int, int]] = {
     "base": (12, 768),
 }
 
-# Fine-tuning's peak rate for a model of each size that sesame pre-trained, and for its from-scratch twin.
-# BERT's 5e-5 (Devlin et al. 2019, §A.3) suits a model pre-trained on billions of words; small models after
-# minutes of pre-training need larger steps (Turc et al. 2019 searched up to 1e-4 for their small BERTs;
-# ELECTRA-small fine-tunes at 3e-4, Clark et al. 2020, Table 7). mini's pair is the one chosen on airline dev
-# (docs/results.md); the other sizes follow the trend by width, unmeasured. Imported weights (transformers,
-# ``minilm``) keep BERT's rate; a family's own fine-tuning rate (the recurrent ones) wins over this table.
-FINETUNE_RATES: dict[str, tuple[float, float]] = {  # size → (pre-trained, from scratch)
-    "tiny": (3e-4, 2e-4),
-    "mini": (2e-4, 1e-4),
-    "small": (1e-4, 1e-4),
-    "medium": (1e-4, 5e-5),
-    "base": (5e-5, 5e-5),
-}
+# Fine-tuning's peak rate for a model of each size that sesame pre-trained. BERT's 5e-5 (Devlin et al. 2019, §A.3)
+# suits a model pre-trained on billions of words; small models after minutes of pre-training need larger steps (Turc
+# et al. 2019 searched up to 1e-4 for their small BERTs; ELECTRA-small fine-tunes at 3e-4, Clark et al. 2020, Table 7).
+# mini's is the one chosen on airline dev (docs/results/foundation.md); the other sizes follow the trend by width,
+# unmeasured. Imported weights (transformers, ``minilm``) keep BERT's rate; a family's own fine-tuning rate (the
+# recurrent ones) wins over this table; a model from scratch takes pre-training's rates (sesame.specs.SCRATCH_TRAINING).
+FINETUNE_RATES: dict[str, float] = {"tiny": 3e-4, "mini": 2e-4, "small": 1e-4, "medium": 1e-4, "base": 5e-5}
 
 
-def finetune_rate(size: str | None, *, scratch: bool) -> dict:
-    """``{"lr": rate}`` from :data:`FINETUNE_RATES` for a model of ``size`` (empty for an unknown size)."""
-    if size not in FINETUNE_RATES:
-        return {}
-    return {"lr": FINETUNE_RATES[size][1 if scratch else 0]}
+def finetune_rate(size: str | None) -> dict:
+    """``{"lr": rate}`` from :data:`FINETUNE_RATES` for pre-trained weights of ``size`` (empty for an unknown size)."""
+    return {"lr": FINETUNE_RATES[size]} if size in FINETUNE_RATES else {}
 
 
 def get_family(name: str) -> Family:

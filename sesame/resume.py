@@ -107,10 +107,14 @@ def _check(flag: str, given: object, recorded: object, spec: PretrainSpec | Fine
 
 def _training(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> dict:
     """The TrainConfig to resume with: the run's (its checkpoint's trainer state, else config.json's), with the
-    budget given now; any other training option that differs is refused."""
+    budget given now; any other training option that differs is refused. A field the run predates takes
+    TrainConfig's own default, which keeps what the code that made it did (``eval_points``: none), not the defaults
+    a new run of the command gets."""
     ckpt = checkpoint_dir(Path(spec.out))
     recorded = read_json(ckpt / "trainer_state.json")["config"] if ckpt is not None else dict(config.train or {})
     recorded = {name: value for name, value in recorded.items() if name not in MOVED}
+    if recorded:
+        recorded = {**{f.name: f.default for f in fields(TrainConfig) if f.name not in recorded}, **recorded}
     flags = {f.name: flag_name(f) for f in fields(TrainConfig)}
     for name, value in spec.training.items():
         if name not in RESUMABLE and value is not None:

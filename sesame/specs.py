@@ -29,8 +29,14 @@ from .train.recipes import Recipe
 # GPT stably in 20 minutes where 5e-4 underfit (docs/results.md; Geiping & Goldstein 2022 likewise push the
 # rate up for short budgets), under a family's own recipe (AWD-LSTM, ELMo, RoBERTa's batches)
 PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
-# BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own
-FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32}
+# BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own; and under
+# --max-minutes, dev read at half the time too (an epoch may outlast the budget). Not more often: each reading of
+# CoNLL-2003's dev took a minute of a busy machine's 5-minute budget (docs/results/foundation.md)
+FINETUNE_TRAINING = {"lr": 5e-5, "warmup": 0.1, "batch_size": 32, "eval_points": 2}
+# A model from scratch learns its weights, not an adaptation of them: it takes pre-training's rates. At a fine-tuning
+# rate (bert mini's 1e-4, tiny's 2e-4) a CoNLL-2003 tagger from scratch called every word O after the 100-400 steps a
+# 5-minute budget gives a busy machine; at 1e-3 it finds entities within 50 (docs/results/foundation.md, issue 37).
+SCRATCH_TRAINING = PRETRAIN_TRAINING
 # Epochs when --epochs is not given: enough for MIN_STEPS optimizer steps on a small training set, within
 # EPOCHS (BERT's 3 for large ones; 20 at most); with --max-minutes, as many as the time allows (TIMED_EPOCHS).
 MIN_STEPS, EPOCHS, TIMED_EPOCHS = 250, (3, 20), 1000
@@ -302,10 +308,11 @@ class FinetuneSpec(RecurrentDropouts):
         return self.dropout * (self.drop_mult if self.drop_mult is not None else 1.0)
 
     def train_config(self, family: Family | None, *, size: str | None, scratch: bool) -> TrainConfig:
-        """Fine-tuning's TrainConfig: BERT's defaults < the rate of the size (:func:`sesame.families.finetune_rate`;
-        ``size`` None for imported weights) < the family's (``None``: a transformers directory) < given."""
-        return training({**FINETUNE_TRAINING, **finetune_rate(size, scratch=scratch),
-                         **(family.finetune if family else {})}, self.training)
+        """Fine-tuning's TrainConfig: BERT's defaults < the rate of pre-trained weights of the size
+        (:func:`sesame.families.finetune_rate`; ``size`` None for imported weights), or of a model from ``scratch``
+        (:data:`SCRATCH_TRAINING`) < the family's (``None``: a transformers directory) < given."""
+        rates = SCRATCH_TRAINING if scratch else finetune_rate(size)
+        return training({**FINETUNE_TRAINING, **rates, **(family.finetune if family else {})}, self.training)
 
     def validate(self, *, processes: int = 1) -> None:
         check_ranges(self)

@@ -151,6 +151,8 @@ ROWS = {
     "finetune: missing train file": (["finetune", "--from", "{root}/pre", "--train", "{root}/nothing.csv", "--dev",
                                       "{root}/dev.csv", "--out", "{root}/new"], "nothing.csv"),
     "finetune: missing run": (["finetune", "--from", "{root}/nothing", *FT, "--out", "{root}/new"], "--from"),
+    "finetune: negative eval points": (["finetune", "--from", "{root}/pre", *FT, "--out", "{root}/new",
+                                        "--max-minutes", "1", "--eval-points", "-1"], "--eval-points", "0 (none)"),
     "finetune: missing column": (["finetune", "--from", "{root}/pre", *FT, "--text-column", "sentence", "--out",
                                   "{root}/new"], "train.csv", "'sentence'"),
     "finetune: an unknown task": (["finetune", "--from", "{root}/pre", *FT, "--task", "tagg", "--out", "{root}/new"],

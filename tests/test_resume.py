@@ -100,3 +100,17 @@ def test_a_resume_refused_for_a_cut_checkpoint_writes_nothing(tiny_runs, tmp_pat
     weights = run / "checkpoint" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     refused(resume(tiny_runs, "--max-steps", "9", out=run), capsys, tmp_path, "model.safetensors", "cut short")
+
+
+def test_a_run_resumes_with_what_its_code_did_for_settings_it_predates(tiny_runs, tmp_path):
+    """A training setting added since a run was made takes TrainConfig's own default on --resume (what the code that
+    made it did), not the default a new run gets: fine-tuning's eval_points (issue 37) is 2 now, none before."""
+    run = shutil.copytree(tiny_runs / "clf", tmp_path / "clf")
+    assert json.loads((run / "config.json").read_text())["train"]["eval_points"] == 2
+    for path, part in ((run / "config.json", "train"), (run / "checkpoint" / "trainer_state.json", "config")):
+        record = json.loads(path.read_text())
+        del record[part]["eval_points"]  # as a run made before the field was
+        path.write_text(json.dumps(record))
+    assert main(["--no-progress", *finetune_resume(tiny_runs, "--epochs", "2", out=run)]) == 0
+    train = json.loads((run / "config.json").read_text())["train"]
+    assert train["eval_points"] == 0 and train["lr"] == 3e-4  # the run's own rate goes on too

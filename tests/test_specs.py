@@ -145,12 +145,15 @@ def test_a_run_whose_objective_another_command_scores_is_pointed_there(tmp_path)
 
 
 def test_fine_tuning_rates_come_from_the_size_and_whether_the_weights_are_pre_trained():
-    """BERT's 5e-5 is for weights pre-trained on billions of words: a small model pre-trained by sesame, or trained
-    from scratch, gets its size's rate (sesame.families.FINETUNE_RATES); a family's own rate and flags win."""
+    """BERT's 5e-5 is for weights pre-trained on billions of words: a small model pre-trained by sesame gets its size's
+    rate (sesame.families.FINETUNE_RATES), a model from scratch pre-training's (issue 37: at a fine-tuning rate a short
+    tagger from scratch learned no entity); a family's own rate and flags win."""
     spec = FinetuneSpec(base="x", train="t", dev="d", out="o")
     bert, ulmfit = FAMILIES["bert"], FAMILIES["ulmfit"]
     assert spec.train_config(bert, size="mini", scratch=False).lr == 2e-4
-    assert spec.train_config(bert, size="mini", scratch=True).lr == 1e-4
+    scratch = spec.train_config(bert, size="mini", scratch=True)
+    assert (scratch.lr, scratch.warmup) == (1e-3, 0.1)
+    assert spec.train_config(FAMILIES["lstm"], size="mini", scratch=True).lr == FAMILIES["lstm"].finetune["lr"]
     assert spec.train_config(bert, size=None, scratch=False).lr == 5e-5  # imported weights (transformers, minilm)
     assert spec.train_config(ulmfit, size="mini", scratch=False).lr == 2e-3  # the family's row
     given_rate = FinetuneSpec(base="x", train="t", dev="d", out="o", training={"lr": 1e-5})
@@ -182,7 +185,7 @@ def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
     train, dev = labeled  # 120 rows: 4 steps of 32 per epoch
     api.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "run"), progress=False, max_length=16)
     config = read_config(tmp_path / "run", "--model")
-    assert config.epochs == 20 and config.train["lr"] == 2e-4  # 63 epochs for 250 steps, capped at 20
+    assert config.epochs == 20 and config.train["lr"] == 1e-3  # scratch: pre-training's rate; 63 epochs, capped
     state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 80
 

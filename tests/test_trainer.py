@@ -88,6 +88,37 @@ def test_a_trainer_takes_its_run_settings_whole_and_its_hooks_by_name(tmp_path):
         Trainer(torch.nn.Linear(2, 1), settings, lambda step, progress: [], lambda model: {})  # and so are the hooks
 
 
+def test_a_time_budget_reads_dev_at_each_of_its_eval_points_and_schedules_by_the_clock(tmp_path, monkeypatch):
+    """Under --max-minutes dev is read as each 1/eval_points of the time is spent, however few steps the machine
+    makes, and the rate warms up and decays with the time (issue 37). A clock that moves 3 s per step (a 1-minute
+    budget: 20 steps) stands for the machine."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+
+    def batches(step, progress):
+        clock[0] += 3.0
+        return [{"ids": torch.ones(1, 1), "targets": torch.ones(1)}]
+
+    class Squared(torch.nn.Linear):
+        def forward(self, batch):
+            return super().forward(batch["ids"]).pow(2).sum()
+
+    def run(name, **options):
+        cfg = TrainConfig(max_steps=None, max_minutes=1, eval_every=1000, save_every=1000, warmup=0.25, **options)
+        settings, read_at = RunSettings(tmp_path / name, cfg, progress=False, started=clock[0]), []
+        trainer = Trainer(Squared(1, 1), settings, batches,
+                          evaluate=lambda model: read_at.append(trainer.step) or {"x": 0.0})
+        trainer.fit()
+        return read_at, [r["lr"] for r in map(json.loads, (tmp_path / name / "metrics.jsonl").read_text().splitlines())
+                         if r["split"] == "train"]
+
+    read_at, rates = run("points", eval_points=4)
+    assert read_at == [6, 11, 16, 20]  # steps 6, 11, 16 begin at 25%, 50%, 75% of the minute; the end
+    assert run("none", eval_points=0)[0] == [20]
+    # logged at steps 1, 10, 20: warming up over the first 15 s, then down to 0 at the minute
+    assert rates == pytest.approx([0.0, 5e-4 * (1 - 27 / 60) / 0.75, 5e-4 * (1 - 57 / 60) / 0.75])
+
+
 def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_fp32_weights(corpus, tmp_path, monkeypatch):
     seen = set()
     original = torch.nn.Linear.forward

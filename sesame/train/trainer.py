@@ -59,6 +59,8 @@ class TrainConfig:
     max_steps: int | None = option(1000, help="step budget (default 1000; none when only --max-minutes is given)")
     max_minutes: float | None = option(None, help="wall-time budget for the whole command")
     eval_every: int = option(200, help="validate every N steps (fine-tuning: after every epoch when not given)")
+    eval_points: int = option(0, help="with --max-minutes, also validate as each 1/N of the time is spent, whatever "
+                                      "the steps (fine-tuning: 2)")
     save_every: int = option(200, help="checkpoint every N steps (fine-tuning: after every epoch when not given)")
     seed: int = option(0, help="random seed")
     schedule: str = option("linear", choices=SCHEDULES,
@@ -79,6 +81,7 @@ class TrainConfig:
              "must be positive and divide --batch-size"),
             (not 0 <= self.warmup < 1, "--warmup", "is a fraction of the run in [0, 1)"),
             (self.eval_every <= 0 or self.save_every <= 0, "--eval-every/--save-every", "must be positive"),
+            (self.eval_points < 0, "--eval-points", "must be 0 (none) or more"),
             (self.schedule not in SCHEDULES, "--schedule", f"choose one of {', '.join(SCHEDULES)}"),
             (self.cycles < 1, "--cycles", "must be at least 1"),
             (self.schedule == "stlr" and not (self.warmup > 0 and self.stlr_ratio >= 1), "--schedule stlr",
@@ -201,6 +204,8 @@ class Trainer:
         self.best: dict = {}  # dev metrics of the selected weights
         self.last_eval: dict = {}
         self.evaluated_at = -1
+        self.step_progress = 0.0  # the budget's share spent when the last step began, as all processes agreed
+        self.eval_point: int | None = None  # the share of a time budget's eval_points the last step was in
         self._stop_requested = False  # this process saw Ctrl-C
         self._stopping = False  # some process saw Ctrl-C: agreed by all at the top of each step
 
@@ -298,6 +303,18 @@ class Trainer:
         value, best = metrics[self.select], self.best[self.select]
         return value < best if self.select.endswith(("loss", "perplexity")) else value > best
 
+    def _entered_eval_point(self) -> bool:
+        """Whether the last step entered another 1/``eval_points`` of a time budget (from the second part on; the
+        last part's evaluation is the end's), so dev is read a few times however few steps a slow machine makes.
+        The first step after starting or resuming notes the part it is in."""
+        c = self.config
+        if not (c.max_minutes and c.eval_points):
+            return False
+        point = min(c.eval_points - 1, int(self.step_progress * c.eval_points))
+        entered = self.eval_point is not None and point > self.eval_point
+        self.eval_point = point
+        return entered
+
     def _evaluate(self) -> None:
         if self.evaluate is None:
             return
@@ -317,7 +334,7 @@ class Trainer:
         c = self.config
         torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
         # one clock for all processes, so a time budget sets the same rate and schedule on each
-        progress = self.progress_fraction(all_sum([self.elapsed()])[0] / self.world)
+        progress = self.step_progress = self.progress_fraction(all_sum([self.elapsed()])[0] / self.world)
         if hasattr(self.model, "set_progress"):
             self.model.set_progress(progress)
         if self.before_step is not None:
@@ -401,7 +418,8 @@ class Trainer:
                               "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": round(rate),
                               "elapsed": round(self.elapsed(), 2)})
                     window_start, window_tokens = time.time(), 0
-                if self.step % c.eval_every == 0:
+                entered = self._entered_eval_point()
+                if entered or self.step % c.eval_every == 0:
                     self._evaluate()
                 if self.step % c.save_every == 0:
                     self.save()
