@@ -11,10 +11,9 @@ import torch
 import sesame
 from sesame.pipelines.finetune import load_pretrained as _load_pretrained
 from sesame.errors import SesameError
-from sesame.rundir import build_backbone, load_tokenizer, read_config
+from sesame.run import RunConfig, build_backbone, load_tokenizer, read_config
 from sesame.tasks import make_task
 from sesame.tasks.classify import SequenceModel
-from sesame.specs import RunConfig
 from sesame.tasks.inputs import INPUT_TOKENS, add_input_tokens, grow_token_embedding
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights

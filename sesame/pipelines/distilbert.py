@@ -21,7 +21,7 @@ from ..models import TransformerConfig, model_config
 from ..options import defaults
 from ..objectives import OBJECTIVES, MaskedLM, build_objective
 from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
-from ..rundir import build_backbone, load_backbone, load_tokenizer, read_config
+from ..run import build_backbone, load_backbone, load_tokenizer, read_config
 from ..sources import opened
 from ..specs import PretrainSpec
 from ..train.checkpoint import load_weights

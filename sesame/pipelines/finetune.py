@@ -25,10 +25,10 @@ from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading
 from ..models import model_config, position_limit
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
-from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
-                      write_config)
+from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
+from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
-from ..specs import FinetuneSpec, RunConfig, default_epochs
+from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.inputs import (add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last,
                            read_without_start)

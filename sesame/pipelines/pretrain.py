@@ -21,10 +21,10 @@ from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
 from ..objectives.seq2seq import require_sentinels
 from ..resume import record_training, resumed_pretraining, setup_record
-from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
-                      write_config)
+from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
+from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..runtime import device_of, to_device
-from ..specs import PretrainSpec, RunConfig
+from ..specs import PretrainSpec
 from ..tasks import EVAL_BATCH
 from ..tokenizer import extend_words, put_cls_last
 from ..train import RunSettings, Trainer, recipes

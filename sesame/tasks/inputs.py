@@ -41,7 +41,7 @@ from ..families import get_family
 from ..tokenizer import TextTokenizer, put_cls_last
 
 if TYPE_CHECKING:
-    from ..specs import RunConfig
+    from ..run import RunConfig
 
 INPUT_TOKENS = ("<start>", "<delim>", "<extract>")
 EMBEDDING_STD = 0.02  # GPT, §4.1: "a simple weight initialization of N(0, 0.02) was sufficient"
