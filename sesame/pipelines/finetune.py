@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading_features
+from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
+from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
@@ -30,8 +31,6 @@ from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.inputs import (add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last,
-                           read_without_start)
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, TrainConfig, recipes
@@ -124,14 +123,11 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
                                                 arch=config.model.get("arch", "transformer")))
     pooling = spec.pooling or config.pooling
     config.model.update(head_dropouts(config.model, head_drops=data.job.head_drops))  # recurrent: the head's, once
-    add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
-    read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
-    read_cls_last(config, tok)  # xlnet: a <sep> <cls>
-    read_without_start(config, tok)  # t5: a </s>, as its pre-training's inputs, with no <s>
+    fam = get_family(config.family)
+    fam.inputs.frame(config, tok)  # gpt's input tokens; ulmfit: after </s>; xlnet: <sep> <cls>; t5: no <s>
     data.job.check_model(config.model)
-    fam = FAMILIES.get(config.family)
     data.for_family(fam)  # the task options left to the family, recorded below
-    recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
+    recipe = spec.recipe.with_defaults(fam.finetune_recipe)
     recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
     _word_vectors(config, recipe, source)
     positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
@@ -378,7 +374,7 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
     CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
     and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
     Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
-    new embedding rows (:mod:`sesame.tasks.inputs`)."""
+    new embedding rows (:mod:`sesame.inputs`)."""
     weights = load_weights(run / "model.safetensors")
     # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
     extractor = getattr(model.backbone, "features", None) is not None and \

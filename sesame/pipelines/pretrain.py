@@ -26,7 +26,6 @@ from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..runtime import device_of, to_device
 from ..specs import PretrainSpec
 from ..tasks import EVAL_BATCH
-from ..tokenizer import put_cls_last
 from ..train import RunSettings, Trainer, TrainConfig, recipes
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
 from .distilbert import PretrainTeacher
@@ -92,8 +91,8 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig) -> No
         valid_shards=str(valid.path.resolve()) if valid else None, valid_size=held_out.size() if held_out else None,
         train=asdict(cfg), setup=setup_record(spec))
     _check_windows(config, shards, valid)
-    if fam.cls_last:  # the run's tokenizer encodes fine-tuning's inputs as the family reads them (after the
-        put_cls_last(tok)  # shards, which a tokenizer without the template may have made)
+    fam.inputs.pretrained(tok)  # the run's tokenizer frames fine-tuning's inputs as the family reads them (after the
+    # shards, which a tokenizer without the template may have made)
     tok.save(run / "tokenizer.json")
     write_config(run, config)
 
