@@ -65,7 +65,7 @@ from sesame.data.shards import Shards  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
 from sesame.families import RECURRENT_SIZES, recurrent_dropouts  # noqa: E402
 from sesame.pipelines.stages import NO_STEP_CAP  # noqa: E402
-from sesame.rundir import load_tokenizer, read_config  # noqa: E402
+from sesame.run import load_tokenizer, read_config  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
 
 DATA = Path(os.environ.get("SESAME_DATA", Path(__file__).parents[1] / "../shared/data"))

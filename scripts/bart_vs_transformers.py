@@ -32,7 +32,7 @@ from sesame.data.shards import Shards  # noqa: E402
 from sesame.data.windows import training_windows, window_batches  # noqa: E402
 from sesame.interop.encoder_decoder import export_weights, hf_config  # noqa: E402
 from sesame.objectives import build_objective  # noqa: E402
-from sesame.rundir import build_backbone, load_tokenizer, read_config  # noqa: E402
+from sesame.run import build_backbone, load_tokenizer, read_config  # noqa: E402
 from sesame.train import TrainConfig  # noqa: E402
 from sesame.train.optim import adamw  # noqa: E402
 from sesame.train.trainer import mean_loss  # noqa: E402

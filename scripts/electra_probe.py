@@ -25,7 +25,7 @@ from sesame.data.windows import Corpus, examples
 from sesame.objectives import build_objective
 from sesame.objectives.electra import Electra
 from sesame.objectives.mlm import masked_entries
-from sesame.rundir import build_backbone, load_tokenizer, read_config
+from sesame.run import build_backbone, load_tokenizer, read_config
 from sesame.train.checkpoint import load_weights
 
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from sesame.errors import SesameError
 from sesame.metrics import conll_report
 from sesame.models.elmo import Elmo
-from sesame.rundir import load_backbone, load_tokenizer
+from sesame.run import load_backbone, load_tokenizer
 from sesame.tasks.classify import collate
 from sesame.tasks.tag import Tag
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from sesame.rundir import load_backbone, load_tokenizer
+from sesame.run import load_backbone, load_tokenizer
 from sesame.tasks.classify import collate
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from recorded import mean_sd, open_record, replace_block, stage
 
 import sesame
-from sesame.rundir import read_config
+from sesame.run import read_config
 
 TEXT, LABEL = "text", "airline_sentiment"
 

@@ -19,7 +19,7 @@ import torch
 
 from sesame.objectives import build_objective
 from sesame.objectives.base import Objective
-from sesame.rundir import build_backbone, load_backbone, load_tokenizer, read_config
+from sesame.run import build_backbone, load_backbone, load_tokenizer, read_config
 from sesame.tokenizer import TextTokenizer
 
 Batch = dict[str, torch.Tensor]

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from sesame.apps.compare.tasks import SHORTCUTS, default_data
-from sesame.rundir import read_config
+from sesame.run import read_config
 
 WORDS = {"sst2": '{"0": "negative", "1": "positive"}', "rte": None}  # RTE's labels are words already
 EPOCHS = {"sst2": 1, "rte": 3}  # the 15-minute compare's fine-tuning (docs/results/encoders.md)

@@ -11,12 +11,12 @@ The Python API mirrors the command line::
     sesame.generate("runs/gpt2", ["The river"], sesame.GenerationConfig(sample=True, top_p=0.9))
     sesame.prompt_eval("runs/gpt2", data="dev.csv", train="train.csv", ks=(0, 4))
 """
-__version__ = "0.1.0"
-
-from .api import distil, evaluate, finetune, load, predict, pretrain, prompt_eval  # noqa: E402
-from .decoding import GenerationConfig  # noqa: E402
-from .errors import SesameError  # noqa: E402
-from .generation import generate  # noqa: E402
+from .api import distil, evaluate, finetune, load, predict, pretrain
+from .apps.prompting import prompt_eval_of as prompt_eval
+from .decoding import GenerationConfig
+from .errors import SesameError
+from .generation import generate
+from .version import __version__
 
 __all__ = ["pretrain", "finetune", "distil", "evaluate", "predict", "load", "generate", "GenerationConfig",
            "prompt_eval", "SesameError", "__version__"]

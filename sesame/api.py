@@ -2,19 +2,15 @@
 
 ``pretrain`` and ``finetune`` take the spec's fields (:class:`sesame.specs.PretrainSpec`,
 :class:`sesame.specs.FinetuneSpec`), the recipe's (:class:`sesame.train.recipes.Recipe`) and
-TrainConfig's (``lr``, ``max_steps``, ...) as keywords; ``prompt_eval`` takes
-:class:`sesame.apps.prompting.PromptSpec`'s. A misspelt keyword is a TypeError naming the known
-ones, as with any function.
+TrainConfig's (``lr``, ``max_steps``, ...) as keywords. A misspelt keyword is a TypeError naming the known ones, as
+with any function. (``sesame.prompt_eval`` is an application's: :func:`sesame.apps.prompting.prompt_eval_of`.)
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from . import pipelines
-from .apps import prompting
-from .options import split_known
 from .pipelines import Predictor, evaluate, load, predict
-from .runtime import Runtime, given_runtime
 from .specs import DistilSpec, FinetuneSpec, PretrainSpec
 
 
@@ -45,14 +41,4 @@ def distil(teacher: str, student: str, unlabeled: Sequence[str] | str, dev: str,
     return pipelines.distil(DistilSpec.of(student, train, dev, out, teacher=teacher, unlabeled=unlabeled, **options))
 
 
-def prompt_eval(model: str, data: str, **options: Any) -> dict:
-    """Zero- and few-shot in-context classification accuracy of the causal language model ``model`` on the labeled
-    file ``data``; e.g. ``prompt_eval("runs/gpt2", "dev.csv", train="train.csv", ks=(0, 4))``. Returns the accuracy
-    per number of demonstrations (:func:`sesame.apps.prompting.prompt_eval`); ``device``, ``precision``: its
-    runtime (:class:`sesame.runtime.Runtime`)."""
-    spec, runtime = split_known(options, prompting.PromptSpec, Runtime)
-    runtime = given_runtime(spec, runtime)
-    return prompting.prompt_eval(prompting.PromptSpec(model=model, data=data, **spec, runtime=runtime))
-
-
-__all__ = ["Predictor", "distil", "evaluate", "finetune", "load", "predict", "pretrain", "prompt_eval"]
+__all__ = ["Predictor", "distil", "evaluate", "finetune", "load", "predict", "pretrain"]

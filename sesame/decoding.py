@@ -33,8 +33,8 @@ from typing import Callable, Protocol, Self, Sequence, TypeVar
 
 import torch
 
-from .data.windows import example_seed
 from .errors import SesameError
+from .seeding import example_seed
 
 INF = float("inf")
 

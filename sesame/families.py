@@ -2,7 +2,9 @@
 
 A family is one row: which tokenizer it trains, its architecture and how it is configured, which
 pre-training objective (with which options) it uses, its default training recipe, how a
-fine-tuned classifier pools the sequence, and whether fine-tuning adds GPT's input tokens.
+fine-tuned classifier pools the sequence, and how its task models read their inputs (an
+:class:`~sesame.inputs.InputFormat`: the tokenizer's template, GPT's input tokens, ULMFiT's documents, XLNet's
+``<cls>`` last), an object the pipelines call rather than a flag they test.
 Transformer sizes follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64
 and a feed-forward width of 4 x hidden. Recurrent sizes scale AWD-LSTM's (embedding 400, hidden 1150
 at ``base``; Merity et al. 2018) down for a CPU.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import SesameError
+from .inputs import CLS_LAST, DOCUMENTS, GPT_TOKENS, PLAIN, WITHOUT_START, InputFormat
 from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
 from .models.encoder_decoder import STYLES
 from .tokenizer import SpecialIds
@@ -50,19 +53,21 @@ class Family:
     recipe: dict = field(default_factory=dict)  # pre-training defaults for TrainConfig fields
     finetune: dict = field(default_factory=dict)  # fine-tuning defaults for TrainConfig fields (over BERT's)
     finetune_recipe: dict = field(default_factory=dict)  # fine-tuning defaults for Recipe fields left unset
-    # fine-tuning adds GPT's start, delimiter and extract tokens (sesame.tasks.inputs; Radford et al. 2018,
-    # §3.3). GPT-2's paper (2019) defines no fine-tuning inputs (it is evaluated zero-shot), so gpt2 keeps the
-    # tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from transformers keep their vocabulary.
-    input_tokens: bool = False
+    # how its task models read their inputs (sesame.inputs): the tokenizer's template; GPT's start, delimiter and
+    # extract tokens (Radford et al. 2018, §3.3; GPT-2's paper, 2019, defines no fine-tuning inputs, as it is
+    # evaluated zero-shot, so gpt2 keeps the tokenizer's <s> a </s> b </s>, and GPT-2 checkpoints imported from
+    # transformers keep their vocabulary); ULMFiT's: a text as its LM read a document, after the separator, with no
+    # <s> (its LM trains on shards where each document follows </s>; fastai's classifier likewise starts with its
+    # LM's xxbos); XLNet's ``a <sep> <cls>`` and ``a <sep> b <sep> <cls>``, <cls> in segment 2
+    # (sesame.tokenizer.put_cls_last), so ``last`` pooling reads <cls>; T5's ``a </s>``, with no <s>, as its
+    # pre-training's inputs end
+    inputs: InputFormat = PLAIN
     context: int = 512  # learned positions (GPT and BERT: 512; GPT-2's longer context: 1024)
     # a task model reads this family's runs frozen, beside its own embeddings (ELMo's biLM, CoVe's encoder)
     feature_extractor: bool = False
     command: str | None = None  # the application command that makes its runs or runs its whole recipe
     target_words: bool = False  # continued pre-training adds the new corpus's words (ULMFiT's target-task LM)
     word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
-    # fine-tuning reads a text as its LM read a document: after the separator, with no <s> (ULMFiT, whose LM
-    # trains on shards where each document follows </s>; fastai's classifier likewise starts with its LM's xxbos)
-    document_inputs: bool = False
     # the model's dropout while pre-training (None: the row's own, as AWD-LSTM's and ELMo's are part of their
     # recipes); 0 for Transformers: a model that sees its text about once underfits, so dropout only slows it
     # (Geiping & Goldstein 2022, "Cramming"; docs/results.md found the same at 20 minutes). Fine-tuning puts
@@ -78,9 +83,6 @@ class Family:
     # transformers' model_type whose checkpoints import as this family's runs (interop.hf_seq2seq, .xlnet; several
     # rows of one type: the one whose model_options the checkpoint's configuration matches best)
     hf_model_type: str | None = None
-    # inputs end with the separator and the class token, ``a <sep> <cls>`` and ``a <sep> b <sep> <cls>``, <cls> in
-    # segment 2 (XLNet; sesame.tokenizer.put_cls_last), so ``last`` pooling reads <cls>
-    cls_last: bool = False
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -98,7 +100,7 @@ FAMILIES: dict[str, Family] = {
                model_options={"activation": "gelu_tanh"}),  # ALBERT's released models: gelu_new
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
-        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", input_tokens=True,
+        Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", inputs=GPT_TOKENS,
                model_options={"activation": "gelu_tanh"},  # GPT's code: GELU's tanh approximation
                finetune_recipe={"lm_weight": 0.5}),  # the auxiliary LM's λ (§3.2, eq. 5; §4.1)
         Family("gpt2", "bpe", "clm", True, "pre", False, "last", "Radford et al. 2019", context=1024,
@@ -115,7 +117,7 @@ FAMILIES: dict[str, Family] = {
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
                finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True,
-               document_inputs=True, pretrain_dropout=None),
+               inputs=DOCUMENTS, pretrain_dropout=None),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
                recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,
@@ -125,17 +127,17 @@ FAMILIES: dict[str, Family] = {
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
         Family("t5", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020",  # BART's head,
                arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,  # as HF's T5
-               hf_model_type="t5", objective_options=T5_WINDOWS),
+               hf_model_type="t5", objective_options=T5_WINDOWS, inputs=WITHOUT_START),
         # T5 v1.1 (transformers' google/t5-v1_1-*): GLU feed-forward narrowed to keep its parameters (Shazeer 2020)
         Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020, v1.1",
                arch="encoder_decoder", model_options=STYLES["t5v1_1"], decoder_start="pad", sentinels=100,
-               intermediate=8 / 3, hf_model_type="t5", objective_options=T5_WINDOWS),
+               intermediate=8 / 3, hf_model_type="t5", objective_options=T5_WINDOWS, inputs=WITHOUT_START),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
                arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
                source_bos=True, hf_model_type="bart"),
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
-               cls_last=True, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
+               inputs=CLS_LAST, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
                objective_options={"max_span": 5, "bi_data": True},  # §3.1's pre-training: spans, both directions
                model_options={"activation": "gelu_tanh"}),  # XLNet's code (modeling.py's gelu): the tanh form
     ]

@@ -49,7 +49,7 @@ from .interop import resolve
 from .language_model import LanguageModel
 from .models.encoder_decoder import EncoderDecoder
 from .models.transformer import KVCache
-from .rundir import load_backbone, load_tokenizer, read_config
+from .run import load_backbone, load_tokenizer, read_config
 from .runtime import Placement, Runtime
 from .seq2seq import generate_seq2seq
 from .tokenizer import TextTokenizer

@@ -20,9 +20,8 @@ from .interop import resolve
 from .models import Transformer
 from .models.transformer import KVCache
 from .models.vocabulary import vocabulary_scores
-from .rundir import load_backbone, load_tokenizer, read_config
+from .run import RunConfig, load_backbone, load_tokenizer, read_config
 from .runtime import Placement, Runtime, to_device
-from .specs import RunConfig
 from .tasks.base import pad
 from .tokenizer import TextTokenizer
 

@@ -27,7 +27,7 @@ try:
 except ImportError:  # Windows: outputs go unlocked
     fcntl = None
 
-from . import __version__
+from .version import __version__
 from .errors import SesameError
 
 MARKER = "sesame.json"  # an application's folder: {"kind": "compare" | "ulmfit" | "demo", "sesame_version"}

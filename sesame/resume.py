@@ -17,9 +17,10 @@ from typing import Any, Callable
 from .errors import SesameError
 from .interop.sources import MINILM
 from .options import flag_name
-from .rundir import read_config, setup_killed, write_config
+from .run import RunConfig, read_config, write_config
+from .rundir import setup_killed
 from .runtime import Runtime
-from .specs import DistilSpec, FinetuneSpec, PretrainSpec, RunConfig, layer_pairs
+from .specs import DistilSpec, FinetuneSpec, PretrainSpec, layer_pairs
 from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json

@@ -1,8 +1,5 @@
-"""Run directories: what kind of run a folder holds, claiming one for a new run, and rebuilding its model.
-
-``config.json`` (:class:`sesame.specs.RunConfig`) names the kind (``pretrained`` or ``finetuned``), the
-family and the backbone configuration; ``tokenizer.json`` and ``model.safetensors`` sit beside it.
-"""
+"""Claiming a run directory for a new run (also under torchrun), and whether a run continues from its checkpoint.
+What a run directory holds and how it is read: :mod:`sesame.run`."""
 from __future__ import annotations
 
 import shutil
@@ -12,44 +9,14 @@ from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from .errors import SesameError
-from .models import build_model
 from .outputs import check_dir, hold, make_dir, release
-from .specs import KINDS, RunConfig
-from .tokenizer import TextTokenizer
+from .run import SETTING_UP, read_config
 from .train import TrainConfig
-from .train.checkpoint import TEMPORARY, checkpoint_dir, load_weights, read_json, write_json
+from .train.checkpoint import checkpoint_dir
 from .train.trainer import world
 
-SETTING_UP = ".setting-up" + TEMPORARY  # in a new run directory until its config.json is written (then a leftover)
-
-
-def read_config(run: str | Path, flag: str, kinds: tuple[str, ...] = KINDS) -> RunConfig:
-    """The run's config.json, checked against the schema (:class:`sesame.specs.RunConfig`) and to be one of
-    ``kinds``."""
-    run = Path(run)
-    if not run.is_dir():
-        raise SesameError(f"{flag} {run}: no such run directory")
-    if not (run / "config.json").is_file():
-        raise SesameError(f"{flag} {run}: not a sesame run directory (no config.json)")
-    data = read_json(run / "config.json")
-    if isinstance(data, dict) and data.get("kind") not in kinds:  # another kind of directory, before its fields
-        raise SesameError(f"{flag} {run}: holds a {data.get('kind')!r} run, but a {' or '.join(kinds)} run is needed")
-    return RunConfig.parse(data, f"{flag} {run / 'config.json'}")
-
-
-def describe(config: RunConfig) -> dict:
-    """What a run is, as ``sesame serve``'s /info says it: its kind, family, size, whether it is causal, and
-    ``export`` None (a run; an ONNX export's predictor says its format and quantisation there)."""
-    return {"kind": config.kind, "family": config.family, "size": config.size, "causal": config.causal,
-            "export": None}
-
-
-def write_config(run: Path, config: RunConfig) -> None:
-    write_json(run / "config.json", config.to_json())
-    (run / SETTING_UP).unlink(missing_ok=True)
 
 
 def setup_killed(out: str | Path) -> bool:
@@ -152,27 +119,3 @@ def check_batch(cfg: TrainConfig) -> None:
     if cfg.batch_size < processes:
         raise SesameError(f"--batch-size {cfg.batch_size}: fewer sequences per step than the {processes} processes "
                           f"torchrun started; give --batch-size {processes} or more, or start fewer processes")
-
-
-def build_backbone(config: RunConfig) -> nn.Module:
-    """The backbone a run's config.json describes (:func:`sesame.models.build_model`), without weights."""
-    return build_model(config.model)
-
-
-def load_backbone(run: str | Path, flag: str = "--model") -> nn.Module:
-    """The backbone of a pretrained or fine-tuned run, with its weights (heads left behind), in eval mode."""
-    run = Path(run)
-    backbone = build_backbone(read_config(run, flag, ("pretrained", "finetuned")))
-    weights = load_weights(run / "model.safetensors")
-    backbone.load_state_dict({k[len("backbone."):]: v for k, v in weights.items() if k.startswith("backbone.")})
-    return backbone.eval()
-
-
-def load_tokenizer(path: str | Path, flag: str = "--tokenizer") -> TextTokenizer:
-    """A tokenizer from a tokenizer.json file, or from the run or shard directory holding one."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    if not path.exists():
-        raise SesameError(f"{flag} {path}: no tokenizer.json there")
-    return TextTokenizer.load(path)

@@ -16,8 +16,7 @@ from typing import Iterator
 from .errors import SesameError
 from .families import FAMILIES, Family, get_family, get_size
 from .interop.sources import MINILM, minilm_dir, resolve, transformers_config
-from .rundir import read_config
-from .specs import RunConfig
+from .run import RunConfig, read_config
 
 SCRATCH = "scratch:"
 

@@ -1,5 +1,5 @@
-"""Typed specs: what the command line, ``compare``, ``ulmfit`` and the Python API hand to a pipeline, and
-the schema of a run's ``config.json``.
+"""Typed specs: what the command line, ``compare``, ``ulmfit`` and the Python API hand to a pipeline (the schema
+of a run's ``config.json`` is :mod:`sesame.run`'s).
 
 A spec is built once (from flags, from an approach string, or from keywords), validated before anything
 is written, and is the only thing that passes into :mod:`sesame.pipelines`. Every default is written
@@ -8,20 +8,23 @@ family's row (:mod:`sesame.families`).
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from . import __version__
+from .data.shards import is_shard_dir
 from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
+from .models import ARCHITECTURES, model_config, position_limit
+from .objectives import OBJECTIVES
 from .objectives.distillation import LOSSES, DistilBertOptions
+from .objectives.seq2seq import require_sentinels
 from .options import RATE, check_ranges, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .tasks.mixing import MIXING_CAP, check_spec
+from .tokenizer import SENTINEL_SHARE, sentinel_count
 from .train import TrainConfig
 from .train.recipes import Recipe
 
@@ -168,12 +171,6 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
     def validate(self) -> None:
         """Every check that reads no file: the family, size, objective, budget and lengths fit together, and a
         tokenizer trained on the way has the sentinels the objective's longest examples need."""
-        from .data.shards import is_shard_dir
-        from .models import ARCHITECTURES, model_config, position_limit
-        from .objectives import OBJECTIVES
-        from .objectives.seq2seq import require_sentinels
-        from .tokenizer import SENTINEL_SHARE, sentinel_count
-
         fam = self.fam
         get_size(self.size)
         check_ranges(self)
@@ -418,102 +415,3 @@ def layer_pairs(items: list[str]) -> list[tuple[int, int]]:
     if not pairs or len(set(pairs)) < len(pairs):
         raise SesameError(f"--layer-map {' '.join(items)}: give each pair once, at least one")
     return pairs
-
-
-# -- the run directory's config.json --------------------------------------------------------------------
-
-SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesame 0.1.0) read as version 0
-KINDS = ("pretrained", "finetuned")
-
-
-@dataclass(kw_only=True)
-class RunConfig:
-    """A run's ``config.json``, read and checked once (:meth:`read`). Common to every run: its kind, family,
-    size, backbone configuration (``model``, rebuilt by :func:`sesame.models.build_model`) and pooling;
-    then the fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
-    transformers (``hf``, what exports it back)."""
-    kind: str
-    family: str
-    model: dict
-    size: str | None = None
-    pooling: str | None = None
-    base: str | None = None  # the run or model it started from
-    train: dict | None = None  # its TrainConfig
-    hf: dict | None = None  # imported from transformers: the source's model type, config and tokenizer record
-    runtime: dict | None = None  # the sesame.runtime.Runtime it last trained with (resumable on any device)
-    version: int = SCHEMA_VERSION
-    sesame_version: str = __version__
-    # pretrained
-    objective: str | None = None
-    objective_options: dict = field(default_factory=dict)
-    seq_len: int | None = None
-    static_masks: int = 0
-    final_seq_len: int | None = None
-    added_words: int = 0  # continued pre-training: the new corpus's words added to the vocabulary
-    discriminative: float = 1.0
-    shards: str | None = None
-    valid_shards: str | None = None
-    valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
-    setup: dict = field(default_factory=dict)  # what made the run that no other field records (sesame.resume.SETUP)
-    # finetuned
-    task: str | None = None
-    task_options: dict = field(default_factory=dict)
-    select: str | None = None
-    max_length: int | None = None  # also CoVe's sentence length
-    recipe: dict | None = None  # sesame.train.recipes.Recipe
-    epochs: int | None = None
-    batching: str = "bucketed"
-    train_file: str | None = None
-    dev_file: str | None = None
-    mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
-    # CoVe's MT-LSTM (sesame cove)
-    lowercase: bool | None = None
-    vectors: str | None = None
-    vector_coverage: float | None = None
-    train_src: str | None = None
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
-
-    @classmethod
-    def parse(cls, data: object, where: str) -> RunConfig:
-        """A config from its JSON object; ``where`` names the file in errors."""
-        if not isinstance(data, dict):
-            raise SesameError(f"{where}: not a sesame run config (a JSON object is expected)")
-        version = data.get("version", 0)
-        if type(version) is not int or version < 0:
-            raise SesameError(f"{where}: config version {json.dumps(version)} is none sesame writes (whole numbers "
-                              "from 0); recreate the run")
-        if version > SCHEMA_VERSION:
-            raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
-                              f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "
-                              "(pip install -U sesame-nlp)")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SesameError(f"{where}: unknown fields {', '.join(unknown)}; this run was not written by this sesame "
-                              f"(config version {version}); upgrade sesame or recreate the run")
-        missing = [name for name in ("kind", "family", "model") if name not in data]
-        if missing or data["kind"] not in KINDS or not isinstance(data["model"], dict):
-            raise SesameError(f"{where}: a broken run config (missing {', '.join(missing) or 'nothing'}, kind "
-                              f"{data.get('kind')!r}); recreate the run")
-        return cls(**{**data, "version": SCHEMA_VERSION})  # version 0 has the same fields
-
-    def to_json(self) -> dict:
-        """The JSON object written to config.json: the common fields and those of its kind, and any other
-        field that is not at its default."""
-        always = SECTIONS["common"] | SECTIONS[self.kind]
-        unset = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(self)}
-        return {k: v for k, v in asdict(self).items() if k in always or v != unset[k]}
-
-    @property
-    def causal(self) -> bool:
-        return bool(self.model.get("causal"))
-
-
-SECTIONS = {
-    "common": {"version", "sesame_version", "kind", "family", "size", "model", "pooling", "base", "train"},
-    "pretrained": {"objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
-                   "discriminative", "shards", "valid_shards", "valid_size"},
-    "finetuned": {"task", "task_options", "select", "max_length", "recipe", "epochs", "train_file", "dev_file"},
-}

@@ -19,7 +19,7 @@ sentinel tokens ``<extra_id_0>`` … (:func:`train_tokenizer`'s ``sentinels``). 
 ``cls text sep`` and a pair as ``cls a sep b sep`` (segment 1 for b), an xlnet run's as ``text sep cls`` and
 ``a sep b sep cls`` (:func:`put_cls_last`); a fine-tuned gpt run's tokenizer appends
 GPT's input tokens and encodes with them instead, and a fine-tuned ulmfit run's reads ``sep a`` as its LM read a document
-(:mod:`sesame.tasks.inputs`).
+(:mod:`sesame.inputs`).
 """
 from __future__ import annotations
 

@@ -44,8 +44,7 @@ def write_command_inputs(root: Path) -> None:
     corpus, a parallel corpus and a trained MT-LSTM run."""
     from sesame.apps.cove import CoveSpec, train_cove
     from sesame.families import backbone_config
-    from sesame.rundir import write_config
-    from sesame.specs import RunConfig
+    from sesame.run import RunConfig, write_config
     from sesame.train.checkpoint import save_weights
 
     tok = train_tokenizer(sentences(200), "bpe", 300)

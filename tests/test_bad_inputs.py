@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from sesame.rundir import SETTING_UP
+from sesame.run import SETTING_UP
 
 from .conftest import NO_UNWRITABLE, refused
 
@@ -368,7 +368,7 @@ def root(tmp_path_factory) -> Iterator[Path]:
     config = root / "latin1-run" / "config.json"
     config.write_bytes(config.read_bytes().replace(b'"kind"', '"k\u00efnd"'.encode("latin-1"), 1))
     from sesame.data.shards import prepare_corpus
-    from sesame.rundir import load_tokenizer
+    from sesame.run import load_tokenizer
     from sesame.tokenizer import train_tokenizer
 
     train_tokenizer([(root / "corpus.txt").read_text()], "unigram", 100).save(root / "unigram.json")  # no sentinels
@@ -418,8 +418,7 @@ def random_run(folder: Path, family: str, text: str) -> None:
     """A pretrained run of ``family`` at size tiny with random weights and a tokenizer trained on ``text``."""
     from sesame.families import backbone_config
     from sesame.models import build_model
-    from sesame.rundir import write_config
-    from sesame.specs import RunConfig
+    from sesame.run import RunConfig, write_config
     from sesame.tokenizer import train_tokenizer
     from sesame.train.checkpoint import save_weights
 

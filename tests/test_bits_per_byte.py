@@ -11,7 +11,7 @@ import torch
 import sesame
 from sesame.data.shards import prepare_corpus
 from sesame.metrics import language_model_report
-from sesame.rundir import load_tokenizer
+from sesame.run import load_tokenizer
 from sesame.train.checkpoint import load_weights, save_weights
 
 from .conftest import sentences

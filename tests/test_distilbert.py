@@ -15,7 +15,7 @@ from sesame.families import backbone_config
 from sesame.models import build_model
 from sesame.objectives import MaskedLM
 from sesame.objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
-from sesame.rundir import load_tokenizer
+from sesame.run import load_tokenizer
 from sesame.tokenizer import SpecialIds
 from sesame.train.checkpoint import load_weights, read_json
 from sesame.train.trainer import mean_loss

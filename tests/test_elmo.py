@@ -12,7 +12,7 @@ from sesame import models, objectives
 from sesame.models.elmo import BOW, EOW, FIRST_SPECIAL, Elmo, ElmoConfig, word_chars
 from sesame.objectives.bilm import BiLM, log_q, log_uniform_sample, sampled_cross_entropy
 from sesame.tokenizer import SpecialIds, train_tokenizer
-from sesame.rundir import load_backbone, load_tokenizer
+from sesame.run import load_backbone, load_tokenizer
 from tests.conftest import sentences
 
 VOCAB = 40

@@ -13,8 +13,7 @@ from sesame.errors import SesameError
 from sesame.families import backbone_config
 from sesame.models import build_model
 from sesame.models.encoder_decoder import EncoderDecoderConfig
-from sesame.rundir import load_tokenizer, read_config, write_config
-from sesame.specs import RunConfig
+from sesame.run import RunConfig, load_tokenizer, read_config, write_config
 from sesame.tasks import make_task
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import save_weights, write_json

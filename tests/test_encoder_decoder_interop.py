@@ -20,8 +20,7 @@ from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.interop.encoder_decoder import model_config  # noqa: E402
 from sesame.interop.hf_seq2seq import Seq2SeqCheckpoint, export_encoder_decoder, import_encoder_decoder  # noqa: E402
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig  # noqa: E402
-from sesame.rundir import load_backbone, load_tokenizer, write_config  # noqa: E402
-from sesame.specs import RunConfig  # noqa: E402
+from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config  # noqa: E402
 from sesame.tokenizer import train_tokenizer  # noqa: E402
 from sesame.train.checkpoint import save_weights  # noqa: E402
 

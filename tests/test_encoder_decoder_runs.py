@@ -13,7 +13,7 @@ import sesame
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.objectives import SpanCorruption
-from sesame.rundir import read_config
+from sesame.run import read_config
 from sesame.tokenizer import train_tokenizer
 
 from .conftest import documents, refused, sentences

@@ -8,7 +8,7 @@ import pytest
 import sesame
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
-from sesame.rundir import read_config
+from sesame.run import read_config
 from sesame.tasks import TASKS
 
 from .conftest import sentences

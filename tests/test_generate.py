@@ -202,8 +202,7 @@ def test_generate_refuses_an_encoder_naming_the_families_it_reads(tmp_path, caps
     """A bert run is neither a causal language model nor an encoder-decoder: the refusal names both kinds' families
     (it named gpt and gpt2 alone, as if an encoder-decoder could not generate)."""
     from sesame.families import backbone_config
-    from sesame.rundir import write_config
-    from sesame.specs import RunConfig
+    from sesame.run import RunConfig, write_config
 
     run = tmp_path / "bert"
     run.mkdir()

@@ -11,17 +11,22 @@ import torch
 import sesame
 from sesame.pipelines.finetune import load_pretrained as _load_pretrained
 from sesame.errors import SesameError
-from sesame.rundir import build_backbone, load_tokenizer, read_config
+from sesame.families import get_family
+from sesame.inputs import INPUT_TOKENS, grow_token_embedding
+from sesame.run import RunConfig, build_backbone, load_tokenizer, read_config
 from sesame.tasks import make_task
 from sesame.tasks.classify import SequenceModel
-from sesame.specs import RunConfig
-from sesame.tasks.inputs import INPUT_TOKENS, add_input_tokens, grow_token_embedding
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import load_weights
 
 from .conftest import sentences
 
 FAST = dict(epochs=1, batch_size=8, max_length=24, lr=1e-3, progress=False)
+
+
+def add_input_tokens(config: RunConfig, tok) -> bool:
+    """What fine-tuning does to a new task model's tokenizer: its family's input format frames it."""
+    return get_family(config.family).inputs.frame(config, tok)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from sesame.pipelines.finetune import load_pretrained, starting_point  # noqa: E
 from sesame.sources import resolve_source  # noqa: E402
 from sesame.specs import FinetuneSpec  # noqa: E402
 from sesame.interop import from_hf, to_hf  # noqa: E402
-from sesame.rundir import build_backbone, load_backbone, load_tokenizer  # noqa: E402
+from sesame.run import build_backbone, load_backbone, load_tokenizer  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
 from sesame.tasks.classify import SequenceModel  # noqa: E402
 from sesame.train.checkpoint import load_weights, read_json, save_weights, write_json  # noqa: E402
@@ -467,8 +467,7 @@ def test_sesame_family_exports(tmp_path: Path, one_thread) -> None:
     """A sesame GPT-2 run (token types, which GPT-2 lacks) exports with type row 0 folded into the positions."""
     from sesame.families import backbone_config
     from sesame.models import Transformer
-    from sesame.rundir import write_config
-    from sesame.specs import RunConfig
+    from sesame.run import RunConfig, write_config
     from sesame.tokenizer import train_tokenizer
 
     tok = train_tokenizer(sentences(200), "bpe", 300)

@@ -20,7 +20,7 @@ from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.objectives import CausalLM, Electra, Objective, build_objective  # noqa: E402
 from sesame.objectives.mlm import masked_entries  # noqa: E402
 from sesame.objectives.pairs import SentencePairs  # noqa: E402
-from sesame.rundir import build_backbone, load_tokenizer, read_config  # noqa: E402
+from sesame.run import build_backbone, load_tokenizer, read_config  # noqa: E402
 from sesame.train.checkpoint import load_weights, read_json, write_json  # noqa: E402
 
 from .test_interop import batch, close_at, loaded, make_hf  # noqa: E402

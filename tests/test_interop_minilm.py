@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 import sesame  # noqa: E402
 from sesame.cli import main  # noqa: E402
 from sesame.interop import from_hf  # noqa: E402
-from sesame.rundir import load_backbone, load_tokenizer  # noqa: E402
+from sesame.run import load_backbone, load_tokenizer  # noqa: E402
 from sesame.train.checkpoint import read_json  # noqa: E402
 
 from .conftest import minilm, sentences, shared_data  # noqa: E402

@@ -20,8 +20,7 @@ from sesame.models import XLNet, XLNetConfig  # noqa: E402
 from sesame.models.xlnet import target_mapping  # noqa: E402
 from sesame.objectives.plm import factorisation_order, permutation_masks, select_targets  # noqa: E402
 from sesame.pipelines.evaluate import Predictor, load  # noqa: E402
-from sesame.rundir import load_backbone, load_tokenizer, write_config  # noqa: E402
-from sesame.specs import RunConfig  # noqa: E402
+from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config  # noqa: E402
 from sesame.tasks import make_task  # noqa: E402
 from sesame.tokenizer import put_cls_last, train_tokenizer  # noqa: E402
 from sesame.train.checkpoint import load_weights, save_weights, write_json  # noqa: E402

@@ -13,7 +13,7 @@ from sesame.models import (EncoderDecoder, EncoderDecoderConfig, Recurrent, Recu
 from sesame.apps.neighbors import (NeighborsSpec, contextual_vectors, find_occurrences, format_neighbors, neighbors,
                                    spherical_kmeans, static_neighbors)
 from sesame.models.encoder_decoder import STYLES
-from sesame.rundir import load_backbone, load_tokenizer
+from sesame.run import load_backbone, load_tokenizer
 from sesame.tokenizer import put_cls_last, train_tokenizer
 
 from .conftest import documents, minilm, sentences

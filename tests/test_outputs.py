@@ -14,7 +14,7 @@ from sesame.cli import main
 from sesame.errors import SesameError
 from sesame.outputs import (MARKER, check_dir, claim_dir, directory_kind, held, new_file, only_run_files,
                             publish_dir)
-from sesame.rundir import SETTING_UP
+from sesame.run import SETTING_UP
 
 from .conftest import NO_UNWRITABLE, onnxruntime_or_skip, refused, snapshot
 

@@ -13,8 +13,7 @@ from sesame.apps.prompting import (CONTENT_FREE, Template, assemble, calibrate, 
 from sesame.families import backbone_config
 from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
-from sesame.rundir import load_backbone, load_tokenizer, write_config
-from sesame.specs import RunConfig
+from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import save_weights
 

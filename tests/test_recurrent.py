@@ -17,7 +17,7 @@ from sesame.tasks import TASKS
 from sesame.tasks.classify import SequenceModel, pool
 from sesame.tokenizer import SpecialIds
 from sesame.resume import resumed_finetuning
-from sesame.rundir import load_tokenizer, read_config
+from sesame.run import load_tokenizer, read_config
 from sesame.specs import FinetuneSpec
 from sesame.train import recipes
 

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 import sesame
 from sesame.cli import main
-from sesame.rundir import load_backbone
+from sesame.run import load_backbone
 
 from .conftest import documents, sentences
 

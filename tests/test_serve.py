@@ -33,8 +33,7 @@ def write_run(root: Path, name: str, task: str, options: dict, labels: list[str]
     clearly between inputs), or pre-trained when ``task`` is None."""
     from sesame.families import backbone_config
     from sesame.models import Transformer
-    from sesame.rundir import write_config
-    from sesame.specs import RunConfig
+    from sesame.run import RunConfig, write_config
     from sesame.tasks import make_task
     from sesame.tokenizer import train_tokenizer
     from sesame.train.checkpoint import save_weights

@@ -19,9 +19,9 @@ from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.objectives import OBJECTIVES
 from sesame.options import RATE, add_flags, given, parse_value
-from sesame.rundir import read_config
+from sesame.run import RunConfig, SCHEMA_VERSION, read_config
 from sesame.sources import resolve_source
-from sesame.specs import SCHEMA_VERSION, FinetuneSpec, PretrainSpec, RunConfig
+from sesame.specs import FinetuneSpec, PretrainSpec
 from sesame.train import TrainConfig
 from sesame.train.recipes import Recipe
 

@@ -13,7 +13,7 @@ from sesame.errors import SesameError
 from sesame.families import FAMILIES, backbone_config
 from sesame.models import build_model
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder
-from sesame.rundir import load_backbone, load_tokenizer, read_config
+from sesame.run import load_backbone, load_tokenizer, read_config
 from sesame.tokenizer import SpecialIds
 
 from .conftest import documents, sentences

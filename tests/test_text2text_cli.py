@@ -11,7 +11,7 @@ import pytest
 from sesame.generation import load_generator
 from sesame.cli import main
 from sesame.decoding import GenerationConfig
-from sesame.rundir import load_backbone, load_tokenizer, read_config
+from sesame.run import load_backbone, load_tokenizer, read_config
 from sesame.seq2seq import generate_seq2seq
 from sesame.tasks import make_task
 

@@ -65,7 +65,7 @@ def test_cased_runs_keep_the_capitals_that_mark_names(corpus, labeled, tmp_path)
     """WordPiece lower-cases by default (uncased BERT); ``--cased`` keeps case in the tokenizer pretrain trains,
     and in the one a scratch model trains for fine-tuning; a tokenizer given or brought is not re-cased."""
     import sesame
-    from sesame.rundir import load_tokenizer
+    from sesame.run import load_tokenizer
 
     common = dict(family="bert", size="tiny", vocab_size=300, seq_len=16, max_steps=1, batch_size=4, progress=False)
     for cased in (False, True):

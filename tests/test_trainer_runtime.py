@@ -25,7 +25,8 @@ def test_bf16_on_the_cpu_trains_with_finite_loss_and_resumes_exactly_keeping_its
 
 def test_older_runs_precision_in_their_training_config_is_the_one_resume_takes():
     from sesame.resume import _runtime
-    from sesame.specs import PretrainSpec, RunConfig
+    from sesame.specs import PretrainSpec
+    from sesame.run import RunConfig
 
     spec = PretrainSpec(corpus="c", out="o")
     old = RunConfig(kind="pretrained", family="bert", model={}, train={"precision": "bf16"})

@@ -208,7 +208,7 @@ def test_the_family_pretrains_with_variable_length_bptt(done):
     out, _ = done
     config = json.loads((out / "general-lm" / "config.json").read_text())
     assert config["objective"] == "awd_lm"
-    from sesame.rundir import build_backbone, load_tokenizer, read_config
+    from sesame.run import build_backbone, load_tokenizer, read_config
     obj = build_objective(config["objective"], build_backbone(read_config(out / "general-lm", "--lm")),
                           load_tokenizer(out / "general-lm"))
     assert isinstance(obj, AwdLM)

@@ -12,7 +12,7 @@ from sesame.models import XLNet, XLNetConfig, build_model
 from sesame.models.xlnet import distances, relative_encodings, relative_shift, sinusoids, target_mapping
 from sesame.objectives import OBJECTIVES
 from sesame.objectives.plm import PermutationLM, factorisation_order, permutation_masks, select_targets
-from sesame.rundir import load_tokenizer
+from sesame.run import load_tokenizer
 from sesame.tokenizer import SpecialIds
 
 from .conftest import documents, sentences

@@ -45,9 +45,10 @@ from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
 from ..outputs import new_file
 from ..resume import record_training, resumed_spec
-from ..rundir import from_checkpoint, load_backbone, load_tokenizer, new_run, read_config, setup_killed, write_config
+from ..run import RunConfig, load_backbone, load_tokenizer, read_config, write_config
+from ..rundir import from_checkpoint, new_run, setup_killed
 from ..runtime import Placement, Runtime, device_of, to_device
-from ..specs import RunConfig, training
+from ..specs import training
 from ..tasks import bucketed_batches, steps_per_epoch
 from ..tasks.base import pad
 from ..tokenizer import TextTokenizer, train_tokenizer

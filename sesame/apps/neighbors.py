@@ -31,7 +31,7 @@ from ..data.corpus import decoded_lines
 from ..errors import SesameError
 from ..models import EncoderDecoder, position_limit
 from ..options import option
-from ..rundir import load_backbone, load_tokenizer
+from ..run import load_backbone, load_tokenizer
 from ..runtime import Runtime, device_of, to_device
 from ..sources import opened
 from ..tokenizer import TextTokenizer

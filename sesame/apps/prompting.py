@@ -45,7 +45,7 @@ import random
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -54,8 +54,8 @@ from ..data.labeled import read_fields
 from ..errors import SesameError
 from ..language_model import continuation_logprobs, load_language_model
 from ..metrics import accuracy, spread
-from ..options import option
-from ..runtime import Runtime
+from ..options import option, split_known
+from ..runtime import Runtime, given_runtime
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
 SCORINGS = ("mean", "sum", "calibrated")
@@ -314,6 +314,17 @@ def prompt_eval(spec: PromptSpec) -> dict:
     return {"model": str(spec.model), "data": str(spec.data), "train": train, "n": len(rows),
             "verbalizers": verbalizers, "template": form.demonstration("{text}", "{label}"), "scoring": scoring,
             "max_length": context, "majority": {"label": majority, "accuracy": count / len(rows)}, "results": results}
+
+
+def prompt_eval_of(model: str, data: str, **options: Any) -> dict:
+    """The Python API's ``sesame.prompt_eval``: zero- and few-shot in-context classification accuracy of the causal
+    language model ``model`` on the labeled file ``data``; e.g. ``prompt_eval("runs/gpt2", "dev.csv",
+    train="train.csv", ks=(0, 4))``. Takes :class:`PromptSpec`'s fields as keywords, and ``device``, ``precision``:
+    its runtime (:class:`sesame.runtime.Runtime`). Returns the accuracy per number of demonstrations
+    (:func:`prompt_eval`)."""
+    spec, runtime = split_known(options, PromptSpec, Runtime)
+    runtime = given_runtime(spec, runtime)
+    return prompt_eval(PromptSpec(model=model, data=data, **spec, runtime=runtime))
 
 
 def format_report(report: dict) -> str:

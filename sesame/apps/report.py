@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import SesameError
 from ..options import option
 from ..outputs import APPLICATIONS, directory_kind, new_file
-from ..specs import KINDS
+from ..run import KINDS
 from ..train.checkpoint import atomic_write_bytes, atomic_write_text, read_json
 from ..train.metrics_log import read_metrics, scalars
 

@@ -46,7 +46,7 @@ from ..objectives import OBJECTIVES
 from ..options import RATE, check_ranges, option
 from ..outputs import claim_dir
 from ..pipelines.stages import NO_STEP_CAP, LabeledFiles, cached_stage, duration, stage_runtime, trainer_state
-from ..rundir import load_tokenizer, read_config
+from ..run import load_tokenizer, read_config
 from ..runtime import Runtime
 from ..tokenizer import extend_words
 from ..train.checkpoint import checkpoint_dir, write_json

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> None:
     progress = not args.no_progress
     from ..data.corpus import resolve_sources
     from ..data.shards import prepare_corpus
-    from ..rundir import load_tokenizer
+    from ..run import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
     shards = prepare_corpus(resolve_sources(args.corpus), tok, args.out, args.text_field, progress)

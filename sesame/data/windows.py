@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from ..errors import SesameError, warn
-from ..rundir import load_tokenizer
+from ..run import load_tokenizer
+from ..seeding import generators
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
 from ..train.trainer import micro_batches
@@ -31,14 +32,6 @@ PARTNER_SALT = 7919
 
 if TYPE_CHECKING:
     from ..objectives import Objective
-
-
-def example_seed(seed: int, index: int) -> int:
-    return (seed * 0x9E3779B1 + index * 0x85EBCA77 + 1) % (1 << 62)
-
-
-def generators(seed: int, indices: Sequence[int]) -> list[torch.Generator]:
-    return [torch.Generator().manual_seed(example_seed(seed, i)) for i in indices]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ from tokenizers import Tokenizer
 from ..errors import SesameError
 from ..models import Transformer, TransformerConfig
 from ..objectives import build_objective
-from ..rundir import load_tokenizer, read_config
-from ..specs import RunConfig
+from ..run import RunConfig, load_tokenizer, read_config
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights
 from .architectures import ARCHITECTURES, EXPORTED_ACTIVATIONS, FAMILY_MODEL_TYPES, Architecture

@@ -43,8 +43,8 @@ from ..errors import SesameError
 from ..families import FAMILIES
 from ..models import TransformerConfig
 from ..objectives.electra import generator_config
-from ..rundir import new_run, write_config
-from ..specs import RunConfig
+from ..run import RunConfig, write_config
+from ..rundir import new_run
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import read_json, save_weights, write_json

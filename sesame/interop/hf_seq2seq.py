@@ -29,8 +29,8 @@ from tokenizers import Tokenizer
 from ..errors import SesameError
 from ..families import FAMILIES, hf_family
 from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
-from ..rundir import load_tokenizer, new_run, write_config
-from ..specs import RunConfig
+from ..run import RunConfig, load_tokenizer, write_config
+from ..rundir import new_run
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json

@@ -26,8 +26,8 @@ import torch
 from ..errors import SesameError
 from ..families import hf_family
 from ..models.xlnet import XLNet, XLNetConfig
-from ..rundir import load_tokenizer, new_run, write_config
-from ..specs import RunConfig
+from ..run import RunConfig, load_tokenizer, write_config
+from ..rundir import new_run
 from ..tasks import make_task
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json
 from .encoder_decoder import ACTIVATIONS

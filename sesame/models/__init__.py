@@ -36,7 +36,9 @@ def position_limit(config) -> int | None:
 def build_model(config: dict) -> nn.Module:
     """The backbone a run's model config describes, without weights."""
     cfg = model_config(config)
-    return ARCHITECTURES[config.get("arch", "transformer")][1](cfg)
+    extractor = getattr(cfg, "features", None)  # a recurrent model reading ELMo's or CoVe's features
+    parts = {"features": build_model(extractor)} if extractor else {}
+    return ARCHITECTURES[config.get("arch", "transformer")][1](cfg, **parts)
 
 
 __all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "EncoderDecoder", "EncoderDecoderConfig",

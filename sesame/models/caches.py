@@ -3,12 +3,16 @@ encoder's output as a decoder's cross-attention reads it (:class:`Memory`, with 
 projected once)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .transformer import TransformerConfig
+
+class Shape(Protocol):
+    """What a cache reads of a stack's config (:class:`~sesame.models.transformer.TransformerConfig`)."""
+    layers: int
+    heads: int
+    hidden: int
 
 
 class LayerCache:
@@ -32,7 +36,7 @@ class KVCache:
     on the model's ``device``, in the ``dtype`` its keys and values are computed in (bfloat16 under bf16
     autocast); :meth:`sesame.language_model.LanguageModel.cache` makes one so."""
 
-    def __init__(self, cfg: TransformerConfig, batch: int, capacity: int, dtype: torch.dtype = torch.float32,
+    def __init__(self, cfg: Shape, batch: int, capacity: int, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu"):
         shape = (batch, cfg.heads, capacity, cfg.hidden // cfg.heads)
         self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.layers)]

@@ -130,12 +130,16 @@ class Recurrent(nn.Module):
     the embeddings (with any features) and every layer's states. ``types`` are accepted and ignored, as
     the task heads pass segment ids to every backbone."""
 
-    def __init__(self, cfg: RecurrentConfig):
+    def __init__(self, cfg: RecurrentConfig, features: nn.Module | None = None):
+        """``features``: the feature extractor ``cfg.features`` describes (:func:`sesame.models.build_model` builds
+        it), a backbone with ``features(ids, padding)`` → (batch, time, ``config.feature_width``)."""
         super().__init__()
+        if (features is not None) != bool(cfg.features):
+            raise ValueError("a recurrent model reads a feature extractor exactly when its config describes one")
         self.config = cfg
         self.embed = nn.Module()
         self.embed.tokens = nn.Embedding(cfg.vocab_size, cfg.embedding_size)
-        self.features = _feature_extractor(cfg.features) if cfg.features else None
+        self.features = features
         width = cfg.embedding_size + (self.features.config.feature_width if self.features is not None else 0)
         self.layers = nn.ModuleList()
         for i in range(cfg.layers):
@@ -166,9 +170,3 @@ class Recurrent(nn.Module):
             x = locked_dropout(x, cfg.dropout if last else cfg.hidden_dropout, self.training)
             layers.append(x)
         return layers if all_layers else x
-
-
-def _feature_extractor(config: dict) -> nn.Module:
-    """A feature extractor: a backbone with ``features(ids, padding)`` → (batch, time, ``config.feature_width``)."""
-    from . import build_model  # ELMo and CoVe live beside this module
-    return build_model(config)

@@ -38,6 +38,12 @@ class Objective(nn.Module):
     # `sesame evaluate` reads a text whole through ``token_losses(text, seq_len)`` (left to right, with memory across
     # segments: XLNet's), rather than scoring windows with ``score``
     reads_text = False
+    named_archs: set[str] = set()  # the architectures some objective names (filled as each is defined)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.arch:
+            Objective.named_archs.add(cls.arch)
 
     def __init__(self, backbone: Transformer, specials: SpecialIds):
         super().__init__()
@@ -50,9 +56,8 @@ class Objective(nn.Module):
     @classmethod
     def trains(cls, arch: str) -> bool:
         """Whether it can train a backbone of ``arch``: the architecture it names, or, naming none, one that no
-        objective of :data:`sesame.objectives.OBJECTIVES` names."""
-        from . import OBJECTIVES
-        return cls.arch == arch if cls.arch else all(o.arch != arch for o in OBJECTIVES.values())
+        objective names."""
+        return cls.arch == arch if cls.arch else arch not in Objective.named_archs
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":

@@ -40,8 +40,8 @@ from ..errors import SesameError
 from ..models import model_config, position_limit
 from ..objectives.distillation import LOSSES, LayerMatching, uniform_layer_map
 from ..resume import resolved, resumed_finetuning
-from ..rundir import read_config
-from ..specs import DistilSpec, RunConfig
+from ..run import RunConfig, read_config
+from ..specs import DistilSpec
 from ..tasks import Task, TaskModel
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json

@@ -16,15 +16,18 @@ from dataclasses import replace
 import torch
 
 from ..data.shards import Shards
+from ..data.windows import Corpus
 from ..errors import SesameError
 from ..models import TransformerConfig, model_config
 from ..options import defaults
 from ..objectives import OBJECTIVES, MaskedLM, build_objective
 from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
-from ..rundir import build_backbone, load_backbone, load_tokenizer, read_config
+from ..run import build_backbone, load_backbone, load_tokenizer, read_config
 from ..sources import opened
 from ..specs import PretrainSpec
+from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
+from .starts import dropout
 
 STUDENT_OBJECTIVE = "mlm"  # the student learns the masked LM alone (Sanh et al. 2019 §3: no next-sentence prediction)
 # what a student cannot change of its teacher (the spec's field → its flag)
@@ -35,7 +38,8 @@ TEACHERS_OWN = {"family": "--family", "size": "--size", "tokenizer": "--tokenize
 class PretrainTeacher:
     """The masked LM ``given`` names, read once into memory: its run config, its tokenizer (``tok``), its model
     (its masked-LM objective where it has one, else its backbone) and that model's weights under the names of a
-    student's objective (``state``)."""
+    student's objective (``state``). It is what the student's run starts from (a
+    :class:`sesame.pipelines.starts.Start`)."""
 
     def __init__(self, given: str):
         self.given = given
@@ -103,6 +107,17 @@ class PretrainTeacher:
     def student_model(self, spec: PretrainSpec, dropout: float) -> dict:
         """The student's backbone config: the teacher's with ``spec.student_layers`` layers and ``dropout``."""
         return {**self.config.model, "layers": len(spec.student_layers), "dropout": dropout}
+
+    # the pre-training pipeline's Start (sesame.pipelines.starts): the teacher's tokenizer and its student
+
+    def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
+        return self.tok, spec.tokenizer
+
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+        return self.student_model(spec, dropout(spec))
+
+    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+        return {"size": None, "base": spec.teacher, "added_words": 0}
 
     def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:
         """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""

@@ -15,14 +15,15 @@ import torch
 from ..data.shards import Shards
 from ..data.windows import Corpus, warn_if_few
 from ..errors import SesameError
+from ..interop.onnx_format import MODEL_FILE, OnnxModel, is_export, read_export, require_onnx
 from ..models import position_limit
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, Objective, build_objective
 from ..objectives.seq2seq import require_sentinels
-from ..rundir import build_backbone, describe, load_tokenizer, read_config
+from ..run import RunConfig, build_backbone, describe, load_tokenizer, read_config
 from ..runtime import Runtime, device_of
 from ..sources import opened
-from ..specs import RunConfig, check_length
+from ..specs import check_length
 from ..tasks import infer, make_task
 from ..train.checkpoint import load_weights, read_json
 from ..train.trainer import all_sum, world
@@ -35,7 +36,7 @@ class Predictor:
     """A fine-tuned run (or a transformers sequence classifier, see :func:`sesame.interop.resolve`)
     loaded for prediction and evaluation. ``options`` override the task options the run was trained
     with (other column names, say); ``runtime`` says where and how it runs (default: :class:`Runtime`'s); ``flag``
-    names the model in errors. ``about`` says what the model is (:func:`sesame.rundir.describe`: kind, family, size,
+    names the model in errors. ``about`` says what the model is (:func:`sesame.run.describe`: kind, family, size,
     causal, export), as ``sesame serve``'s /info shows it."""
 
     def __init__(self, run: str | Path, options: dict | None = None, runtime: Runtime | None = None, *,
@@ -100,12 +101,10 @@ class Predictor:
 
 class ExportedPredictor(Predictor):
     """A folder ``sesame export`` wrote, run by onnxruntime on the CPU: the same task, tokenizer and predictions
-    as the run it came from (:mod:`sesame.interop.onnx_export`). ``runtime`` may only name the CPU and fp32: the
+    as the run it came from (:mod:`sesame.interop.onnx_format`). ``runtime`` may only name the CPU and fp32: the
     graph runs as it was exported (fp32, or int8 weights)."""
 
     def __init__(self, path: str | Path, options: dict | None = None, runtime: Runtime | None = None):
-        from ..interop.onnx_export import MODEL_FILE, OnnxModel, read_export, require_onnx
-
         runtime = runtime or Runtime()
         for flag, value, default in (("--precision", runtime.precision, None), ("--compile", runtime.compile, False),
                                      ("--tf32", runtime.tf32, False)):
@@ -136,8 +135,6 @@ def load(run: str | Path, *, runtime: Runtime | None = None, **options) -> Predi
     """Load a fine-tuned run (or a transformers sequence classifier directory, or an ONNX export) for prediction:
     ``sesame.load(run).predict(["text", ...])``; keyword arguments override its task options
     (``text_column="tweet"``); ``runtime``: its device and precision (:class:`sesame.runtime.Runtime`)."""
-    from ..interop.onnx_export import is_export
-
     return (ExportedPredictor if is_export(run) else Predictor)(run, options, runtime)
 
 
@@ -156,8 +153,6 @@ def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None =
     the model runs (:class:`sesame.runtime.Runtime`). An ONNX export (``sesame export``) is evaluated as a
     fine-tuned run is. An XLNet language model reads the text left to right with memory across segments
     (:func:`_text_metrics`), keeping ``mem_len`` states of earlier segments (default: the run's; 0: none)."""
-    from ..interop.onnx_export import is_export
-
     if is_export(model):
         if mem_len is not None:
             raise SesameError(f"--mem-len {mem_len}: --model {model} is an ONNX export of a classifier, which reads no "

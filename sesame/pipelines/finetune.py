@@ -21,17 +21,16 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..families import FAMILIES, Family, backbone_config, head_dropouts, reading_features
+from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
+from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
-from ..rundir import (build_backbone, check_batch, claimed_run, from_checkpoint, load_tokenizer, read_config,
-                      write_config)
+from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
+from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
-from ..specs import FinetuneSpec, RunConfig, default_epochs
+from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.inputs import (add_input_tokens, grow_token_embedding, read_as_documents, read_cls_last,
-                           read_without_start)
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, TrainConfig, recipes
@@ -59,65 +58,30 @@ def finetune(spec: FinetuneSpec) -> dict:
 
 def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) -> dict:
     """A task model trained as ``spec`` says on what ``teaching`` gives (:func:`finetune`, and ``sesame distil``), from
-    the command's start ``started``: the run is set up (or resumed), the starting weights loaded, the recipe's
-    techniques applied, and the weights with the best dev ``select`` metric kept. Returns their dev metrics with the
-    trainable and total parameter counts."""
+    the command's start ``started``. Read top to bottom: resolve the model it starts from and read the data; a new
+    run's :class:`Plan` (config.json and tokenizer) is made and written; the task model is built, its starting
+    weights loaded and the recipe's techniques applied; the weights with the best dev ``select`` metric are kept.
+    Returns their dev metrics with the trainable and total parameter counts."""
     spec.validate(processes=world()[1])
     placement = spec.runtime.place()
     resumed = from_checkpoint(spec.out, spec.resume)
     source = None if resumed else resolve_source(spec.base, base_flag(spec))
     family, size, scratch = _trained_model(spec, source)
     cfg = spec.train_config(family, size=size, scratch=scratch)
-    job = make_task(spec.task, spec.task_options)
-    data = _read(spec, job, teaching)
-    labels = data.labels
+    data = _read(spec, make_task(spec.task, spec.task_options), teaching)
     check_batch(cfg)
-
-    def setup(run: Path) -> None:
-        config, tok = starting_point(source, base_dir, spec, _texts(data.train))
-        config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"{source.flag} {source.given}",
-                                                    arch=config.model.get("arch", "transformer")))
-        pooling = spec.pooling or config.pooling
-        config.model.update(head_dropouts(config.model, head_drops=job.head_drops))  # recurrent: the head's, once
-        add_input_tokens(config, tok)  # gpt: start, delimiter and extract tokens
-        read_as_documents(config, tok)  # ulmfit: a text as its LM read a document, after </s>
-        read_cls_last(config, tok)  # xlnet: a <sep> <cls>
-        read_without_start(config, tok)  # t5: a </s>, as its pre-training's inputs, with no <s>
-        job.check_model(config.model)
-        fam = FAMILIES.get(config.family)
-        data.for_family(fam)  # the task options left to the family, recorded below
-        recipe = spec.recipe.with_defaults(fam.finetune_recipe if fam else {})
-        recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
-        _word_vectors(config, recipe, source)
-        positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
-        if positions is not None and spec.max_length > positions:
-            raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
-        tok.save(run / "tokenizer.json")
-        if job.has_labels:
-            write_json(run / "labels.json", labels)
-        write_config(run, RunConfig(
-            kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
-            pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length,
-            select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev,
-            mixture=data.record(), epochs=spec.epochs, batching=spec.batching, train=_as_given(cfg, spec),
-            setup={**setup_record(spec), **teaching.record(config, tok)}))
-
     with (source.open() if source else nullcontext(None)) as base_dir, \
-            claimed_run(spec.out, "finetuned", spec.resume, setup) as run:
+            claimed_run(spec.out, "finetuned", spec.resume,
+                        lambda run: plan(source, base_dir, spec, data, cfg).write(run, data)) as run:
         config = read_config(run, "--out", ("finetuned",))
-        data.for_family(FAMILIES.get(config.family))  # as rank 0's setup did (under torchrun, the other ranks)
+        data.for_family(FAMILIES.get(config.family))  # as rank 0's plan did (under torchrun, the other ranks)
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
-        model = job.build(build_backbone(config), len(labels), config.pooling, spec.head_dropout)
+        model = data.job.build(build_backbone(config), len(data.labels), config.pooling, spec.head_dropout)
         recipe = Recipe(**config.recipe)
-        techniques = recipe.techniques()
-        coverage = {}
-        if not resumed:
-            if not source.scratch:
-                load_pretrained(model, base_dir, flag=source.flag)
-            if recipe.vectors:
-                coverage["vectors_coverage"] = _embed_vectors(model.backbone, recipe.vectors, tok)
+        coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok)
         recipes.freeze_features(model.backbone)
+        techniques = recipe.techniques()
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
@@ -132,6 +96,58 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
             write_config(run, config)
         return {**metrics, **coverage, "trainable_parameters": trainable,
                 "parameters": sum(p.numel() for p in model.parameters())}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A new fine-tuned run, decided before anything is written: its config.json (the backbone as the task model
+    reads it, the recipe, the task and its data) and its tokenizer."""
+    config: RunConfig
+    tok: TextTokenizer
+
+    def write(self, run: Path, data: _Data) -> None:
+        """tokenizer.json, labels.json (a task with labels) and config.json, the last."""
+        self.tok.save(run / "tokenizer.json")
+        if data.job.has_labels:
+            write_json(run / "labels.json", data.labels)
+        write_config(run, self.config)
+
+
+def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data, cfg: TrainConfig) -> Plan:
+    """The :class:`Plan` of a task model of ``data.job`` starting from ``source`` (its run directory ``base_dir``) as
+    ``spec`` and its recipe say: the starting point's configuration through the family's hooks (dropouts, GPT's
+    input tokens, ULMFiT's documents, XLNet's ``<cls>`` last) and the recipe's techniques, checked against the task,
+    the positions and what the task model learns from (``data.teaching``)."""
+    config, tok = starting_point(source, base_dir, spec, _texts(data.train))
+    config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"{source.flag} {source.given}",
+                                                arch=config.model.get("arch", "transformer")))
+    pooling = spec.pooling or config.pooling
+    config.model.update(head_dropouts(config.model, head_drops=data.job.head_drops))  # recurrent: the head's, once
+    fam = get_family(config.family)
+    fam.inputs.frame(config, tok)  # gpt's input tokens; ulmfit: after </s>; xlnet: <sep> <cls>; t5: no <s>
+    data.job.check_model(config.model)
+    data.for_family(fam)  # the task options left to the family, recorded below
+    recipe = spec.recipe.with_defaults(fam.finetune_recipe)
+    recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
+    _word_vectors(config, recipe, source)
+    positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
+    if positions is not None and spec.max_length > positions:
+        raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
+    return Plan(RunConfig(
+        kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
+        pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length, select=data.select,
+        hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev, mixture=data.record(),
+        epochs=spec.epochs, batching=spec.batching, train=_as_given(cfg, spec),
+        setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
+
+
+def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer
+                   ) -> dict:
+    """A new run's starting weights: the pretrained ones (none for a scratch model), and ``--vectors`` in the word
+    embedding; returns the vectors' coverage of the vocabulary, if given."""
+    if not source.scratch:
+        load_pretrained(model, base_dir, flag=source.flag)
+    return {"vectors_coverage": _embed_vectors(model.backbone, recipe.vectors, tok)} if recipe.vectors else {}
 
 
 @dataclass
@@ -330,8 +346,8 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
     if spec.tokenizer or spec.cased:
         flag = "--tokenizer" if spec.tokenizer else "--cased"
         raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
-    config = read_config(base_dir, source.flag)
-    config.model["dropout"] = spec.dropout
+    config = source.config or read_config(base_dir, source.flag)  # a run's, read when resolved; an import's converted
+    config = replace(config, model={**config.model, "dropout": spec.dropout})
     fam = FAMILIES.get(config.family)
     if fam is not None and fam.feature_extractor and config.model.get("arch") == fam.arch:  # the extractor's own run
         config = replace(config, pooling=fam.pooling, model=reading_features(config.model, config.size, spec.dropout))
@@ -358,7 +374,7 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
     CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
     and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
     Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
-    new embedding rows (:mod:`sesame.tasks.inputs`)."""
+    new embedding rows (:mod:`sesame.inputs`)."""
     weights = load_weights(run / "model.safetensors")
     # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
     extractor = getattr(model.backbone, "features", None) is not None and \

@@ -14,8 +14,8 @@ from typing import Callable
 
 from ..errors import SesameError
 from ..outputs import directory_kind, only_run_files
+from ..run import KINDS
 from ..runtime import Runtime
-from ..specs import KINDS
 from ..tasks import make_task
 from ..train import Interrupted
 from ..train.checkpoint import checkpoint_dir, read_json, write_json

@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from ..specs import RunConfig
+from ..run import RunConfig
 from ..tasks import Task, TaskModel
 from ..tokenizer import TextTokenizer
 

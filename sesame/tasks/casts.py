@@ -26,15 +26,19 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from ..data.labeled import read_text
 from ..errors import SesameError
 from ..metrics import accuracy, answer_scores, bleu, classification_report, regression_report
 from .span_qa import SpanQA
 
-if TYPE_CHECKING:
-    from .text2text import Text2Text
+
+class TargetOptions(Protocol):
+    """What a cast reads of its :class:`~sesame.tasks.text2text.Text2Text` task's options."""
+    target_column: str | None
+    label_words: dict | None
+
 
 INVALID = -1  # the class of an output that names none (classification_report counts it wrong)
 NOT_A_NUMBER = -1.0  # the score of an output that is not a number (T5's string_to_float default)
@@ -85,11 +89,11 @@ def score_answers(examples: list[dict], outputs: list[str], labels: list[str]) -
             "f1": sum(s[1] for s in scores) / max(1, len(scores)), "questions": len(scores)}
 
 
-def text_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
+def text_target(task: TargetOptions, raw: str, where: str) -> tuple[str, str]:
     return raw, raw
 
 
-def label_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
+def label_target(task: TargetOptions, raw: str, where: str) -> tuple[str, str]:
     """The label, or its word in ``label_words``, as both the answer and the gold class."""
     label = raw.strip()
     if task.label_words is None:
@@ -99,7 +103,7 @@ def label_target(task: Text2Text, raw: str, where: str) -> tuple[str, str]:
     return str(task.label_words[label]), str(task.label_words[label])
 
 
-def score_target(task: Text2Text, raw: str, where: str) -> tuple[str, float]:
+def score_target(task: TargetOptions, raw: str, where: str) -> tuple[str, float]:
     """STS-B's answer (:func:`stsb_target`) and the unrounded gold score."""
     score = number(raw)
     if score is None:
@@ -108,7 +112,7 @@ def score_target(task: Text2Text, raw: str, where: str) -> tuple[str, float]:
     return stsb_target(score), score
 
 
-def answers_target(task: Text2Text, raw: list[str], where: str) -> tuple[str, list[str]]:
+def answers_target(task: TargetOptions, raw: list[str], where: str) -> tuple[str, list[str]]:
     """SQuAD: the first gold answer is the answer to learn; the metric takes the best over all of them."""
     return raw[0], raw
 
@@ -123,7 +127,7 @@ class Cast:
     inputs: tuple[str, ...]
     named: bool
     column: str | None
-    target: Callable[[Text2Text, object, str], tuple[str, object]]
+    target: Callable[[TargetOptions, object, str], tuple[str, object]]
     metrics: tuple[str, ...]
     score: Callable[[list[dict], list[str], list[str]], dict]
     classes: bool = False

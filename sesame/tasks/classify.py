@@ -131,7 +131,7 @@ class EncoderDecoderSequenceModel(SequenceModel):
     token ``</s>`` (which has read the whole input before it) goes through ``BartClassificationHead``: dropout →
     dense → tanh → dropout → linear. The end token is the last real token of each row: every input the tokenizers
     make ends with it (BART's ``<s> a </s>``, ``<s> a </s> b </s>``; T5's ``a </s>``, ``a </s> b </s>``, without the
-    ``<s>`` its pre-training never shows: :func:`sesame.tasks.inputs.read_without_start`; truncation keeps it), and
+    ``<s>`` its pre-training never shows: :data:`sesame.inputs.WITHOUT_START`; truncation keeps it), and
     rows are padded on the right, which the encoder masks and the causal decoder reads only after that token.
 
     T5 gets the same head (transformers' ``T5ForSequenceClassification``; the T5 paper itself casts classification

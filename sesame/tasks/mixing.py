@@ -32,6 +32,7 @@ from typing import Mapping
 
 from ..data.labeled import read_text
 from ..errors import SesameError
+from ..seeding import example_seed
 from .base import make_task
 
 MIXING_CAP = 2 ** 19  # K: T5's artificial data set size limit (§3.5.3)
@@ -65,9 +66,8 @@ def mixture_example(rates: Mapping[str, float], sizes: Mapping[str, int], *, see
                     ) -> tuple[str, int]:
     """Draw ``index`` of a mixture (training step s's j-th example is draw s·batch_size + j): its task, one uniform
     number read against the cumulative ``rates`` in their order, and which of the task's ``sizes[task]`` examples,
-    uniform; both from one generator seeded by (seed, index) alone (:func:`~sesame.data.windows.example_seed`;
+    uniform; both from one generator seeded by (seed, index) alone (:func:`~sesame.seeding.example_seed`;
     Python's Mersenne Twister, the same on every machine)."""
-    from ..data.windows import example_seed  # the windows read the run directory, whose specs read this module
 
     draw = random.Random(example_seed(seed, index))
     u = draw.random()

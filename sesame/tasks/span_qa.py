@@ -105,7 +105,8 @@ class SpanQA(Task):
     and then kept, so the run records it. ``null_threshold`` (v2.0): no answer when s_null − best span
     score exceeds it; None (the default until a run saves its tuned value) scores with the threshold
     tuned on the scored file and predicts with 0, BERT's default. ``cls_last``: XLNet's layout, context first and
-    ``<cls>`` last (None: the family's, :attr:`Family.cls_last`, set by :meth:`for_family`)."""
+    ``<cls>`` last (None: the family's inputs', :attr:`sesame.inputs.InputFormat.cls_last`, set by
+    :meth:`for_family`)."""
 
     name: ClassVar[str] = "span_qa"
     select: ClassVar[str] = "f1"
@@ -135,7 +136,7 @@ class SpanQA(Task):
     def for_family(self, family: Family | None) -> None:
         """``cls_last`` not given: the family's; an explicit ``--task-option cls_last=...`` is kept."""
         if self.cls_last is None:
-            self.cls_last = bool(family and family.cls_last)
+            self.cls_last = bool(family and family.inputs.cls_last)
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:
         return ("f1", "exact")

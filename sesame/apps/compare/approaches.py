@@ -12,7 +12,6 @@ training.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -26,12 +25,14 @@ from ...objectives.distillation import DistilBertOptions
 from ...options import defaults as option_defaults
 from ...options import flag_name, parse_value
 from ...pipelines.distilbert import STUDENT_OBJECTIVE, TEACHERS_OWN
+from ...run import RunConfig
 from ...runtime import Runtime
 from ...sources import resolve_source
-from ...specs import FINETUNE_TRAINING, FinetuneSpec, PretrainSpec, RunConfig
+from ...specs import FINETUNE_TRAINING, FinetuneSpec, PretrainSpec
 from ...tasks import POOLINGS
 from ...train import TrainConfig
 from ...train.recipes import Recipe
+from .values import typed
 
 if TYPE_CHECKING:
     from .tasks import CompareTask
@@ -128,26 +129,6 @@ def _pretraining_defaults() -> dict:
     but those compare sets itself (``RESERVED``)."""
     defaults = {**option_defaults(PretrainSpec), **option_defaults(TrainConfig)}
     return {k: v for k, v in defaults.items() if k not in RESERVED}
-
-
-def typed(where: str, key: str, text: str, default: object, shown: bool = True) -> object:
-    """``text`` read as JSON when it parses (else as a string), checked against the type of ``default``
-    (named in the error when ``shown``)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = text
-    return checked(where, key, value, default, shown)
-
-
-def checked(where: str, key: str, value: object, default: object, shown: bool = True) -> object:
-    """``value``, if it has the type of ``default`` (an int passes for a float); else an error naming ``where``."""
-    if isinstance(default, float) and type(value) is int:
-        value = float(value)
-    if default is not None and type(value) is not type(default):
-        raise SesameError(f"{where}: {key}={json.dumps(value)} should be a {type(default).__name__}"
-                          + (f", like the default {key}={json.dumps(default)}" if shown else ""))
-    return value
 
 
 def _finetune_defaults() -> dict:

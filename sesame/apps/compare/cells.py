@@ -14,7 +14,7 @@ from ...errors import SesameError
 from ...families import backbone_config, get_family
 from ...interop.sources import MINILM, minilm_dir
 from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
-from ...rundir import load_tokenizer, read_config
+from ...run import load_tokenizer, read_config
 from ...runtime import Runtime
 from ...specs import PretrainSpec
 from ...train.checkpoint import checkpoint_dir
@@ -23,7 +23,7 @@ from .baselines import scores
 from .tasks import CompareTask
 
 if TYPE_CHECKING:
-    from . import CompareSpec
+    from .spec import CompareSpec
 
 
 def say(where: str, name: str, record: dict, reused: bool) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ...pipelines.stages import duration
-from ...rundir import read_config
+from ...run import read_config
 from ...train.checkpoint import write_json
 from ...train.metrics_log import read_metrics
 from .tasks import CompareTask

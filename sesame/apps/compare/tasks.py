@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ...errors import SesameError
 from ...pipelines.stages import LabeledFiles
-from .approaches import checked, typed
+from .values import checked, typed
 
 DATA_VARIABLE, DATA_FALLBACK = "SESAME_DATA", "../shared/data"
 SHORTCUTS = {  # name: the task's files (relative to --data) and columns

@@ -3,7 +3,7 @@
 Routes: ``POST /v1/predict`` (a fine-tuned run), ``POST /v1/generate`` (a language model; server-sent events with
 ``"stream": true``), ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json`` and the demo
 page ``GET /``. Every refusal is a JSON body ``{"error": message, "status": code}``: 400 malformed JSON (or nested
-deeper than :data:`~sesame.apps.serve.MAX_DEPTH` levels, or holding half of a UTF-16 surrogate pair), 401 a missing or
+deeper than :data:`~.spec.MAX_DEPTH` levels, or holding half of a UTF-16 surrogate pair), 401 a missing or
 wrong API key, 404 an endpoint this model does not serve, 408 a body not received within ``--request-timeout``, 413 a
 body over ``--payload-limit``, 422 inputs of the wrong shape, too many (``--max-client-batch-size``), too long (unless
 ``--auto-truncate``), too many characters or tokens (``--max-batch-tokens``), too many new tokens
@@ -14,7 +14,7 @@ goes on. A request whose client has gone is dropped (counted in the metrics as 4
 
 Memory: a request is counted in flight before its body is read, so the bodies held are at most
 ``--max-concurrent-requests`` × ``--payload-limit`` bytes; its texts are counted before they are tokenized
-(:data:`~sesame.apps.serve.CHARACTERS_PER_TOKEN`), so the model's thread tokenizes at most ``CHARACTERS_PER_TOKEN`` ×
+(:data:`~.spec.CHARACTERS_PER_TOKEN`), so the model's thread tokenizes at most ``CHARACTERS_PER_TOKEN`` ×
 ``--max-batch-tokens`` characters at once; a forward pass (a generation's decoder state: prompts × beams × (the
 longest prompt + the new tokens)) holds at most ``--max-batch-tokens`` tokens.
 """
@@ -43,15 +43,15 @@ from ...decoding import GenerationConfig
 from ...errors import SesameError
 from ...generation import Transducer, generate, load_generator
 from ...interop import resolve
-from ...interop.onnx_export import is_export
+from ...interop.onnx_format import is_export
 from ...language_model import LanguageModel
 from ...pipelines import Predictor
 from ...pipelines.evaluate import ExportedPredictor
-from ...rundir import describe, read_config
+from ...run import describe, read_config
 from ...runtime import Runtime
 from ...tasks.base import shown
-from . import CHARACTERS_PER_TOKEN, MAX_DEPTH, ServeSpec
 from .schema import openapi
+from .spec import CHARACTERS_PER_TOKEN, MAX_DEPTH, ServeSpec
 from .worker import Batching, Call, Cancelled, Finish, Job, Model, Predict, Refused, Worker, stopping
 
 log = logging.getLogger("sesame.serve")
@@ -62,7 +62,7 @@ SURROGATE = re.compile("[\ud800-\udfff]")  # in a str from JSON: a \uD8xx escape
 @dataclass
 class Loaded:
     """A model ready to serve: a fine-tuned run's predictor (or an ONNX export's), or a language model's generator;
-    ``about``: what /info says of it (:func:`sesame.rundir.describe`)."""
+    ``about``: what /info says of it (:func:`sesame.run.describe`)."""
 
     about: dict
     model: Model | None = None

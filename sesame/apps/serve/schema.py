@@ -2,7 +2,7 @@
 routes needs no generator. ``tests/test_serve.py`` checks that it lists every route the application has."""
 from __future__ import annotations
 
-from .. import serve
+from . import spec
 
 ERROR = {"type": "object", "required": ["error", "status"],
          "properties": {"error": {"type": "string", "description": "what was wrong, and what to change"},
@@ -34,13 +34,13 @@ PARAMETERS = {"type": "object", "description": "sesame.decoding.GenerationConfig
                              "length_penalty": {"type": "number"}, "early_stopping": {"type": "boolean"},
                              "stop": {"type": "array", "items": TEXT}, "seed": {"type": "integer"}},
               "additionalProperties": False}
-REFUSALS = {"400": f"malformed JSON, nested deeper than {serve.MAX_DEPTH} levels, or holding half of a UTF-16 "
+REFUSALS = {"400": f"malformed JSON, nested deeper than {spec.MAX_DEPTH} levels, or holding half of a UTF-16 "
                    "surrogate pair",
             "401": "missing or wrong API key (with --api-key)",
             "404": "this model does not serve the endpoint",
             "408": "the body did not arrive within --request-timeout", "413": "body over --payload-limit",
             "422": "inputs of the wrong shape, too many (--max-client-batch-size) or too long (the model's length; "
-                   f"{serve.CHARACTERS_PER_TOKEN} characters per token of --max-batch-tokens, counted before "
+                   f"{spec.CHARACTERS_PER_TOKEN} characters per token of --max-batch-tokens, counted before "
                    "tokenizing); more tokens than --max-batch-tokens (a generation: prompts × beams × (longest "
                    "prompt + new tokens)); parameters unknown or out of range, beyond --max-new-tokens or --max-beams",
             "429": "--max-concurrent-requests in flight",
@@ -73,7 +73,7 @@ def openapi() -> dict:
               "description": "one input, or a list of them (at most --max-client-batch-size)"}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "sesame serve", "version": "1", "description": serve.__doc__.split("\n\n")[0]},
+        "info": {"title": "sesame serve", "version": "1", "description": spec.__doc__.split("\n\n")[0]},
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                                       "description": "only when the server was started with "
                                                                      "--api-key"}}},

@@ -1,0 +1,125 @@
+"""What a pre-training run starts from, in :func:`sesame.pipelines.pretrain`: a :class:`Start` gives the tokenizer,
+the backbone's configuration and the fields of config.json that say where the model came from, sets the first
+weights and wraps the model in what the trainer trains. A new model of a family is :class:`NewModel`; a pretrained
+run continued on a new corpus is :class:`Continued`; DistilBERT's student of a teacher is
+:class:`sesame.pipelines.distilbert.PretrainTeacher`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from ..data.shards import Shards
+from ..data.windows import Corpus
+from ..errors import SesameError
+from ..families import backbone_config
+from ..objectives import Objective
+from ..run import read_config
+from ..specs import PretrainSpec
+from ..tokenizer import TextTokenizer, extend_words
+from ..train.checkpoint import load_weights
+
+
+class Start(Protocol):
+    """The protocol (module docstring)."""
+
+    def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
+        """The run's tokenizer, and the file it was read from (None: trained on the corpus, or a teacher's)."""
+
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+        """The backbone's configuration, before the spec's recurrent dropouts."""
+
+    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+        """config.json's fields of where the model came from: ``size``, ``base`` and ``added_words``."""
+
+    def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
+        """Set the first weights of a run that starts at step 0 (a resumed run's are its checkpoint's)."""
+
+    def learner(self, obj: Objective, spec: PretrainSpec, corpus: Shards) -> nn.Module:
+        """What the trainer trains on the ``corpus`` shards: ``obj``, or a module around it that computes another loss
+        (the run keeps ``obj``'s weights)."""
+
+
+def dropout(spec: PretrainSpec) -> float:
+    """A new backbone's dropout: ``--dropout``, else the family's pre-training dropout."""
+    return spec.dropout if spec.dropout is not None else spec.fam.pretrain_dropout
+
+
+class NewModel:
+    """A new model of the spec's family and size, its tokenizer given (``--tokenizer``), stored with the shards, or
+    trained on the corpus."""
+
+    def tokenizer_file(self, spec: PretrainSpec) -> str | None:
+        return spec.tokenizer
+
+    def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
+        fam, file = spec.fam, self.tokenizer_file(spec)
+        return corpus.tokenizer(file, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
+                                sentinels=fam.sentinels), file
+
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+        config = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, dropout(spec),
+                                 max(spec.fam.context, spec.seq_len), specials=tok.specials)
+        if spec.attention_window is not None:
+            config = replace(config, attention_window=spec.attention_window)
+        return config.to_dict()
+
+    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+        return {"size": spec.size, "base": spec.base, "added_words": 0}
+
+    def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
+        pass
+
+    def learner(self, obj: Objective, spec: PretrainSpec, corpus: Shards) -> nn.Module:
+        return obj
+
+
+class Continued(NewModel):
+    """A pretrained run (``spec.base``) trained on: its tokenizer (with the new corpus's words where the family
+    adds them: ULMFiT's target-task LM, Howard & Ruder 2018, §3.2), its backbone and its weights."""
+
+    def __init__(self, spec: PretrainSpec):
+        self.config = read_config(spec.base, "--from", ("pretrained",))
+        if self.config.family != spec.family:
+            raise SesameError(f"--from {spec.base}: a {self.config.family} run; continue it with --family "
+                              f"{self.config.family}")
+        if spec.tokenizer or spec.cased:
+            flag = "--tokenizer" if spec.tokenizer else "--cased"
+            raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
+
+    def tokenizer_file(self, spec: PretrainSpec) -> str | None:
+        return str(Path(spec.base) / "tokenizer.json")
+
+    def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
+        tok, file = super().tokenizer(corpus, spec)
+        if spec.fam.target_words and corpus.shard_dir is None:
+            tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
+        return tok, file
+
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+        # the words continued pre-training added, if any (a converted T5's table may also have unused rows beyond its
+        # tokenizer's ids, which it keeps)
+        return {**self.config.model, "vocab_size": max(tok.vocab_size, self.config.model["vocab_size"]),
+                **({"dropout": spec.dropout} if spec.dropout is not None else {})}
+
+    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+        return {"size": self.config.size, "base": spec.base,
+                "added_words": model["vocab_size"] - self.config.model["vocab_size"]}
+
+    def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
+        obj.load_state_dict(with_new_words(load_weights(Path(spec.base) / "model.safetensors"),
+                                           obj.backbone.config.vocab_size))
+
+
+def with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """``weights`` whose word embedding grew to ``vocab_size`` rows, each new word at the mean of the old rows
+    (ULMFiT's target vocabulary, :func:`sesame.tokenizer.extend_words`)."""
+    name = "backbone.embed.tokens.weight"
+    table = weights.get(name)
+    if table is None or table.shape[0] == vocab_size:
+        return weights
+    return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
