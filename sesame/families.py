@@ -70,7 +70,7 @@ class Family:
     word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
     # the model's dropout while pre-training (None: the row's own, as AWD-LSTM's and ELMo's are part of their
     # recipes); 0 for Transformers: a model that sees its text about once underfits, so dropout only slows it
-    # (Geiping & Goldstein 2022, "Cramming"; docs/results.md found the same at 20 minutes). Fine-tuning puts
+    # (Geiping & Goldstein 2022, "Cramming"; docs/results/foundation.md found the same at 20 minutes). Fine-tuning puts
     # --dropout (0.1) back.
     pretrain_dropout: float | None = 0.0
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)

@@ -29,7 +29,7 @@ from .train import TrainConfig
 from .train.recipes import Recipe
 
 # Pre-training's rates for budgets of minutes to hours: a peak of 1e-3 after 10% warmup trained post-LN BERT and
-# GPT stably in 20 minutes where 5e-4 underfit (docs/results.md; Geiping & Goldstein 2022 likewise push the
+# GPT stably in 20 minutes where 5e-4 underfit (docs/results/foundation.md; Geiping & Goldstein 2022 likewise push the
 # rate up for short budgets), under a family's own recipe (AWD-LSTM, ELMo, RoBERTa's batches)
 PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
 # BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own; and under
