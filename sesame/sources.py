@@ -4,12 +4,14 @@ into one typed :class:`Source`, which every pipeline and application asks instea
 * a sesame run directory (config.json with a ``kind``): ``kind == "run"``, with its :class:`RunConfig`;
 * a transformers model directory (config.json with a ``model_type``), or ``minilm`` (the installed
   all-MiniLM-L6-v2): ``kind == "transformers"``, converted into a temporary run by :meth:`Source.open`;
-* ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size.
+* ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size;
+* ``scratch:RUN``: ``kind == "scratch"`` with the pretrained run's directory and config, its twin: the run's family,
+  shape and tokenizer with new weights, so that what pre-training bought can be measured.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +28,7 @@ class Source:
     given: str  # as the user wrote it
     flag: str  # the flag that named it, for error messages
     kind: str  # run | transformers | scratch
-    path: Path | None = None  # the directory (None for scratch)
+    path: Path | None = None  # the directory (for scratch, the run it twins, if any)
     config: RunConfig | None = None  # a run's config.json
     family: Family | None = None  # known for runs and scratch models
     size: str | None = None
@@ -37,9 +39,10 @@ class Source:
 
     def open(self, *, classifier: bool = False):
         """A context giving the run directory: the run itself, or a transformers directory converted into a
-        temporary run (``classifier``: it must import as a fine-tuned classifier); nothing for a scratch model."""
+        temporary run (``classifier``: it must import as a fine-tuned classifier); for a scratch model, the run it
+        twins (its config and tokenizer; its weights are not read), if any."""
         if self.kind == "scratch":
-            return nullcontext(None)
+            return nullcontext(self.path)
         return resolve(self.path, self.flag, classifier=classifier)
 
     def require(self, *kinds: str) -> RunConfig:
@@ -55,10 +58,13 @@ class Source:
 def resolve_source(given: str | Path, flag: str) -> Source:
     """The :class:`Source` ``given`` names (module docstring); an unusable name is an error naming ``flag``."""
     given = str(given)
+    if given.startswith(SCRATCH) and Path(given[len(SCRATCH):]).is_dir():
+        return _twin(given, flag)
     if given.startswith(SCRATCH):
         parts = given.split(":")
         if len(parts) != 3:
-            raise SesameError(f"{flag} {given}: write scratch:FAMILY:SIZE, e.g. scratch:bert:mini")
+            raise SesameError(f"{flag} {given}: write scratch:FAMILY:SIZE (e.g. scratch:bert:mini), or scratch:RUN "
+                              "with a pretrained run's directory")
         family = get_family(parts[1])
         get_size(parts[2])
         return Source(given, flag, "scratch", family=family, size=parts[2])
@@ -69,6 +75,16 @@ def resolve_source(given: str | Path, flag: str) -> Source:
         raise SesameError(f"{flag} {given}: no such run directory")
     config = read_config(path, flag)
     return Source(given, flag, "run", path, config, FAMILIES.get(config.family), config.size)
+
+
+def _twin(given: str, flag: str) -> Source:
+    """``scratch:RUN``: the pretrained run's family, shape and tokenizer, to be given new weights."""
+    run = resolve_source(given[len(SCRATCH):], flag)
+    if run.kind != "run" or run.config.kind != "pretrained":
+        holds = "a transformers model" if run.kind == "transformers" else f"a {run.config.kind!r} run"
+        raise SesameError(f"{flag} {given}: scratch:RUN twins a run that `sesame pretrain` made, and this folder "
+                          f"holds {holds}; give a pretrained run, or scratch:FAMILY:SIZE")
+    return replace(run, given=given, kind="scratch")
 
 
 @contextmanager

@@ -151,6 +151,8 @@ ROWS = {
     "finetune: missing train file": (["finetune", "--from", "{root}/pre", "--train", "{root}/nothing.csv", "--dev",
                                       "{root}/dev.csv", "--out", "{root}/new"], "nothing.csv"),
     "finetune: missing run": (["finetune", "--from", "{root}/nothing", *FT, "--out", "{root}/new"], "--from"),
+    "finetune: scratch twin of a fine-tuned run": (["finetune", "--from", "scratch:{root}/clf", *FT, "--out",
+                                                     "{root}/new"], "--from", "'finetuned' run", "scratch:FAMILY:SIZE"),
     "finetune: negative eval points": (["finetune", "--from", "{root}/pre", *FT, "--out", "{root}/new",
                                         "--max-minutes", "1", "--eval-points", "-1"], "--eval-points", "0 (none)"),
     "finetune: missing column": (["finetune", "--from", "{root}/pre", *FT, "--text-column", "sentence", "--out",

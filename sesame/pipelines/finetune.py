@@ -325,14 +325,15 @@ def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | 
 def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, train_texts: list[str]
            ) -> tuple[RunConfig, TextTokenizer]:
     """The configuration and tokenizer the task model starts from: a new model of the scratch family (its
-    tokenizer given, or trained on the training texts), or the run's, where a feature extractor's run becomes
-    the task model that reads it (:func:`sesame.families.reading_features`)."""
+    tokenizer given, or trained on the training texts), or the run's (also for its scratch twin, which then loads no
+    weights), where a feature extractor's run becomes the task model that reads it
+    (:func:`sesame.families.reading_features`)."""
     fam = source.family
-    if source.scratch:
-        if fam.feature_extractor:
-            how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
-            raise SesameError(f"{source.flag} {source.given}: {fam.name} gives a task model pretrained features; "
-                              f"make a run first (`{how}`) and fine-tune from it")
+    if source.scratch and fam.feature_extractor:
+        how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
+        raise SesameError(f"{source.flag} {source.given}: {fam.name} gives a task model pretrained features; "
+                          f"make a run first (`{how}`) and fine-tune from it")
+    if source.scratch and source.config is None:  # scratch:FAMILY:SIZE (scratch:RUN is the run's, below)
         if spec.tokenizer and spec.cased:
             raise SesameError(f"--cased: --tokenizer {spec.tokenizer} has its case decided; drop --cased")
         tok = load_tokenizer(spec.tokenizer) if spec.tokenizer else \
