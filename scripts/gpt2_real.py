@@ -44,6 +44,9 @@ def main() -> None:
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--runs", default="runs/gpt2")
     parser.add_argument("--minutes", type=float, default=20.0, help="pre-training budget (wall time)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="pre-training budget in steps instead of minutes: a rerun whose model does not depend on "
+                             "the machine's load (the 2026-11-22 run's 20 minutes were 1,307 steps)")
     parser.add_argument("--lr", type=float, default=2e-4, help="fine-tuning learning rate (the foundation's gpt pick)")
     parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per setting")
     parser.add_argument("--draws", type=int, default=5, help="prompt-eval demonstration draws per k")
@@ -65,7 +68,8 @@ def main() -> None:
     pre = str(runs / "gpt2-mini")
     stage(results, "pretrain", record, lambda: sesame.pretrain(
         corpus, pre, family="gpt2", size="mini", tokenizer=str(tok_path), seq_len=512, batch_size=8,
-        lr=1e-3, warmup=0.1, dropout=0.0, max_minutes=args.minutes, max_steps=100_000, eval_every=500,
+        lr=1e-3, warmup=0.1, dropout=0.0, max_minutes=None if args.steps else args.minutes,
+        max_steps=args.steps or 100_000, eval_every=500,
         save_every=500, valid=[str(data / "wikitext2/valid.txt")], progress=False))
     stage(results, "test", record, lambda: sesame.evaluate(pre, str(data / "wikitext2/test.txt")))
     stage(results, "samples", record, lambda: {
@@ -88,11 +92,13 @@ def main() -> None:
 
 def write_markdown(results: dict, args: argparse.Namespace, path: Path) -> None:
     test, pre = results["test"], results["pretrain"]
+    budget_flag = f"--steps {args.steps}" if args.steps else f"--minutes {args.minutes:g}"
+    budget = f"{args.steps:,} steps" if args.steps else f"{args.minutes:g} minutes of wall time"
     lines = ["## Decoder: GPT-2 mini, generation and prompting (issue: Decoder family and generation)", "",
              f"Machine: {os.cpu_count()} CPU cores, {platform.machine()}; PyTorch {torch.__version__}. Reproduce with:",
-             "", "```bash", f"python scripts/gpt2_real.py --data {args.data} --runs {args.runs} --minutes {args.minutes:g}"
+             "", "```bash", f"python scripts/gpt2_real.py --data {args.data} --runs {args.runs} {budget_flag}"
              f" --lr {args.lr:g} --seeds {args.seeds} --draws {args.draws}", "```", "",
-             f"GPT-2 `mini` (4 layers × 256, pre-LayerNorm) pre-trained for {args.minutes:g} minutes of wall time on "
+             f"GPT-2 `mini` (4 layers × 256, pre-LayerNorm) pre-trained for {budget} on "
              "WikiText-2 train + the 40 Gutenberg books with a 16,000-token byte-level BPE, sequences of 512 tokens, "
              f"batch 8, peak lr 0.001 after 10% warmup, dropout 0: {pre['tokens']:,} validation tokens scored at the end.",
              "", "| WikiText-2 | perplexity | bits per byte | bits per character |", "|---|---|---|---|",
