@@ -98,7 +98,8 @@ class RecurrentDropouts:
 class PretrainSpec(RecurrentDropouts, DistilBertOptions):
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one, or a
     student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`)."""
-    corpus: list[str] = option(help="text files, folders, .jsonl, or one shard directory")
+    corpus: list[str] = option(help="text files, folders, .jsonl, .csv or .tsv (their --text-field), or one shard "
+                                    "directory")
     out: str = option(help="run directory")
     family: str = option("bert", choices=FAMILIES, help="the model family (sesame.families)")
     size: str = option("mini", choices=(*SIZES, AUTO),

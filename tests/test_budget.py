@@ -12,6 +12,11 @@ from hypothesis import strategies as st
 from sesame.budget import (MIN_STEPS, SMALLEST_BATCH, TOKENS_PER_PARAMETER, Candidate, batch_for, choose,
                            measured_candidates, sizing)
 from sesame.cli import main
+from sesame.data.shards import Shards
+from sesame.errors import SesameError
+from sesame.run import build_backbone, load_tokenizer, read_config
+from sesame.runtime import Runtime
+from sesame.specs import PretrainSpec
 
 sizing_pipeline = importlib.import_module("sesame.pipelines.sizing")
 
@@ -113,11 +118,6 @@ def test_an_explicit_size_measures_nothing(tiny_runs, tmp_path, stub_timing):
 
 
 def test_the_measurement_times_real_training_steps(tiny_runs):
-    from sesame.run import build_backbone, load_tokenizer, read_config
-    from sesame.data.shards import Shards
-    from sesame.runtime import Runtime
-    from sesame.specs import PretrainSpec
-
     pre = tiny_runs / "pre"
     config = read_config(pre, "--from")
     spec = PretrainSpec(corpus=[str(tiny_runs / "corpus.txt")], out="unused", size="tiny", seq_len=32,
@@ -125,3 +125,12 @@ def test_the_measurement_times_real_training_steps(tiny_runs):
     rate = sizing_pipeline.tokens_per_second(spec, build_backbone(config), load_tokenizer(pre), Shards(config.shards),
                                              spec.train_config(), Runtime().place(), 32)
     assert math.isfinite(rate) and rate > 0
+
+
+def test_a_broken_sizing_record_is_refused_naming_the_file(tiny_runs, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    config = json.loads((tiny_runs / "pre" / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "sizing": {"size": "tiny"}}))
+    with pytest.raises(SesameError, match=r"config.json: a broken sizing record .*; recreate the run"):
+        read_config(run, "--out")
