@@ -19,9 +19,9 @@ the command continues where an interrupted one stopped (a pre-training run cut s
 It writes a Markdown table (mean ± sd over seeds) into ``--markdown`` between its markers and a plot of accuracy
 against pre-training minutes beside it.
 
-    python benchmarks/time_to_quality.py --out runs/ttq                          # 15 and 60 minutes: about a day on 2 cores
+    python benchmarks/time_to_quality.py --out runs/ttq            # 15 and 60 minutes: days on 2 cores
     python benchmarks/time_to_quality.py --out runs/ttq-gpu --budgets 2 5 10 --device cuda
-    python benchmarks/time_to_quality.py --out /tmp/ttq --smoke                 # the plumbing, not the numbers: a minute
+    python benchmarks/time_to_quality.py --out /tmp/ttq --smoke    # the plumbing, not the numbers: minutes
 
 ``--smoke`` checks the plumbing only: tiny corpora and task files cut from the real ones, a tiny model, budgets of
 seconds and a few fine-tuning steps; its table goes to OUT/time_to_quality.md unless ``--markdown`` says otherwise.
@@ -146,8 +146,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
         settings = Settings(**{**SMOKE, "seeds": args.seeds or SMOKE["seeds"]}, device=args.device)
         corpus, chosen = smoke_inputs(data, out, chosen)
     else:
-        settings = Settings(tuple(args.budgets), tuple(None if n == ALL else int(n) for n in args.labels), args.seeds or 3,
-                            {}, {}, args.device)
+        labels = tuple(None if n == ALL else int(n) for n in args.labels)
+        settings = Settings(tuple(args.budgets), labels, args.seeds or 3, {}, {}, args.device)
     runtime = {"device": settings.device} if settings.device else {}
     record, results = open_record(out)
     missing = minilm_missing() if "minilm" in args.approaches else None
