@@ -20,7 +20,7 @@ from .options import flag_name
 from .run import RunConfig, read_config, write_config
 from .rundir import setup_killed
 from .runtime import Runtime
-from .specs import DistilSpec, FinetuneSpec, PretrainSpec, layer_pairs
+from .specs import AUTO, DistilSpec, FinetuneSpec, PretrainSpec, layer_pairs
 from .tasks.mixing import read_mixture
 from .train import TrainConfig
 from .train.checkpoint import checkpoint_dir, read_json
@@ -149,9 +149,9 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     config = read_config(spec.out, "--out", ("pretrained",))
     if config.hf and config.shards is None:  # converted (sesame convert --from-hf): pre-trained elsewhere
         raise SesameError(f"--resume: {spec.out} was converted from transformers, not pre-trained by sesame, so it "
-                          "has no training to resume; continue its pre-training in a new run: in Python, "
-                          f"sesame.pretrain(CORPUS, OUT, family={config.family!r}, base={str(spec.out)!r})")
-    recorded = {"family": config.family, "size": config.size, "objective": config.objective,
+                          f"has no training to resume; continue its pre-training in a new run: sesame pretrain --from "
+                          f"{spec.out} --corpus FILES --out NEW")
+    recorded = {"family": config.family, "size": AUTO if config.sizing else config.size, "objective": config.objective,
                 "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
                 "discriminative": config.discriminative, "base": config.base,
                 "dropout": config.model.get("dropout"), "attention_window": config.model.get("attention_window"),

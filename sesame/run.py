@@ -13,6 +13,7 @@ from pathlib import Path
 
 from torch import nn
 
+from .budget import Sizing
 from .errors import SesameError
 from .models import build_model
 from .tokenizer import TextTokenizer
@@ -52,6 +53,7 @@ class RunConfig:
     valid_shards: str | None = None
     valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
     setup: dict = field(default_factory=dict)  # what made the run that no other field records (sesame.resume.SETUP)
+    sizing: Sizing | None = None  # --size auto: the size and batch chosen, and the throughput measured
     # finetuned
     task: str | None = None
     task_options: dict = field(default_factory=dict)
@@ -94,7 +96,12 @@ class RunConfig:
         if missing or data["kind"] not in KINDS or not isinstance(data["model"], dict):
             raise SesameError(f"{where}: a broken run config (missing {', '.join(missing) or 'nothing'}, kind "
                               f"{data.get('kind')!r}); recreate the run")
-        return cls(**{**data, "version": SCHEMA_VERSION})  # version 0 has the same fields
+        sizing = data.get("sizing")
+        try:
+            sizing = Sizing.of(sizing) if isinstance(sizing, dict) else sizing
+        except TypeError:
+            raise SesameError(f"{where}: a broken sizing record {json.dumps(sizing)}; recreate the run") from None
+        return cls(**{**data, "version": SCHEMA_VERSION, "sizing": sizing})  # version 0 has the same fields
 
     def to_json(self) -> dict:
         """The JSON object written to config.json: the common fields and those of its kind, and any other

@@ -20,7 +20,7 @@ from .models import ARCHITECTURES, model_config, position_limit
 from .objectives import OBJECTIVES
 from .objectives.distillation import LOSSES, DistilBertOptions
 from .objectives.seq2seq import require_sentinels
-from .options import RATE, check_ranges, option, split_known
+from .options import RATE, check_ranges, defaults, option, split_known
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .tasks.mixing import MIXING_CAP, check_spec
@@ -44,6 +44,7 @@ SCRATCH_TRAINING = PRETRAIN_TRAINING
 # EPOCHS (BERT's 3 for large ones; 20 at most); with --max-minutes, as many as the time allows (TIMED_EPOCHS).
 MIN_STEPS, EPOCHS, TIMED_EPOCHS = 250, (3, 20), 1000
 SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
+AUTO = "auto"  # pretrain --size auto: the size a --max-minutes budget affords (sesame.budget)
 
 
 def default_epochs(steps_per_epoch: int, *, timed: bool) -> int:
@@ -97,10 +98,14 @@ class RecurrentDropouts:
 class PretrainSpec(RecurrentDropouts, DistilBertOptions):
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one, or a
     student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`)."""
-    corpus: list[str] = option(help="text files, folders, .jsonl, or one shard directory")
+    corpus: list[str] = option(help="text files, folders, .jsonl, .csv or .tsv (their --text-field), or one shard "
+                                    "directory")
     out: str = option(help="run directory")
     family: str = option("bert", choices=FAMILIES, help="the model family (sesame.families)")
-    size: str = option("mini", choices=SIZES, help="tiny, mini, small, medium or base")
+    size: str = option("mini", choices=(*SIZES, AUTO),
+                       help="tiny, mini, small, medium or base; auto: with --max-minutes, the largest size whose "
+                            "parameters x 20 (Hoffmann et al. 2022) fit the tokens this machine's measured throughput "
+                            "gives in the budget, and a batch to match (docs/pretraining.md)")
     valid: list[str] | None = option(None, help="validation text (default: the corpus's last 1%%)")
     tokenizer: str | None = option(None, help="tokenizer.json to use (default: train one on the corpus)")
     vocab_size: int = option(16000, help="size of the tokenizer trained on the way")
@@ -110,7 +115,9 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
                                                            "dropout: 0 for Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
-    text_field: str = option("text", help="the text field of .jsonl records")
+    text_field: str = option("text", help="the text field of .jsonl records, and the text column of .csv/.tsv files "
+                                          "(a task's training file: its other columns, the labels among them, are "
+                                          "never read)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")
@@ -118,8 +125,10 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
                                        "time)")
     final_seq_len: int | None = option(None, help="BERT's second phase: sequences this long for the last 10%% of "
                                                   "the budget")
-    base: str | None = option(None, cli=False, help="a pretrained run of the same family to continue (ULMFiT's "
-                                                    "target-task LM)")
+    base: str | None = option(None, flag="--from", metavar="RUN",
+                              help="continue a pretrained run on --corpus: its family, shape, tokenizer and weights "
+                                   "(continued or domain-adaptive pre-training: ULMFiT's target-task LM, Gururangan "
+                                   "et al. 2020's DAPT)")
     teacher: str | None = option(None, metavar="MODEL", help="distil a student of half its layers from this masked "
                                                             "LM (DistilBERT): a pretrained run, a transformers BERT-"
                                                             "like directory, or minilm; the family, size, tokenizer "
@@ -155,6 +164,13 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
     def objective_name(self) -> str:
         return self.objective or self.fam.objective
 
+    def given_fields(self) -> set[str]:
+        """The fields the user set: ``explicit``, else those not at their default."""
+        if self.explicit is not None:
+            return set(self.explicit)
+        unset = defaults(PretrainSpec)
+        return {name for name, value in unset.items() if getattr(self, name) != value}
+
     def train_config(self) -> TrainConfig:
         """Pre-training's TrainConfig: the short-budget rates < the family's recipe < given."""
         return training({**PRETRAIN_TRAINING, **self.fam.recipe}, self.training)
@@ -168,11 +184,22 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
         fam = self.fam
         return {**(fam.objective_options if self.objective_name == fam.objective else {}), **self.objective_options}
 
+    def _check_auto(self) -> None:
+        """``--size auto`` sizes a new model for a time budget."""
+        if self.train_config().max_minutes is None:
+            raise SesameError("--size auto: sizes the model for a time budget; give --max-minutes N, or a size ("
+                              f"{', '.join(SIZES)})")
+        if self.base:
+            raise SesameError(f"--size auto: --from {self.base} brings its own shape; drop --size")
+
     def validate(self) -> None:
         """Every check that reads no file: the family, size, objective, budget and lengths fit together, and a
         tokenizer trained on the way has the sentinels the objective's longest examples need."""
         fam = self.fam
-        get_size(self.size)
+        if self.size == AUTO:
+            self._check_auto()
+        else:
+            get_size(self.size)
         check_ranges(self)
         self.check_distillation(self.teacher)
         if self.objective_name is None:

@@ -60,7 +60,7 @@ def test_a_converted_t5_run_continues_pre_training_and_is_not_resumed(corpus, tm
         json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"])
     assert config.added_words == 0
     refused(["pretrain", "--resume", "--out", str(tmp_path / "run"), "--corpus", str(corpus), "--family", "t5"],
-            capsys, tmp_path, "--resume: ", "converted from transformers", "base=")
+            capsys, tmp_path, "--resume: ", "converted from transformers", "sesame pretrain --from")
 
 
 @pytest.mark.parametrize("model_type", ["t5", "bart"])

@@ -70,7 +70,7 @@ LABELED = [lambda p: read_rows(p, header=False), lambda p: read_columns(p, "0", 
                                                                               "pair_column": "label"})]
 CORPUS = [boundary_rule, lambda p: list(iter_pieces([p])), lambda p: list(iter_texts([p]))]
 READERS = {
-    ".csv": LABELED, ".tsv": LABELED,
+    ".csv": [*LABELED, *CORPUS], ".tsv": [*LABELED, *CORPUS],  # a corpus reads a table's text column
     ".txt": [_task("tag"), _task("tag", {"token_column": 1, "label_column": 0}), _task("tag", labeled=False),
              read_sentences, load_vectors, *CORPUS],
     ".jsonl": [*LABELED, *CORPUS, _task("multiple_choice"), _task("multiple_choice", labeled=False)],

@@ -4,7 +4,9 @@ Text arrives in pieces (one line at a time) so memory stays flat however large t
 piece tagged with its source file and its document. Where documents begin (:func:`boundary_rule`,
 decided per file by reading it once beforehand):
 
-* a JSON Lines file: one document per record;
+* a JSON Lines file: one document per record (its ``--text-field``);
+* a CSV or TSV file (a task's labeled training file): one document per row, its ``--text-field`` column, read
+  strictly by :func:`sesame.data.labeled.read_fields`; no other column, the labels among them, is read;
 * a text file with WikiText article titles, lines `` = Title = `` (exactly one ``=`` each side;
   `` = = Section = = `` lines are sections of the article, not documents): each title begins a
   document, and blank lines, which separate WikiText's paragraphs, do not;
@@ -26,15 +28,18 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..errors import SesameError
-from .labeled import TEXT_SUFFIXES, decode, json_object
+from .labeled import TEXT_SUFFIXES, decode, json_object, read_fields
 
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+TABLE_SUFFIXES = {".csv", ".tsv"}
+RECORD_SUFFIXES = JSONL_SUFFIXES | TABLE_SUFFIXES  # a document per record or row
 HEADINGS = {  # the rules by which a heading line begins a document, in order of precedence
     "wikitext titles": re.compile(r"^ ?= [^=](?:.*[^=])? = ?$"),
     "chapter headings": re.compile(r"^\s*(?:CHAPTER|Chapter) (?:[IVXLCDM]+|\d+)\b"),
 }
 BLANK_LINES = "blank lines"
 JSONL_RECORDS = "jsonl records"
+TABLE_ROWS = "table rows"
 
 
 def resolve_sources(paths: Sequence[str | Path], flag: str = "--corpus") -> list[Path]:
@@ -81,8 +86,8 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
 def boundary_rule(path: Path) -> str:
     """How ``path`` is cut into documents (the module's docstring): ``JSONL_RECORDS`` for a JSON Lines file,
     else the first rule of ``HEADINGS`` one of whose headings the file holds, else ``BLANK_LINES``."""
-    if path.suffix.lower() in JSONL_SUFFIXES:
-        return JSONL_RECORDS
+    if path.suffix.lower() in RECORD_SUFFIXES:
+        return JSONL_RECORDS if path.suffix.lower() in JSONL_SUFFIXES else TABLE_ROWS
     found = set()
     with open(path, "rb") as fh:  # bytes: invalid UTF-8 is reported, with its line, when the file is read
         for raw in fh:
@@ -111,22 +116,15 @@ def iter_pieces(files: Sequence[Path], text_field: str = "text", *, rules: Seque
     of its file in ``files`` and documents numbered across the corpus.
 
     Text files are yielded line by line with their newlines, cut into documents by their
-    :func:`boundary_rule` (``rules``, one per file, when already known); JSON Lines files give one
-    document per record, read from ``text_field``.
+    :func:`boundary_rule` (``rules``, one per file, when already known); JSON Lines and CSV/TSV files give one
+    document per record or row, its ``text_field`` (:func:`record_texts`).
     """
     doc = -1
     for source, path in enumerate(files):
-        if path.suffix.lower() in JSONL_SUFFIXES:
-            for lineno, line in decoded_lines(path):
-                if not line.strip():
-                    continue
-                record = json_object(line, f"{path}:{lineno}")
-                if not isinstance(record.get(text_field), str):
-                    raise SesameError(
-                        f"{path}:{lineno}: no string field {text_field!r}; name the field with --text-field"
-                    )
+        if path.suffix.lower() in RECORD_SUFFIXES:
+            for text in record_texts(path, text_field):
                 doc += 1
-                yield source, doc, record[text_field]
+                yield source, doc, text
         else:
             doc += 1
             for begins, line in _text_documents(path, rules[source] if rules else boundary_rule(path)):
@@ -138,8 +136,24 @@ def iter_texts(files: Sequence[Path], text_field: str = "text") -> Iterator[str]
     """The non-blank text pieces, without documents (for tokenizer and word-vector training): text files'
     lines, JSON Lines records' ``text_field``."""
     for path in files:
-        if path.suffix.lower() in JSONL_SUFFIXES:
-            texts = (text for _, _, text in iter_pieces([path], text_field))
+        if path.suffix.lower() in RECORD_SUFFIXES:
+            texts = record_texts(path, text_field)
         else:
             texts = (line for _, line in decoded_lines(path))
         yield from (text for text in texts if text.strip())
+
+
+def record_texts(path: Path, text_field: str) -> Iterator[str]:
+    """The ``text_field`` of each record of a JSON Lines file, or of each row of a CSV/TSV file (a task's training
+    file, read as :func:`sesame.data.labeled.read_fields` reads it; its other columns, labels among them, are never
+    read)."""
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        yield from (row["text"] for row in read_fields(path, {"text": (text_field, "--text-field")}))
+        return
+    for lineno, line in decoded_lines(path):
+        if not line.strip():
+            continue
+        record = json_object(line, f"{path}:{lineno}")
+        if not isinstance(record.get(text_field), str):
+            raise SesameError(f"{path}:{lineno}: no string field {text_field!r}; name the field with --text-field")
+        yield record[text_field]

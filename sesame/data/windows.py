@@ -22,7 +22,7 @@ from ..seeding import generators
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
 from ..train.trainer import micro_batches
-from .corpus import JSONL_SUFFIXES, iter_texts, resolve_sources
+from .corpus import RECORD_SUFFIXES, iter_texts, resolve_sources
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
 
 MAX_EVAL_WINDOWS = 256
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Corpus:
     """What ``--corpus`` (or ``--valid``, ``--data``) names, decided once: one prepared shard directory, or
-    text files, folders and JSON Lines files (``text_field`` of each record)."""
+    text files, folders, JSON Lines files (``text_field`` of each record) and CSV/TSV files (its ``text_field``
+    column)."""
     paths: tuple[str, ...]
     flag: str
     text_field: str = "text"
@@ -90,7 +91,7 @@ class Corpus:
             return None
         size = {"bytes": 0, "chars": 0}
         for f in resolve_sources(self.paths, self.flag):
-            texts = iter_texts([f], self.text_field) if f.suffix in JSONL_SUFFIXES else \
+            texts = iter_texts([f], self.text_field) if f.suffix.lower() in RECORD_SUFFIXES else \
                 [f.read_bytes().decode("utf-8")]
             for text in texts:
                 size["bytes"] += len(text.encode("utf-8"))

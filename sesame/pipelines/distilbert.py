@@ -19,7 +19,6 @@ from ..data.shards import Shards
 from ..data.windows import Corpus
 from ..errors import SesameError
 from ..models import TransformerConfig, model_config
-from ..options import defaults
 from ..objectives import OBJECTIVES, MaskedLM, build_objective
 from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
 from ..run import build_backbone, load_backbone, load_tokenizer, read_config
@@ -72,8 +71,7 @@ class PretrainTeacher:
     def taught(self, spec: PretrainSpec) -> PretrainSpec:
         """``spec`` as the teacher makes it: the teacher's family, the ``mlm`` objective and the student's layers
         (``--student-layers``, else one out of two); refuses what a student cannot change of its teacher."""
-        unset = defaults(PretrainSpec)
-        explicit = spec.explicit if spec.explicit is not None else {k for k, v in unset.items() if getattr(spec, k) != v}
+        explicit = spec.given_fields()
         for name, flag in TEACHERS_OWN.items():
             value = getattr(spec, name)
             if name in explicit and value is not None and value is not False:

@@ -7,8 +7,9 @@ backbone; the trainer does the rest.
 """
 from __future__ import annotations
 
+import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -23,12 +24,13 @@ from ..objectives.seq2seq import require_sentinels
 from ..resume import record_training, resumed_pretraining, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
-from ..runtime import device_of, to_device
-from ..specs import PretrainSpec
+from ..runtime import Placement, device_of, to_device
+from ..specs import AUTO, PretrainSpec
 from ..tasks import EVAL_BATCH
 from ..train import RunSettings, Trainer, TrainConfig, recipes
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
 from .distilbert import PretrainTeacher
+from .sizing import auto_size
 from .starts import Continued, NewModel, Start
 
 
@@ -43,8 +45,11 @@ def pretrain(spec: PretrainSpec) -> dict:
     resumed = from_checkpoint(spec.out, spec.resume)
     start: Start = teacher or (Continued(spec) if spec.base and not resumed else NewModel())
     check_batch(cfg)
-    with claimed_run(spec.out, "pretrained", spec.resume, lambda run: _set_up(run, spec, start, cfg)) as run:
+    with claimed_run(spec.out, "pretrained", spec.resume, lambda run: _set_up(run, spec, start, cfg, placement)
+                     ) as run:
         config = read_config(run, "--out", ("pretrained",))
+        if config.sizing:  # --size auto's batch (a resumed run's recorded choice: nothing is measured again)
+            cfg = replace(cfg, batch_size=config.sizing.batch_size)
         torch.manual_seed(cfg.seed)
         obj = build_objective(config.objective, build_backbone(config), load_tokenizer(run), config.objective_options)
         if not resumed:
@@ -61,6 +66,8 @@ def _resolved(spec: PretrainSpec) -> tuple[PretrainSpec, PretrainTeacher | None]
     any, validated."""
     if spec.resume:
         spec = resumed_pretraining(spec)
+    elif spec.base is not None and "family" not in spec.given_fields():  # --from RUN: the run's family
+        spec = replace(spec, family=read_config(spec.base, "--from", ("pretrained",)).family)
     teacher = PretrainTeacher(spec.teacher) if spec.teacher is not None else None
     if teacher is not None:
         spec = teacher.taught(spec)
@@ -68,8 +75,9 @@ def _resolved(spec: PretrainSpec) -> tuple[PretrainSpec, PretrainTeacher | None]
     return spec, teacher
 
 
-def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig) -> None:
-    """A new run's tokenizer.json, shards and config.json, after checking the corpus gives the objective enough."""
+def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, placement: Placement) -> None:
+    """A new run's tokenizer.json, shards and config.json, after checking the corpus gives the objective enough;
+    with ``--size auto``, the size (and batch) the budget affords on this machine, measured on the shards."""
     corpus = Corpus.of(spec.corpus, "--corpus", spec.text_field)
     held_out = Corpus.of(spec.valid, "--valid", spec.text_field) if spec.valid else None
     tok, file = start.tokenizer(corpus, spec)
@@ -81,6 +89,10 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig) -> No
                       none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
     shards = corpus.shards(tok, run / "shards", spec.progress)
     valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
+    sizing = auto_size(spec, tok, shards, cfg, placement) if spec.size == AUTO else None
+    if sizing is not None:
+        print(f"sesame: {sizing.line()}", file=sys.stderr, flush=True)
+        spec, cfg = replace(spec, size=sizing.size), replace(cfg, batch_size=sizing.batch_size)
     model = {**start.backbone(spec, tok),
              **spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}")}
     config = RunConfig(
@@ -89,7 +101,7 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig) -> No
         final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model, seq_len=spec.seq_len,
         discriminative=spec.discriminative, shards=str(shards.path.resolve()),
         valid_shards=str(valid.path.resolve()) if valid else None, valid_size=held_out.size() if held_out else None,
-        train=asdict(cfg), setup=setup_record(spec))
+        train=asdict(cfg), setup=setup_record(spec), sizing=sizing)
     _check_windows(config, shards, valid)
     fam.inputs.pretrained(tok)  # the run's tokenizer frames fine-tuning's inputs as the family reads them (after the
     # shards, which a tokenizer without the template may have made)
