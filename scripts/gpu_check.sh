@@ -7,7 +7,11 @@
 #      transformers' on the same GPU, config and precision (fp32, and bf16 where the GPU has it): tokens/s and
 #      peak step memory (torch.cuda.max_memory_allocated) of each side, and their ratio; then MLM and causal
 #      under torch.compile, in the fastest of those precisions;
-#   4. benchmarks/gpu_step_profile.py: wall against GPU-busy time and kernels per step, on each side.
+#   4. benchmarks/gpu_step_profile.py: wall against GPU-busy time and kernels per step, on each side;
+#   5. benchmarks/pipeline_throughput.py --device cuda: the whole `sesame pretrain` (bert, gpt, t5, electra) and
+#      `sesame finetune` against their bare steps and transformers' DataLoader + collator loop (bert, gpt), at base
+#      size and at mini with a batch that fills the GPU: tokens/s, the share of the loop spent building batches and
+#      MFU of each side (its JSON lines and table, also in OUT_DIR/pipeline_SIZE.txt), each under a time limit.
 # Usage, from the repository root:  bash scripts/gpu_check.sh [OUT_DIR]
 # Data: $SESAME_DATA (default ../shared/data) with wikitext2/ and airline/. OUT_DIR must be new or empty.
 set -uo pipefail  # each stage runs even when one before it failed (a lent GPU is scarce); see the end
@@ -49,6 +53,12 @@ check "the MLM and causal steps under torch.compile, against transformers compil
     python benchmarks/train_step.py --device cuda --precision "${precisions##* }" --compile "${precisions##* }" --which mlm clm \
     --rounds 4 --steps 5
 check "where each side's step spends its GPU and CPU time" python benchmarks/gpu_step_profile.py --rows 4
+for shape in "base 128" "mini 512"; do
+    set -- $shape  # size, batch
+    check "the whole command against its bare step and transformers' loop, $1 at batch $2 (tokens/s, batches, MFU)" \
+        bash -o pipefail -c "timeout 600 python benchmarks/pipeline_throughput.py --device cuda --size $1 \
+        --batch-size $2 --precision ${precisions##* } --workers 4 --steps 30 --json | tee '$out/pipeline_$1.txt'"
+done
 
 if [ ${#failed[@]} -gt 0 ]; then
     printf 'gpu_check: FAILED: %s\n' "${failed[@]}" >&2

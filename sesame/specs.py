@@ -115,9 +115,9 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
                                                            "dropout: 0 for Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
-    text_field: str = option("text", help="the text field of .jsonl records, and the text column of .csv/.tsv files "
-                                          "(a task's training file: its other columns, the labels among them, are "
-                                          "never read)")
+    text_field: str = option("text", help="the text field of JSON Lines records (.jsonl, .jsonl.gz, .jsonl.zst), "
+                                          "the text column of Parquet, .csv and .tsv files (a task's training file: "
+                                          "its other columns, the labels among them, are never read)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")

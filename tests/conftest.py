@@ -105,14 +105,25 @@ def minilm() -> Path:
     pytest.skip(f"the MiniLM weights are not installed (`{MINILM_INSTALL}`)")
 
 
-def onnxruntime_or_skip() -> None:
-    """The onnx extra (onnx, onnxruntime, onnxscript): absence fails under CI (which installs it), skips elsewhere."""
-    missing = [name for name in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(name) is None]
+def extra_or_skip(extra: str, *modules: str) -> None:
+    """The ``modules`` of an extra CI installs (onnx, corpora): absence fails under CI, skips elsewhere."""
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if not missing:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{', '.join(missing)} not installed; CI must install the onnx extra (pip install -e '.[onnx]')")
-    pytest.skip(f"{', '.join(missing)} not installed (pip install 'sesame-nlp[onnx]')")
+        pytest.fail(f"{', '.join(missing)} not installed; CI must install the {extra} extra (pip install -e "
+                    f"'.[{extra}]')")
+    pytest.skip(f"{', '.join(missing)} not installed (pip install 'sesame-nlp[{extra}]')")
+
+
+def onnxruntime_or_skip() -> None:
+    """The onnx extra (onnx, onnxruntime, onnxscript)."""
+    extra_or_skip("onnx", "onnx", "onnxruntime", "onnxscript")
+
+
+def corpora_or_skip() -> None:
+    """The corpora extra (zstandard, pyarrow): compressed JSON Lines and Parquet corpora."""
+    extra_or_skip("corpora", "zstandard", "pyarrow")
 
 
 def snapshot(folder: Path) -> dict[str, str]:

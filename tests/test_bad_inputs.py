@@ -6,11 +6,15 @@ fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``
 folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
 ``pickled/`` (a transformers folder whose pytorch_model.bin pickles more than tensors), ``t5`` (a random t5 run),
 ``held/`` (an empty folder) and ``setting-up/`` (a run being set up), both held as another sesame command holds its
-output; ``{unwritable}`` is a folder where no file can be created.
+output, ``cut.jsonl.gz`` and ``cut.jsonl.zst`` (downloads cut short) and ``rows.parquet`` (no ``text`` column);
+``{unwritable}`` is a folder where no file can be created.
 """
+import gzip
+import importlib.util
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +22,7 @@ import pytest
 
 from sesame.run import SETTING_UP
 
-from .conftest import NO_UNWRITABLE, refused
+from .conftest import NO_UNWRITABLE, corpora_or_skip, refused
 
 try:
     import fcntl
@@ -26,6 +30,7 @@ except ImportError:  # Windows: outputs are not locked, and the rows that need a
     fcntl = None
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CORPORA = all(importlib.util.find_spec(name) for name in ("zstandard", "pyarrow"))  # the corpora extra
 FAST = ["--max-steps", "1", "--batch-size", "8"]
 FT = ["--train", "{root}/train.csv", "--dev", "{root}/dev.csv"]
 DI = ["--student", "scratch:bert:tiny", "--unlabeled", "{root}/train.csv", "--dev", "{root}/dev.csv"]
@@ -58,6 +63,8 @@ ROWS = {
                               "{root}/afile.txt"], "--out", "is a file"),
     "prepare: no tokenizer": (["prepare", "--corpus", "{root}/corpus.txt", "--tokenizer", "{root}/empty", "--out",
                                "{root}/new"], "--tokenizer", "no tokenizer.json"),
+    "prepare: a corrupt gzip corpus": (["prepare", "--corpus", "{root}/cut.jsonl.gz", "--tokenizer", "{root}/pre",
+                                        "--out", "{root}/new"], "cut.jsonl.gz", "not a readable .gz file"),
     # pretrain
     "pretrain: over a run": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/pre", *FAST], "--out",
                              "holds a pretrained run"),
@@ -103,6 +110,11 @@ ROWS = {
                                           "continue it with --family bert"),
     "pretrain: missing corpus": (["pretrain", "--corpus", "{root}/nothing.txt", "--out", "{root}/new", *FAST],
                                  "--corpus", "nothing.txt"),
+    "pretrain: a Parquet corpus without its text column": (["pretrain", "--corpus", "{root}/rows.parquet", "--out",
+                                                            "{root}/new", *FAST], "rows.parquet", "no column 'text'",
+                                                           "--text-field"),
+    "pretrain: a cut zstd corpus": (["pretrain", "--corpus", "{root}/cut.jsonl.zst", "--out", "{root}/new", *FAST],
+                                    "cut.jsonl.zst", "not a readable .zst file"),
     "pretrain: negative budget": (["pretrain", "--corpus", "{root}/corpus.txt", "--out", "{root}/new",
                                    "--max-steps", "-3"], "--max-steps", "positive"),
     "pretrain: missing phrases": (["pretrain", "--corpus", "{root}/corpus.txt", "--masking", "phrase", "--phrases",
@@ -290,6 +302,9 @@ ROWS = {
                                               "holds other files"),
     "decontaminate: missing corpus": (["decontaminate", "--corpus", "{root}/nothing.txt", "--eval", "{root}/dev.csv"],
                                       "--corpus", "nothing.txt"),
+    "decontaminate: a compressed corpus cleaned": (["decontaminate", "--corpus", "{root}/cut.jsonl.gz", "--eval",
+                                                    "{root}/dev.csv", "--out-corpus", "{root}/new"], "--out-corpus",
+                                                   "cut.jsonl.gz is compressed or Parquet"),
     # demo
     "demo: into the user's folder": (["demo", "--out", "{root}/mine"], "--out", "holds other files"),
     "demo: into a folder another command holds": (["demo", "--out", "{root}/held"], "--out", "held",
@@ -393,6 +408,15 @@ def root(tmp_path_factory) -> Iterator[Path]:
     (root / "tasks.json").write_text(json.dumps({"name": "t", "train": str(root / "train.csv"),
                                                  "dev": str(root / "dev.csv")}))
     (root / "texts.txt").write_text("a text alone\nanother\n")
+    records = "".join(json.dumps({"text": f"document {i} of a web crawl"}) + "\n" for i in range(2000)).encode()
+    (root / "cut.jsonl.gz").write_bytes(gzip.compress(records)[:-50])  # downloads cut short
+    if CORPORA:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        import zstandard
+
+        (root / "cut.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(records)[:-50])
+        pq.write_table(pa.table({"content": ["a document"]}), root / "rows.parquet")
     (root / "object.jsonl").write_text('{"text": "fine", "label": "a"}\n{"text": "odd", "label": {"a": 1}}\n')
     (root / "nan-label.csv").write_text("text,label\nfine,positive\nodd,nan\nbad,negative\n")
     (root / "words.txt").write_text("EU\nrejects\n\nPeter\n")
@@ -458,5 +482,19 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, root, unwritable
         pytest.skip("outputs are locked where fcntl is (Linux, macOS)")
     if unwritable is None and "{unwritable}" in " ".join(argv):
         pytest.skip(NO_UNWRITABLE)
+    if any(arg.endswith((".zst", ".parquet")) for arg in argv):
+        corpora_or_skip()
     refused([a.format(root=root, unwritable=unwritable) for a in argv], capsys, root, *expected)
     assert not (root / "new").exists()
+
+
+@pytest.mark.parametrize("command", [["prepare", "--tokenizer", "{root}/pre"], ["pretrain", *FAST]])
+def test_a_corpus_whose_reader_is_not_installed_is_refused(command, root, capsys, monkeypatch):
+    """Where zstandard is not installed, a .jsonl.zst corpus is refused as bad input is, saying how to install it."""
+    (root / "web.jsonl.zst").write_bytes(b"never read")
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    argv = [command[0], "--corpus", str(root / "web.jsonl.zst"), "--out", str(root / "new"),
+            *(a.format(root=root) for a in command[1:])]
+    refused(argv, capsys, root, "web.jsonl.zst", "zstandard", "pip install 'sesame-nlp[corpora]'")
+    assert not (root / "new").exists()
+    (root / "web.jsonl.zst").unlink()

@@ -25,8 +25,9 @@ from typing import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-from ..data.corpus import JSONL_SUFFIXES, TEXT_SUFFIXES, decoded_lines, resolve_sources
-from ..data.labeled import FORMATS, json_object, read_fields, read_text
+from ..data.corpus import (JSONL_RECORDS, PARQUET_ROWS, TEXT_SUFFIXES, decoded_lines, is_plain, record_format, records,
+                           resolve_sources)
+from ..data.labeled import FORMATS, read_fields, read_text
 from ..errors import SesameError
 from ..options import option
 from ..outputs import check_dir, publish_dir
@@ -136,14 +137,9 @@ class _Index:
 def _documents(files: Sequence[Path], text_field: str) -> Iterator[tuple[Path, int | None, Iterator[str]]]:
     """``(file, record line or None, lines)`` per corpus document, as ``sesame pretrain`` splits them."""
     for path in files:
-        if path.suffix.lower() in JSONL_SUFFIXES:
-            for lineno, line in decoded_lines(path):
-                if line.strip():
-                    record = json_object(line, f"{path}:{lineno}")
-                    if not isinstance(record.get(text_field), str):
-                        raise SesameError(f"{path}:{lineno}: no string field {text_field!r}; name the field "
-                                          "with --text-field")
-                    yield path, lineno, iter([record[text_field]])
+        if record_format(path) in (JSONL_RECORDS, PARQUET_ROWS):  # (a CSV file is read as text, its rows lines)
+            for lineno, text in records(path, text_field):
+                yield path, lineno, iter([text])
         else:
             yield path, None, (line for _, line in decoded_lines(path))
 
@@ -174,6 +170,9 @@ def decontaminate(spec: DecontaminateSpec) -> dict:
     out = Path(spec.out_corpus) if spec.out_corpus else None
     if out is not None:
         check_dir(out, "--out-corpus", fix="choose a new folder")
+        if unplain := next((f for f in files if not is_plain(f)), None):
+            raise SesameError(f"--out-corpus: {unplain} is compressed or Parquet, and the clean corpus is written as "
+                              "text and .jsonl; decompress it first, or drop --out-corpus to report only")
         names = _out_names(corpus)
     index = _Index(n, [read_eval(e) for e in spec.evals])
     hits: dict[tuple[int, int], tuple[str, str]] = {}  # (set, example) → (first n-gram, document)

@@ -11,7 +11,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                        "titles, chapter headings, blank lines, JSON Lines records)")
     p.add_argument("--corpus", nargs="+", required=True)
     p.add_argument("--tokenizer", required=True, help="tokenizer.json, or a run directory holding one")
-    p.add_argument("--text-field", default="text")
+    p.add_argument("--text-field", default="text", help="the text field of JSON Lines records, the text column of "
+                   "Parquet files")
     p.add_argument("--out", required=True, help="shard directory")
     p.set_defaults(run=run)
 

@@ -10,11 +10,11 @@ Layout of a shard directory::
     sources.bin          int32 index of each document's source file in meta.json's ``sources``
 
 Documents are cut as :mod:`sesame.data.corpus` says (WikiText titles, chapter headings, blank lines,
-JSON Lines records), by the rule meta.json's ``boundaries`` records per source; a document with no
+JSON Lines records, compressed or not, Parquet rows), by the rule meta.json's ``boundaries`` records per source; a document with no
 tokens is left out. Shards of format 1 (before documents were cut inside files or remembered their
 file) are still read: there every document counts as a source file of its own, as then.
 
-Preparation streams: text is read a line at a time, tokenized in batches (the ``tokenizers``
+Preparation streams: text is read a line (or record) at a time, tokenized in batches (the ``tokenizers``
 library spreads a batch over all cores, in a thread so that reading and writing go on meanwhile)
 and appended to disk, so peak memory does not grow with the corpus. Re-running on unchanged inputs with the
 same tokenizer and the same format (hence the same document rules) reuses the directory; else it is rebuilt.
@@ -37,7 +37,7 @@ from ..errors import SesameError
 from ..outputs import check_dir, make_dir, publish_dir
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import temporary_dir
-from .corpus import boundary_rule, fingerprint, iter_pieces
+from .corpus import boundary_rule, fingerprint, is_plain, iter_pieces
 
 FORMAT = "sesame-shards/2"
 READABLE = ("sesame-shards/1", FORMAT)  # format 1: no sources.bin, documents were whole files or records
@@ -124,7 +124,8 @@ def prepare_corpus(files: Sequence[Path], tokenizer: TextTokenizer, out: str | P
     tmp = temporary_dir(out.parent, f".{out.name}.")
     dtype = np.dtype(np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32)
     writer = _Writer(tmp, dtype, tokenizer.specials.sep)
-    total_bytes = sum(f.stat().st_size for f in files)
+    # the text's bytes, which the files' sizes are unless a file is compressed (or Parquet): then no total
+    total_bytes = sum(f.stat().st_size for f in files) if all(map(is_plain, files)) else None
     bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
     current = None  # (source, document) being written
 

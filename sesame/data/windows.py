@@ -22,7 +22,7 @@ from ..seeding import generators
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
 from ..train.trainer import micro_batches
-from .corpus import RECORD_SUFFIXES, iter_texts, resolve_sources
+from .corpus import iter_texts, record_format, resolve_sources
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
 
 MAX_EVAL_WINDOWS = 256
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Corpus:
     """What ``--corpus`` (or ``--valid``, ``--data``) names, decided once: one prepared shard directory, or
-    text files, folders, JSON Lines files (``text_field`` of each record) and CSV/TSV files (its ``text_field``
-    column)."""
+    text files, folders and files of records: JSON Lines (compressed or not), CSV/TSV and Parquet (``text_field`` of
+    each record, row's column)."""
     paths: tuple[str, ...]
     flag: str
     text_field: str = "text"
@@ -85,13 +85,13 @@ class Corpus:
         return Shards(self.shard_dir)
 
     def size(self) -> dict | None:
-        """The UTF-8 bytes and the characters of the text (of JSONL files, their text fields), which bits per
+        """The UTF-8 bytes and the characters of the text (of files of records, their text fields), which bits per
         byte and per character divide by; None for a shard directory, whose text is gone."""
         if self.shard_dir is not None:
             return None
         size = {"bytes": 0, "chars": 0}
         for f in resolve_sources(self.paths, self.flag):
-            texts = iter_texts([f], self.text_field) if f.suffix.lower() in RECORD_SUFFIXES else \
+            texts = iter_texts([f], self.text_field) if record_format(f) else \
                 [f.read_bytes().decode("utf-8")]
             for text in texts:
                 size["bytes"] += len(text.encode("utf-8"))
