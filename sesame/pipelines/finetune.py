@@ -24,6 +24,7 @@ from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
 from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
+from ..models.additions import Additions, inserted_names
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
@@ -128,17 +129,18 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
     data.job.check_model(config.model)
     data.for_family(fam)  # the task options left to the family, recorded below
     recipe = spec.recipe.with_defaults(fam.finetune_recipe)
-    recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
+    techniques = recipe.techniques()
+    techniques.configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
     _word_vectors(config, recipe, source)
     positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
     if positions is not None and spec.max_length > positions:
         raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
     return Plan(RunConfig(
         kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
-        pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length, select=data.select,
-        hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev, mixture=data.record(),
-        epochs=spec.epochs, batching=spec.batching, train=_as_given(cfg, spec),
-        setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
+        pooling=pooling, model=config.model, additions=techniques.insert(Additions()), base=spec.base,
+        max_length=spec.max_length, select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train,
+        dev_file=spec.dev, mixture=data.record(), epochs=spec.epochs, batching=spec.batching,
+        train=_as_given(cfg, spec), setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
 
 
 def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer
@@ -391,7 +393,7 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
             words = getattr(target.embed, "tokens", None) if extractor and part == "backbone" else None
             if words is not None:  # CoVe: the task model's own embedding starts as the MT-LSTM's word vectors
                 model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
-            missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
+            missing = sorted(set(loaded.missing_keys) - inserted_names(target))
             if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
                 raise SesameError(f"{flag} {run}: its {part} does not fit this model (missing {missing[:3]}, "
                                   f"unexpected {loaded.unexpected_keys[:3]})")
