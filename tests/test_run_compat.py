@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import sesame
@@ -180,3 +181,18 @@ def test_an_old_adapter_run_exports_to_onnx_and_the_export_predicts_the_same(tmp
     assert [p["label"] for p in predictions] == [p["label"] for p in expected["adapters"]["predictions"]]
     assert all(abs(p["probabilities"][label] - e["probabilities"][label]) <= 1e-4  # ONNX's fp32 kernels
                for p, e in zip(predictions, expected["adapters"]["predictions"]) for label in e["probabilities"])
+
+
+@pytest.mark.parametrize("recipe, additions", [({"adapters": 4}, Additions(adapter_size=4)), ({}, Additions())],
+                         ids=["adapters again", "none"])
+def test_an_old_adapter_run_can_be_fine_tuned_from_with_its_adapters_or_without(tmp_path, recipe, additions):
+    """Inserted again, the run's adapters start from its weights; not, they are left behind (the code of issue 34's
+    start refused that run, having written config.json) and the backbone starts from the rest of its weights."""
+    out = tmp_path / "tuned"
+    sesame.finetune(base=str(ADAPTERS), train=str(TRAIN_CSV), dev=str(DEV_CSV), out=str(out), task="classify",
+                    max_length=32, batch_size=8, max_steps=1, lr=1e-9, progress=False, **recipe)
+    assert sesame.load(out).config.additions == additions
+    old, new = load_file(ADAPTERS / "model.safetensors"), load_file(out / "model.safetensors")
+    assert {k for k in old if k.startswith("backbone.") and (recipe or ".adapter." not in k)} == \
+        {k for k in new if k.startswith("backbone.")}
+    assert all(torch.allclose(new[k], old[k], atol=1e-6) for k in new if k.startswith("backbone."))

@@ -85,8 +85,8 @@ def takes_additions(config: object) -> bool:
     return isinstance(config, TransformerConfig)
 
 
-def inserted_names(module: nn.Module) -> set[str]:
-    """The state-dict names of the adapters and scalar mixes in ``module`` (ELMo's too): what weights saved
-    without them lack."""
-    return {f"{name}.{p}".lstrip(".") for name, m in module.named_modules() if isinstance(m, (Adapter, ScalarMix))
-            for p, _ in m.named_parameters()}
+def inserted(name: str) -> bool:
+    """Whether the state-dict name ``name`` is a parameter of an adapter or a scalar mix (ELMo's too), which
+    weights saved without them lack and a model without them leaves behind."""
+    parts = name.split(".")
+    return parts[-3:-2] == ["adapter"] or parts[-2:-1] == ["mix"]

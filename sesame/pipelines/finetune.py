@@ -24,7 +24,7 @@ from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
 from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
-from ..models.additions import Additions, inserted_names
+from ..models.additions import Additions, inserted
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
@@ -376,8 +376,9 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
     """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind; an ELMo or
     CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
     and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
-    Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
-    new embedding rows (:mod:`sesame.inputs`)."""
+    Adapters and a scalar mix the recipe inserts keep their fresh initialisation, and those of a run fine-tuned
+    with them are left behind unless inserted again; GPT's input tokens get new embedding rows
+    (:mod:`sesame.inputs`)."""
     weights = load_weights(run / "model.safetensors")
     # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
     extractor = getattr(model.backbone, "features", None) is not None and \
@@ -393,10 +394,11 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
             words = getattr(target.embed, "tokens", None) if extractor and part == "backbone" else None
             if words is not None:  # CoVe: the task model's own embedding starts as the MT-LSTM's word vectors
                 model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
-            missing = sorted(set(loaded.missing_keys) - inserted_names(target))
-            if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
+            missing = [k for k in loaded.missing_keys if not inserted(k)]
+            unexpected = [k for k in loaded.unexpected_keys if not inserted(k)]
+            if missing or unexpected:  # only what recipes insert may be new, or left behind
                 raise SesameError(f"{flag} {run}: its {part} does not fit this model (missing {missing[:3]}, "
-                                  f"unexpected {loaded.unexpected_keys[:3]})")
+                                  f"unexpected {unexpected[:3]})")
 
 
 def _embed_vectors(backbone: torch.nn.Module, path: str, tok: TextTokenizer) -> float:
