@@ -4,7 +4,9 @@
 :class:`Technique` objects the fine-tuning pipeline drives without knowing which they are: ULMFiT's
 discriminative rates and gradual unfreezing (Howard & Ruder 2018, §3.2) over a model's layer groups;
 training only adapters (Houlsby et al. 2019, §2.1) or only a scalar mix over frozen features (Peters et
-al. 2018, eq. 1); GPT's auxiliary LM loss (Radford et al. 2018, eq. 5, :mod:`sesame.train.auxiliary_lm`).
+al. 2018, eq. 1), modules the technique inserts into the built backbone (:mod:`sesame.models.additions`, recorded
+as config.json's ``additions``, not in the backbone's configuration); GPT's auxiliary LM loss (Radford et al. 2018,
+eq. 5, :mod:`sesame.train.auxiliary_lm`).
 Slanted triangular rates live with the other schedules, in :mod:`sesame.train.optim`.
 
 Layer groups run bottom to top: the backbone's embeddings, one group per Transformer or recurrent
