@@ -136,11 +136,10 @@ def _additions(data: dict, where: str) -> tuple[dict, Additions]:
     if "adapter_size" in model:  # only a Transformer stack's config had it (ELMo's own scalar_mix stays)
         return model, Additions(adapter_size=model.pop("adapter_size"), scalar_mix=model.pop("scalar_mix", False))
     recorded = data.get("additions", {})
-    known = {f.name for f in fields(Additions)}
-    if not isinstance(recorded, dict) or not set(recorded) <= known:
-        raise SesameError(f"{where}: additions {json.dumps(recorded)}: an object of {', '.join(sorted(known))} is "
-                          "expected; recreate the run")
-    return model, Additions(**recorded)
+    try:
+        return model, Additions(**recorded)
+    except TypeError:
+        raise SesameError(f"{where}: a broken additions record {json.dumps(recorded)}; recreate the run") from None
 
 
 SETTING_UP = ".setting-up" + TEMPORARY  # in a new run directory until its config.json is written (then a leftover)

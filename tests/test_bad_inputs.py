@@ -343,7 +343,7 @@ ROWS = {
     "evaluate: config.json not UTF-8": (["evaluate", "--model", "{root}/latin1-run", "--data", "{root}/corpus.txt"],
                                         "config.json", "not UTF-8"),
     "evaluate: config.json's additions garbled": (["evaluate", "--model", "{root}/garbled-additions", "--data",
-                                                   "{root}/dev.csv"], "config.json", "additions [4]"),
+                                                   "{root}/dev.csv"], "config.json", "broken additions record [4]"),
     "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
                                     "latin1.csv:3", "UTF-8"),
     "generate: a folder of prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/empty"],
