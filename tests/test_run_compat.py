@@ -3,8 +3,9 @@
 tests/fixtures/runs/ holds a tiny pre-trained BERT and a classifier fine-tuned from it, written by the code
 of the commit named in tests/fixtures/expected.json (before config.json became a typed, versioned schema),
 with what that code computed from them; and two classifiers whose recipes inserted adapters and a scalar mix,
-written when the stack's config recorded those (tests/fixtures/make_recipe_runs.py, expected_recipes.json). Their config.json files are kept byte for byte as that code wrote
-them, but for their paths, made relative to the repository; tests/fixtures/make_runs.py is the record of how they were made. Do not
+written when the stack's config recorded those (tests/fixtures/make_recipe_runs.py, expected_recipes.json). Their
+config.json files are kept byte for byte as that code wrote them, but for their paths, made relative to the
+repository; tests/fixtures/make_runs.py and make_recipe_runs.py are the record of how they were made. Do not
 regenerate them to make this test pass: a failure here means the current code reads old runs differently.
 """
 from __future__ import annotations
@@ -156,8 +157,8 @@ def test_an_xlnet_run_from_before_the_tanh_gelu_loads_and_resumes_with_exact_gel
     assert load_backbone(run).feed_forward[0].activation.approximate == "none"
 
 
-@pytest.mark.parametrize("run, additions", [(ADAPTERS, Additions(adapter_size=4)), (FEATURES, Additions(scalar_mix=True))],
-                         ids=["adapters", "features"])
+@pytest.mark.parametrize("run, additions", [(ADAPTERS, Additions(adapter_size=4)),
+                                            (FEATURES, Additions(scalar_mix=True))], ids=["adapters", "features"])
 def test_an_old_run_whose_stack_config_held_its_adapters_or_mix_predicts_the_same(run, additions):
     """Before issue 34 a fine-tuned run's ``model`` recorded what its recipe inserted (``adapter_size``,
     ``scalar_mix``): read now, they are the run's ``additions``, inserted under the names the run saved (the load is
@@ -169,9 +170,9 @@ def test_an_old_run_whose_stack_config_held_its_adapters_or_mix_predicts_the_sam
     assert_close(predictor.predict(expected["texts"]), expected[run.name]["predictions"], run.name)
     assert_close(sesame.evaluate(str(run), str(DEV_CSV)), expected[run.name]["dev"], run.name)
     additions.insert(predictor.model.backbone)  # fresh adapters or mix in place of the trained ones
-    fresh = predictor.predict(expected["texts"])
+    fresh = zip(predictor.predict(expected["texts"]), expected[run.name]["predictions"])
     assert max(abs(p["probabilities"][label] - e["probabilities"][label])
-               for p, e in zip(fresh, expected[run.name]["predictions"]) for label in e["probabilities"]) > 10 * TOLERANCE
+               for p, e in fresh for label in e["probabilities"]) > 10 * TOLERANCE
 
 
 def test_an_old_adapter_run_exports_to_onnx_and_the_export_predicts_the_same(tmp_path):
@@ -186,8 +187,8 @@ def test_an_old_adapter_run_exports_to_onnx_and_the_export_predicts_the_same(tmp
 @pytest.mark.parametrize("recipe, additions", [({"adapters": 4}, Additions(adapter_size=4)), ({}, Additions())],
                          ids=["adapters again", "none"])
 def test_an_old_adapter_run_can_be_fine_tuned_from_with_its_adapters_or_without(tmp_path, recipe, additions):
-    """Inserted again, the run's adapters start from its weights; not, they are left behind (the code of issue 34's
-    start refused that run, having written config.json) and the backbone starts from the rest of its weights."""
+    """Inserted again, the run's adapters start from its weights; not, they are left behind (the code that wrote the
+    run refused that, after writing the new run's config.json) and the backbone starts from the rest of its weights."""
     out = tmp_path / "tuned"
     sesame.finetune(base=str(ADAPTERS), train=str(TRAIN_CSV), dev=str(DEV_CSV), out=str(out), task="classify",
                     max_length=32, batch_size=8, max_steps=1, lr=1e-9, progress=False, **recipe)
