@@ -8,7 +8,7 @@ pipelines, applications) reads a run through here; claiming a directory for a ne
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from torch import nn
@@ -16,6 +16,7 @@ from torch import nn
 from .budget import Sizing
 from .errors import SesameError
 from .models import build_model
+from .models.additions import Additions
 from .tokenizer import TextTokenizer
 from .train.checkpoint import TEMPORARY, load_weights, read_json, write_json
 from .version import __version__
@@ -27,12 +28,14 @@ KINDS = ("pretrained", "finetuned")
 @dataclass(kw_only=True)
 class RunConfig:
     """A run's ``config.json``, read and checked once (:meth:`read`). Common to every run: its kind, family,
-    size, backbone configuration (``model``, rebuilt by :func:`sesame.models.build_model`) and pooling;
-    then the fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
+    size, backbone configuration (``model``, rebuilt by :func:`sesame.models.build_model`), what a fine-tuning
+    recipe inserted into the backbone (``additions``, inserted again by :func:`build_backbone`) and pooling; then the
+    fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
     transformers (``hf``, what exports it back)."""
     kind: str
     family: str
     model: dict
+    additions: Additions = field(default_factory=Additions)
     size: str | None = None
     pooling: str | None = None
     base: str | None = None  # the run or model it started from
@@ -101,13 +104,15 @@ class RunConfig:
             sizing = Sizing.of(sizing) if isinstance(sizing, dict) else sizing
         except TypeError:
             raise SesameError(f"{where}: a broken sizing record {json.dumps(sizing)}; recreate the run") from None
-        return cls(**{**data, "version": SCHEMA_VERSION, "sizing": sizing})  # version 0 has the same fields
+        model, additions = _additions(data, where)  # version 0 has the same fields
+        return cls(**{**data, "model": model, "additions": additions, "version": SCHEMA_VERSION, "sizing": sizing})
 
     def to_json(self) -> dict:
         """The JSON object written to config.json: the common fields and those of its kind, and any other
         field that is not at its default."""
         always = SECTIONS["common"] | SECTIONS[self.kind]
         unset = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(self)}
+        unset = {k: asdict(v) if is_dataclass(v) else v for k, v in unset.items()}
         return {k: v for k, v in asdict(self).items() if k in always or v != unset[k]}
 
     @property
@@ -121,6 +126,20 @@ SECTIONS = {
                    "discriminative", "shards", "valid_shards", "valid_size"},
     "finetuned": {"task", "task_options", "select", "max_length", "recipe", "epochs", "train_file", "dev_file"},
 }
+
+
+def _additions(data: dict, where: str) -> tuple[dict, Additions]:
+    """The backbone configuration and the :class:`Additions` of config.json's object ``data``. Before issue 34 a
+    Transformer stack's configuration recorded them itself (``adapter_size``, ``scalar_mix``); such a run's are
+    moved out of it. ``where`` names the file in errors."""
+    model = dict(data["model"])
+    if "adapter_size" in model:  # only a Transformer stack's config had it (ELMo's own scalar_mix stays)
+        return model, Additions(adapter_size=model.pop("adapter_size"), scalar_mix=model.pop("scalar_mix", False))
+    recorded = data.get("additions", {})
+    try:
+        return model, Additions(**recorded)
+    except TypeError:
+        raise SesameError(f"{where}: a broken additions record {json.dumps(recorded)}; recreate the run") from None
 
 
 SETTING_UP = ".setting-up" + TEMPORARY  # in a new run directory until its config.json is written (then a leftover)
@@ -153,8 +172,9 @@ def write_config(run: Path, config: RunConfig) -> None:
 
 
 def build_backbone(config: RunConfig) -> nn.Module:
-    """The backbone a run's config.json describes (:func:`sesame.models.build_model`), without weights."""
-    return build_model(config.model)
+    """The backbone a run's config.json describes (:func:`sesame.models.build_model`) with its ``additions`` inserted
+    (:mod:`sesame.models.additions`), without weights."""
+    return config.additions.insert(build_model(config.model))
 
 
 def load_backbone(run: str | Path, flag: str = "--model") -> nn.Module:

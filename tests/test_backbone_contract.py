@@ -20,6 +20,7 @@ from torch import nn
 
 from sesame.models import (ARCHITECTURES, CoveConfig, ElmoConfig, EncoderDecoderConfig, RecurrentConfig,
                            TransformerConfig, XLNetConfig, build_model, model_config, position_limit)
+from sesame.models.additions import Additions, takes_additions
 from sesame.models.encoder_decoder import STYLES
 from sesame.train.checkpoint import load_weights, save_weights
 
@@ -338,3 +339,42 @@ def test_sequences_are_read_up_to_the_position_limit(case):
         if limit is not None:
             with pytest.raises(ValueError, match="max_positions"):
                 states(model, ids_of((1, limit + 1)))
+
+
+# -- what fine-tuning recipes insert into a Transformer stack (sesame.models.additions) -----------------------------
+STACKS = pytest.mark.parametrize("case", [c for c in CASES if takes_additions(c.config)], ids=lambda c: c.name)
+ADAPTERS_AND_MIX = Additions(adapter_size=4, scalar_mix=True)
+
+
+@STACKS
+def test_inserted_adapters_and_mix_have_the_names_runs_saved_with_them_hold(case):
+    """Until issue 34 the stack's config carried ``adapter_size`` and ``scalar_mix`` and built them itself; inserted
+    into a built stack, they take the names (and shapes) that code gave them (recorded as "NAME with additions"), and
+    a layer group each (the adapters their sublayer's, the mix the top layer's)."""
+    assert not {"adapter_size", "scalar_mix"} & set(case.config.to_dict())  # the stack's config knows nothing of them
+    model = ADAPTERS_AND_MIX.insert(case.build())
+    names = {name: list(t.shape) for name, t in model.state_dict().items()}
+    assert names == json.loads(NAMES.read_text())[f"{case.name} with additions"]
+    grouped = [id(p) for group in model.layer_modules() for module in group if module is not None
+               for p in module.parameters()]
+    assert sorted(grouped) == sorted(id(p) for p in model.parameters())
+
+
+@STACKS
+def test_adapters_start_near_the_identity_and_a_mix_as_the_layers_mean(case):
+    """Houlsby et al. (2019, §2.1): the adapted stack starts as (nearly) the stack it was inserted into; ELMo's mix
+    (Peters et al. 2018, eq. 1) starts at s = 0, γ = 1: the mean of the embeddings and every layer."""
+    plain, ids = case.build(), ids_of((2, LENGTH))
+    adapted = Additions(adapter_size=4).insert(case.build())
+    mixed = Additions(scalar_mix=True).insert(case.build())
+    with torch.no_grad():
+        before, after = states(plain, ids), states(adapted, ids)
+        assert (before - after).abs().max() < 1e-3 and not torch.equal(before, after)
+        layers = all_layers(plain, ids)
+        torch.testing.assert_close(states(mixed, ids), sum(layers) / len(layers), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not takes_additions(c.config)], ids=lambda c: c.name)
+def test_backbones_without_transformer_stacks_refuse_insertions(case):
+    with pytest.raises(ValueError, match="join Transformer stacks"):
+        ADAPTERS_AND_MIX.insert(case.build())

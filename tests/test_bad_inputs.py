@@ -1,9 +1,10 @@
 """Bad input to every command: exit status 2, one line on stderr that names the flag or file, no traceback, and
 every existing file (the committed fixture runs, copied here, and the data beside them) byte-identical.
 
-Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre`` and ``clf`` (the
-fixture runs of tests/fixtures/runs), ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a
-folder is expected), ``mine/`` (a folder of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
+Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre``, ``clf`` and
+``adapters`` (fixture runs of tests/fixtures/runs; ``garbled-additions``: ``clf`` with broken additions),
+``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a folder is expected), ``mine/`` (a folder
+of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
 ``pickled/`` (a transformers folder whose pytorch_model.bin pickles more than tensors), ``t5`` (a random t5 run),
 ``held/`` (an empty folder) and ``setting-up/`` (a run being set up), both held as another sesame command holds its
 output, ``cut.jsonl.gz`` and ``cut.jsonl.zst`` (downloads cut short) and ``rows.parquet`` (no ``text`` column);
@@ -268,6 +269,8 @@ ROWS = {
                                                 "pickled/pytorch_model.bin", "convert it to safetensors"),
     "convert: generator without import": (["convert", "--to-hf", "{root}/pre", "--generator", "{root}/pre", "--out",
                                            "{root}/new"], "--generator"),
+    "convert: a run with adapters": (["convert", "--to-hf", "{root}/adapters", "--out", "{root}/new"], "--to-hf",
+                                     "adapters", "export the run it was fine-tuned from"),
     # generate
     "generate: missing prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/nothing.txt"],
                                   "--prompts", "nothing.txt"),
@@ -339,6 +342,8 @@ ROWS = {
                                     "model.safetensors"),
     "evaluate: config.json not UTF-8": (["evaluate", "--model", "{root}/latin1-run", "--data", "{root}/corpus.txt"],
                                         "config.json", "not UTF-8"),
+    "evaluate: config.json's additions garbled": (["evaluate", "--model", "{root}/garbled-additions", "--data",
+                                                   "{root}/dev.csv"], "config.json", "broken additions record [4]"),
     "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
                                     "latin1.csv:3", "UTF-8"),
     "generate: a folder of prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/empty"],
@@ -374,6 +379,12 @@ def root(tmp_path_factory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("bad_inputs")
     shutil.copytree(FIXTURES / "runs" / "pretrained", root / "pre")
     shutil.copytree(FIXTURES / "runs" / "classifier", root / "clf")
+    shutil.copytree(FIXTURES / "runs" / "adapters", root / "adapters")
+    shutil.copytree(root / "clf", root / "garbled-additions")
+    config = root / "garbled-additions" / "config.json"
+    written = json.loads(config.read_text())
+    model = {k: v for k, v in written["model"].items() if k not in ("adapter_size", "scalar_mix")}  # today's layout
+    config.write_text(json.dumps({**written, "model": model, "additions": [4]}))
     shutil.copy(FIXTURES / "data" / "eval.txt", root / "corpus.txt")
     for name in ("train.csv", "dev.csv"):
         shutil.copy(FIXTURES / "data" / name, root / name)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from sesame.models.additions import Additions
 from sesame.models.caches import KVCache
 from sesame.models.encoder_decoder import (STYLES, EncoderDecoder, EncoderDecoderConfig, RelativePositionBias,
                                            relative_buckets)
@@ -175,7 +176,10 @@ def test_a_checkpoint_with_an_output_bias_is_refused():
 
 
 def test_xavier_draws_the_stacks_linear_weights_and_nothing_else():
-    normal, xavier = model("bart", adapter_size=4), model("bart", adapter_size=4, weight_init="xavier")
+    normal, xavier = model("bart"), model("bart", weight_init="xavier")
+    for adapted in (normal, xavier):
+        torch.manual_seed(1)
+        Additions(adapter_size=4).insert(adapted)
     for weight, fans in ((xavier.encoder.attention[0].qkv.weight, 32 + 96),
                          (xavier.decoder.cross_attention[1].out.weight, 32 + 32),
                          (xavier.decoder.feed_forward[1].inp.weight, 32 + 64)):

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from sesame.models import Transformer, TransformerConfig
+from sesame.models.additions import Additions
 from sesame.tasks.classify import SequenceModel
 from sesame.train.optim import adamw, slanted_triangular
 from sesame.train.recipes import discriminative_param_groups, gradual_unfreezing, layer_groups, train_only
@@ -25,11 +26,11 @@ CONFIGS = {
 }
 
 
-def classifier(**config) -> SequenceModel:
+def classifier(additions: Additions = Additions(), **config) -> SequenceModel:
     torch.manual_seed(0)
     backbone = Transformer(TransformerConfig(vocab_size=100, hidden=32, layers=LAYERS, heads=2, intermediate=64,
                                              **config))
-    return SequenceModel(backbone, 3, "cls")
+    return SequenceModel(additions.insert(backbone), 3, "cls")
 
 
 def ids(*modules: nn.Module | None) -> set[int]:
@@ -189,7 +190,7 @@ def test_adapters_start_near_the_identity_and_train_alone_with_norms_and_head():
     """Houlsby et al. 2019: the adapted network starts as the pre-trained one; only adapters, LayerNorms
     and the head train."""
     plain = classifier().eval()
-    adapted = classifier(adapter_size=4).eval()
+    adapted = classifier(Additions(adapter_size=4)).eval()
     adapted.load_state_dict(plain.state_dict(), strict=False)  # the same pre-trained weights
     batch = {"ids": torch.randint(5, 100, (2, 9)), "padding": torch.ones(2, 9, dtype=torch.bool)}
     hidden = [m.backbone(batch["ids"]) for m in (plain, adapted)]
@@ -204,7 +205,7 @@ def test_adapters_start_near_the_identity_and_train_alone_with_norms_and_head():
 
 def test_scalar_mix_is_gamma_times_softmax_weighted_layers_and_only_it_trains():
     """ELMo (Peters et al. 2018, eq. 1) over a frozen backbone."""
-    model = classifier(scalar_mix=True).eval()
+    model = classifier(Additions(scalar_mix=True)).eval()
     mix = model.backbone.mix
     with torch.no_grad():
         mix.scalars.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))

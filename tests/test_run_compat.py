@@ -2,8 +2,10 @@
 
 tests/fixtures/runs/ holds a tiny pre-trained BERT and a classifier fine-tuned from it, written by the code
 of the commit named in tests/fixtures/expected.json (before config.json became a typed, versioned schema),
-with what that code computed from them. Their config.json files are kept byte for byte as that code wrote
-them, but for their paths, made relative to the repository; tests/fixtures/make_runs.py is the record of how they were made. Do not
+with what that code computed from them; and two classifiers whose recipes inserted adapters and a scalar mix,
+written when the stack's config recorded those (tests/fixtures/make_recipe_runs.py, expected_recipes.json). Their
+config.json files are kept byte for byte as that code wrote them, but for their paths, made relative to the
+repository; tests/fixtures/make_runs.py and make_recipe_runs.py are the record of how they were made. Do not
 regenerate them to make this test pass: a failure here means the current code reads old runs differently.
 """
 from __future__ import annotations
@@ -13,22 +15,27 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import sesame
 from sesame.cli import main
+from sesame.models.additions import Additions
 from sesame.run import load_backbone
 
 from .conftest import documents, sentences
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PRETRAINED, CLASSIFIER = FIXTURES / "runs" / "pretrained", FIXTURES / "runs" / "classifier"
+ADAPTERS, FEATURES = FIXTURES / "runs" / "adapters", FIXTURES / "runs" / "features"
 TRAIN_CSV, DEV_CSV, EVAL_TXT = (FIXTURES / "data" / name for name in ("train.csv", "dev.csv", "eval.txt"))
 TOLERANCE = 1e-5
 # config.json as the pre-refactor code wrote it: these fixtures must not be rewritten in a newer format
 CONFIG_SHA256 = {
     PRETRAINED: "49b3405fc56fa32a9f99b7781ef252754dedd01530e251d5c7661a563f7484ec",
     CLASSIFIER: "91c64c563c11fc3dc5429cbfc3b1621c3c121aac0e60a83bd09fd976cae768e1",
+    ADAPTERS: "ad4cf09940a91c34c95712bbe0e23d1a21ef1954cd46a0820f70e3f41f7eaea6",
+    FEATURES: "2a18c90a407e8e280083aeda6985a5b9912037dd55cbcfa68a1973164596e985",
 }
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -148,3 +155,45 @@ def test_an_xlnet_run_from_before_the_tanh_gelu_loads_and_resumes_with_exact_gel
     assert main(flags + ["--max-steps", "2", "--out", str(run), "--resume"]) == 0
     assert json.loads((run / "config.json").read_text())["model"].get("activation") == recorded
     assert load_backbone(run).feed_forward[0].activation.approximate == "none"
+
+
+@pytest.mark.parametrize("run, additions", [(ADAPTERS, Additions(adapter_size=4)),
+                                            (FEATURES, Additions(scalar_mix=True))], ids=["adapters", "features"])
+def test_an_old_run_whose_stack_config_held_its_adapters_or_mix_predicts_the_same(run, additions):
+    """Before issue 34 a fine-tuned run's ``model`` recorded what its recipe inserted (``adapter_size``,
+    ``scalar_mix``): read now, they are the run's ``additions``, inserted under the names the run saved (the load is
+    strict), and it predicts and evaluates as the code that wrote it did. The test can tell: fresh modules in their
+    place move the probabilities by more than its tolerance."""
+    expected = json.loads((FIXTURES / "expected_recipes.json").read_text())
+    predictor = sesame.load(run)
+    assert predictor.config.additions == additions and "adapter_size" not in predictor.config.model
+    assert_close(predictor.predict(expected["texts"]), expected[run.name]["predictions"], run.name)
+    assert_close(sesame.evaluate(str(run), str(DEV_CSV)), expected[run.name]["dev"], run.name)
+    additions.insert(predictor.model.backbone)  # fresh adapters or mix in place of the trained ones
+    fresh = zip(predictor.predict(expected["texts"]), expected[run.name]["predictions"])
+    assert max(abs(p["probabilities"][label] - e["probabilities"][label])
+               for p, e in fresh for label in e["probabilities"]) > 10 * TOLERANCE
+
+
+def test_an_old_adapter_run_exports_to_onnx_and_the_export_predicts_the_same(tmp_path):
+    expected = json.loads((FIXTURES / "expected_recipes.json").read_text())
+    assert main(["--no-progress", "export", "--model", str(ADAPTERS), "--out", str(tmp_path / "export")]) == 0
+    predictions = sesame.load(tmp_path / "export").predict(expected["texts"])
+    assert [p["label"] for p in predictions] == [p["label"] for p in expected["adapters"]["predictions"]]
+    assert all(abs(p["probabilities"][label] - e["probabilities"][label]) <= 1e-4  # ONNX's fp32 kernels
+               for p, e in zip(predictions, expected["adapters"]["predictions"]) for label in e["probabilities"])
+
+
+@pytest.mark.parametrize("recipe, additions", [({"adapters": 4}, Additions(adapter_size=4)), ({}, Additions())],
+                         ids=["adapters again", "none"])
+def test_an_old_adapter_run_can_be_fine_tuned_from_with_its_adapters_or_without(tmp_path, recipe, additions):
+    """Inserted again, the run's adapters start from its weights; not, they are left behind (the code that wrote the
+    run refused that, after writing the new run's config.json) and the backbone starts from the rest of its weights."""
+    out = tmp_path / "tuned"
+    sesame.finetune(base=str(ADAPTERS), train=str(TRAIN_CSV), dev=str(DEV_CSV), out=str(out), task="classify",
+                    max_length=32, batch_size=8, max_steps=1, lr=1e-9, progress=False, **recipe)
+    assert sesame.load(out).config.additions == additions
+    old, new = load_file(ADAPTERS / "model.safetensors"), load_file(out / "model.safetensors")
+    assert {k for k in old if k.startswith("backbone.") and (recipe or ".adapter." not in k)} == \
+        {k for k in new if k.startswith("backbone.")}
+    assert all(torch.allclose(new[k], old[k], atol=1e-6) for k in new if k.startswith("backbone."))

@@ -17,6 +17,7 @@ from sesame.apps.ulmfit import UlmfitSpec
 from sesame.commands import COMMANDS
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
+from sesame.models.additions import Additions
 from sesame.objectives import OBJECTIVES
 from sesame.options import RATE, add_flags, given, parse_value
 from sesame.run import RunConfig, SCHEMA_VERSION, read_config
@@ -120,6 +121,24 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
             read_config(run, "--model")
     written = RunConfig(kind="finetuned", family="bert", model={}, task="classify").to_json()
     assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
+
+
+def test_what_a_recipe_inserts_is_recorded_apart_from_the_backbone_config(tmp_path):
+    """config.json's ``additions`` (adapters, a scalar mix: issue 34), written only where there are any; a run
+    written when the stack's config held them (``adapter_size``, ``scalar_mix``) reads with them moved out, and
+    ELMo's own ``scalar_mix``, part of its model, stays."""
+    old = read_config(FIXTURES / "adapters", "--model")
+    assert old.additions == Additions(adapter_size=4) and not {"adapter_size", "scalar_mix"} & set(old.model)
+    written = old.to_json()
+    assert written["additions"] == {"adapter_size": 4, "scalar_mix": False}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(written))
+    assert read_config(run, "--model") == old
+    assert "additions" not in read_config(FIXTURES / "classifier", "--model").to_json()
+    elmo = RunConfig.parse({"kind": "pretrained", "family": "elmo", "model": {"arch": "elmo", "scalar_mix": True}},
+                           "config.json")
+    assert elmo.model == {"arch": "elmo", "scalar_mix": True} and not elmo.additions
 
 
 def test_what_from_names_is_resolved_once(tmp_path):

@@ -130,8 +130,7 @@ ACTIVATIONS = {**HF_ACTIVATIONS, "relu": "relu"}  # config value → sesame's ac
 GATED = "gated-"  # T5's feed_forward_proj "gated-ACT": ACT(x·wi_0) ⊙ x·wi_1
 UNTIED = "sesame's output layer is the shared token table"
 # what neither style has: a run's fields that transformers' models cannot hold
-PLAIN = {"type_vocab_size": 0, "embedding_size": None, "sharing": "none", "adapter_size": None, "scalar_mix": False,
-         "attention_window": None, "causal": False}
+PLAIN = {"type_vocab_size": 0, "embedding_size": None, "sharing": "none", "attention_window": None, "causal": False}
 TYPES = {
     "t5": ModelType(
         "T5ForConditionalGeneration",

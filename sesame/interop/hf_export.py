@@ -33,8 +33,6 @@ def _check_exportable(model: dict, arch: Architecture, where: str) -> None:
     """Fail unless the run's backbone is exactly an ``arch`` model."""
     problems = [f"{f} is {model[f]!r}, {arch.model_type} needs {v!r}" for f, v in arch.fixed.items()
                 if f != "type_vocab_size" and model[f] != v]
-    if model["adapter_size"] or model["scalar_mix"]:
-        problems.append("it has adapters or a scalar mix, which transformers models lack")
     if arch.groups and model["sharing"] not in ("all", "none"):
         problems.append(f"sharing {model['sharing']!r}: ALBERT shares all layers or none")
     if "embed.types" in arch.modules and not model["type_vocab_size"]:
@@ -212,6 +210,9 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     An ``electra`` run's generator is written beside it, as ``ElectraForMaskedLM`` in ``out/generator``."""
     run, out = Path(run), Path(out)
     config = read_config(run, "--to-hf", ("pretrained", "finetuned"))
+    if config.additions:
+        raise SesameError(f"--to-hf {run}: its recipe inserted adapters or a scalar mix (config.json's additions), "
+                          "which transformers models lack; export the run it was fine-tuned from")
     check_new(out)
     route = ROUTES.get(config.model.get("arch"))
     if route is not None:

@@ -232,8 +232,6 @@ def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
     fine-tuned classify, pair or regress run's ``XLNetForSequenceClassification``. Returns the summary."""
     where = f"--to-hf {run}"
     model = XLNetConfig(**config.model).to_dict()
-    if model["adapter_size"] or model["scalar_mix"]:
-        raise SesameError(f"{where}: the model has adapters or a scalar mix, which transformers' XLNet lacks")
     if not model["mem_len"]:
         raise SesameError(f"{where}: mem_len 0, which transformers reads as keeping every state; set the run's "
                           "mem_len to the memory it should keep")

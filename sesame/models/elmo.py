@@ -11,7 +11,7 @@ The biLM (§3.1, §3.4):
   to the next (§3.4: "a residual connection from the first to second layer"), sharing x_k;
 * every layer's representation is [forward; backward] (2 × ``projection``); for layer 0 the token
   representation is duplicated, [x_k; x_k], as the paper does to give all layers one width;
-* ``scalar_mix``: the output is eq. (1)'s γ·Σ_j s_j·h_j (:class:`~sesame.models.transformer.ScalarMix`)
+* ``scalar_mix``: the output is eq. (1)'s γ·Σ_j s_j·h_j (:class:`~sesame.models.additions.ScalarMix`)
   over the three, which is what a task model reads through :meth:`Elmo.features`.
 
 Characters come from a persistent ``chars`` buffer, one row of character codes per vocabulary entry
@@ -39,7 +39,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .transformer import ScalarMix
+from .additions import ScalarMix
 
 # Character codes: 0 pads a word to max_chars, byte b is b + 1, then begin and end of word, then one
 # code per special token of the tokenizer (its pad, unk, cls, sep and mask), so no text can spell one.

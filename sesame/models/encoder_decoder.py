@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .caches import KVCache, Memory
-from .transformer import Adapter, Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
+from .transformer import Dropout, FeedForward, SelfAttention, Transformer, TransformerConfig, make_norm
 from .vocabulary import vocabulary_scores
 
 SIDES = ("encoder", "decoder")
@@ -221,13 +221,10 @@ class SharedEmbeddings(nn.Module):
 
 
 def _draw_xavier(module: nn.Module) -> None:
-    """Every linear weight below ``module`` drawn from Glorot & Bengio's (2010) uniform distribution, but an adapter's
-    (which starts near the identity)."""
-    for child in module.children():
+    """Every linear weight below ``module`` drawn from Glorot & Bengio's (2010) uniform distribution."""
+    for child in module.modules():
         if isinstance(child, nn.Linear):
             nn.init.xavier_uniform_(child.weight)
-        elif not isinstance(child, Adapter):
-            _draw_xavier(child)
 
 
 class EncoderDecoder(nn.Module):

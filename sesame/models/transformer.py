@@ -24,15 +24,10 @@
   attention and feed-forward reused at every depth), ``attention``, ``ffn`` or ``none``. A shared
   sublayer is stored once, so checkpoints hold each tensor once.
 
-Two additions that fine-tuning recipes switch on by recording them in the configuration (the techniques
-:class:`~sesame.train.recipes.Adapters` and :class:`~sesame.train.recipes.Features`), off by default; a
-run's config.json thus rebuilds them wherever it is read:
-
-* ``adapter_size`` m: a bottleneck adapter (Houlsby et al. 2019, §2.1) on the output of every
-  attention and feed-forward sublayer, before its residual connection: ``y + W_up·GELU(W_down·y)``,
-  initialised near the identity;
-* ``scalar_mix``: the output is ELMo's task-weighted mix of the embeddings and every layer,
-  γ·Σ_j softmax(s)_j·h_j (Peters et al. 2018, eq. 1), instead of the last layer alone.
+Every attention and feed-forward sublayer has a place for a bottleneck ``adapter`` on its output, before its
+residual connection (the identity), and the stack a place for a scalar ``mix`` of its layers as its output (None):
+fine-tuning recipes insert them into a built stack (:mod:`sesame.models.additions`); the stack's config knows
+nothing of them.
 
 The backbone knows nothing about losses or tasks; heads live with objectives and tasks and may
 tie their output matrix to ``embed.tokens.weight`` (of width ``embedding_size``).
@@ -70,8 +65,6 @@ class TransformerConfig:
     pad_id: int = 0
     embedding_size: int | None = None  # E; None = hidden (no factorisation)
     sharing: str = "none"  # cross-layer sharing: none | all | attention | ffn
-    adapter_size: int | None = None  # Houlsby adapters' bottleneck width (None: no adapters)
-    scalar_mix: bool = False  # output ELMo's learned mix of all layers
     activation: str = "gelu"  # feed-forward GELU: gelu (exact) | gelu_tanh (tanh approximation, GPT-2's)
     attention_window: int | None = None  # GPT-3's banded layers: odd layers see w positions (None: all dense)
     norm_kind: str = "layer"  # layer (LayerNorm) | rms (T5's RMSNorm: no mean subtraction, no bias)
@@ -194,39 +187,6 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class Adapter(nn.Module):
-    """Houlsby et al. (2019) bottleneck adapter: y + W_up·GELU(W_down·y), hidden → m → hidden. Its
-    projections start at N(0, 10⁻³) with zero biases, so it starts as (nearly) the identity and the
-    pre-trained network's function is kept at the start of fine-tuning (their §2.1)."""
-
-    def __init__(self, hidden: int, size: int):
-        super().__init__()
-        self.down, self.up = nn.Linear(hidden, size), nn.Linear(size, hidden)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        for layer in (self.down, self.up):
-            nn.init.normal_(layer.weight, std=1e-3)
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        return y + self.up(F.gelu(self.down(y)))
-
-
-class ScalarMix(nn.Module):
-    """ELMo's task-specific combination of layers (Peters et al. 2018, eq. 1): γ·Σ_j softmax(s)_j·h_j,
-    with s = 0 (an even mix) and γ = 1 at the start."""
-
-    def __init__(self, n_layers: int):
-        super().__init__()
-        self.scalars = nn.Parameter(torch.zeros(n_layers))
-        self.gamma = nn.Parameter(torch.ones(()))
-
-    def forward(self, layers: list[torch.Tensor]) -> torch.Tensor:
-        weights = torch.softmax(self.scalars, dim=0)
-        return self.gamma * sum(w * h for w, h in zip(weights, layers))
-
-
 class SelfAttention(nn.Module):
     """Multi-head self-attention sublayer f(x), with the norm its residual connection uses."""
 
@@ -238,7 +198,7 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden, cfg.hidden, bias=cfg.bias)
         self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
-        self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
+        self.adapter: nn.Module = nn.Identity()  # Houlsby's adapter, where one is inserted (models.additions)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: LayerCache | None = None) -> torch.Tensor:
         q, k, v = self.split(self.qkv(x), 3)
@@ -269,7 +229,7 @@ class FeedForward(nn.Module):
         self.out = nn.Linear(cfg.intermediate, cfg.hidden, bias=cfg.bias)
         self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
-        self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
+        self.adapter: nn.Module = nn.Identity()  # Houlsby's adapter, where one is inserted (models.additions)
         self.activation = activation(cfg.activation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -302,7 +262,7 @@ class Transformer(nn.Module):
         self.feed_forward = nn.ModuleList((feed_forward or FeedForward)(cfg) for _ in range(n_ffn))
         self.pre_norm = cfg.norm == "pre"
         self.final_norm = make_norm(cfg) if self.pre_norm else nn.Identity()
-        self.mix = ScalarMix(cfg.layers + 1) if cfg.scalar_mix else None
+        self.mix: nn.Module | None = None  # ELMo's scalar mix of every layer, where one is inserted (models.additions)
         self.apply(self._init)
         if self.pre_norm:
             for sublayer in (*self.attention, *self.feed_forward):
@@ -325,9 +285,7 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _init(module: nn.Module) -> None:
-        if isinstance(module, Adapter):
-            module.reset_parameters()  # after its Linear children got the default below: near the identity
-        elif isinstance(module, (nn.Linear, nn.Embedding)):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
@@ -370,7 +328,7 @@ class Transformer(nn.Module):
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None = None, padding: torch.Tensor | None = None,
                 all_layers: bool = False, embedded: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 cache: KVCache | None = None, memory: Memory | None = None) -> torch.Tensor | list[torch.Tensor]:
-        """Hidden states of the last layer (or their scalar mix with every layer's, with ``scalar_mix``),
+        """Hidden states of the last layer (or, with a scalar ``mix`` inserted, their mix with every layer's),
         or of the embeddings and every layer when ``all_layers``.
 
         ``embedded`` replaces ``self.embed(ids, types)``: a model sharing another's embeddings (ELECTRA's

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .transformer import Adapter, Dropout, FeedForward, ScalarMix, Transformer, TransformerConfig, dropout, make_norm
+from .transformer import Dropout, FeedForward, Transformer, TransformerConfig, dropout, make_norm
 
 UNSUPPORTED = {"sharing": "none", "embedding_size": None, "embedding_norm": False, "attention_window": None,
                "norm": "post", "norm_kind": "layer", "bias": True, "scale_attention": True, "causal": False}
@@ -142,7 +142,7 @@ class RelativeAttention(nn.Module):
         self.seg_embed = nn.Parameter(torch.empty(2, cfg.heads, self.head_size).normal_(std=0.02))
         self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
-        self.adapter = Adapter(cfg.hidden, cfg.adapter_size) if cfg.adapter_size else nn.Identity()
+        self.adapter: nn.Module = nn.Identity()  # Houlsby's adapter, where one is inserted (models.additions)
 
     def split(self, y: torch.Tensor) -> torch.Tensor:
         """(batch, time, hidden) → (batch, heads, time, head size)."""
@@ -185,7 +185,7 @@ class XLNet(nn.Module):
         self.attention = nn.ModuleList(RelativeAttention(cfg) for _ in range(cfg.layers))
         self.feed_forward = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.layers))
         self.pos_dropout = Dropout(cfg.dropout)
-        self.mix = ScalarMix(cfg.layers + 1) if cfg.scalar_mix else None
+        self.mix: nn.Module | None = None  # ELMo's scalar mix of every layer, where one is inserted (models.additions)
         for module in (self.embed.tokens, *self.attention, *self.feed_forward):
             module.apply(Transformer._init)
 

@@ -24,6 +24,7 @@ from ..errors import SesameError
 from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
 from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
+from ..models.additions import Additions, inserted
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
@@ -128,17 +129,18 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
     data.job.check_model(config.model)
     data.for_family(fam)  # the task options left to the family, recorded below
     recipe = spec.recipe.with_defaults(fam.finetune_recipe)
-    recipe.techniques().configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
+    techniques = recipe.techniques()
+    techniques.configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
     _word_vectors(config, recipe, source)
     positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
     if positions is not None and spec.max_length > positions:
         raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
     return Plan(RunConfig(
         kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
-        pooling=pooling, model=config.model, base=spec.base, max_length=spec.max_length, select=data.select,
-        hf=config.hf, recipe=asdict(recipe), train_file=spec.train, dev_file=spec.dev, mixture=data.record(),
-        epochs=spec.epochs, batching=spec.batching, train=_as_given(cfg, spec),
-        setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
+        pooling=pooling, model=config.model, additions=techniques.insert(Additions()), base=spec.base,
+        max_length=spec.max_length, select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train,
+        dev_file=spec.dev, mixture=data.record(), epochs=spec.epochs, batching=spec.batching,
+        train=_as_given(cfg, spec), setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
 
 
 def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer
@@ -374,8 +376,9 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
     """Copy the backbone weights of a pretrained or fine-tuned run (its heads are left behind; an ELMo or
     CoVe run's go to the task model's frozen feature extractor, CoVe's word vectors also to its embedding),
     and the [CLS] pooler when the run trained one (BERT's NSP, ALBERT's SOP) and the task model pools [CLS].
-    Adapters and a scalar mix the recipe adds keep their fresh initialisation; GPT's input tokens get
-    new embedding rows (:mod:`sesame.inputs`)."""
+    Adapters and a scalar mix the recipe inserts keep their fresh initialisation, and those of a run fine-tuned
+    with them are left behind unless inserted again; GPT's input tokens get new embedding rows
+    (:mod:`sesame.inputs`)."""
     weights = load_weights(run / "model.safetensors")
     # a task model reading features, fine-tuned from the extractor's own run (not from another such task model)
     extractor = getattr(model.backbone, "features", None) is not None and \
@@ -391,10 +394,11 @@ def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> Non
             words = getattr(target.embed, "tokens", None) if extractor and part == "backbone" else None
             if words is not None:  # CoVe: the task model's own embedding starts as the MT-LSTM's word vectors
                 model.backbone.embed.tokens.weight.data.copy_(words.weight.data)
-            missing = [k for k in loaded.missing_keys if ".adapter." not in k and not k.startswith("mix.")]
-            if missing or loaded.unexpected_keys:  # only the recipe's additions may be new
+            missing = [k for k in loaded.missing_keys if not inserted(k)]
+            unexpected = [k for k in loaded.unexpected_keys if not inserted(k)]
+            if missing or unexpected:  # only what recipes insert may be new, or left behind
                 raise SesameError(f"{flag} {run}: its {part} does not fit this model (missing {missing[:3]}, "
-                                  f"unexpected {loaded.unexpected_keys[:3]})")
+                                  f"unexpected {unexpected[:3]})")
 
 
 def _embed_vectors(backbone: torch.nn.Module, path: str, tok: TextTokenizer) -> float:

@@ -4,7 +4,9 @@
 :class:`Technique` objects the fine-tuning pipeline drives without knowing which they are: ULMFiT's
 discriminative rates and gradual unfreezing (Howard & Ruder 2018, §3.2) over a model's layer groups;
 training only adapters (Houlsby et al. 2019, §2.1) or only a scalar mix over frozen features (Peters et
-al. 2018, eq. 1); GPT's auxiliary LM loss (Radford et al. 2018, eq. 5, :mod:`sesame.train.auxiliary_lm`).
+al. 2018, eq. 1), modules the technique inserts into the built backbone (:mod:`sesame.models.additions`, recorded
+as config.json's ``additions``, not in the backbone's configuration); GPT's auxiliary LM loss (Radford et al. 2018,
+eq. 5, :mod:`sesame.train.auxiliary_lm`).
 Slanted triangular rates live with the other schedules, in :mod:`sesame.train.optim`.
 
 Layer groups run bottom to top: the backbone's embeddings, one group per Transformer or recurrent
@@ -13,13 +15,13 @@ is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 from torch import nn
 
 from ..errors import SesameError
 from ..models import model_config
-from ..models.transformer import Adapter, ScalarMix
+from ..models.additions import Adapter, Additions, ScalarMix, takes_additions
 from ..options import option
 from .auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
 from .trainer import Batch, loss_counts
@@ -91,8 +93,13 @@ class Technique:
     its moment, knowing none by name; a hook a technique does not need does nothing."""
 
     def configure(self, model: dict, *, source: str) -> None:
-        """Before the task model is built: change its backbone configuration ``model`` (config.json's
-        ``model``, so a run rebuilds with what a technique adds); ``source`` names the starting model in errors."""
+        """Before the task model is built: check, or change, its backbone configuration ``model`` (config.json's
+        ``model``); ``source`` names the starting model in errors."""
+
+    def insert(self, additions: Additions) -> Additions:
+        """What the backbone gets inserted once built (config.json's ``additions``, :mod:`sesame.models.additions`),
+        ``additions`` being the other techniques'."""
+        return additions
 
     def prepare(self, model: nn.Module) -> None:
         """After the task model's weights load: choose which of its parameters train; add losses."""
@@ -115,11 +122,13 @@ class Techniques(Technique):
     parts: list[Technique] = field(default_factory=list)
 
     def configure(self, model: dict, *, source: str) -> None:
-        """Also switches off the backbone additions of the run fine-tuned from (a fine-tuned run's adapters)."""
-        if _carries_additions(model):
-            model.update(ADDITIONS)
         for part in self.parts:
             part.configure(model, source=source)
+
+    def insert(self, additions: Additions) -> Additions:
+        for part in self.parts:
+            additions = part.insert(additions)
+        return additions
 
     def prepare(self, model: nn.Module) -> None:
         for part in self.parts:
@@ -138,21 +147,12 @@ class Techniques(Technique):
             part.count(batch)
 
 
-# what techniques add to a backbone's configuration (a Transformer's), switched off
-ADDITIONS = {"adapter_size": None, "scalar_mix": False}
-
-
-def _carries_additions(model: dict) -> bool:
-    """Whether the backbone configuration ``model`` (a dict) has every field of :data:`ADDITIONS`."""
-    return set(ADDITIONS) <= {f.name for f in fields(model_config(model))}
-
-
-def _add(model: dict, name: str, value: object, source: str) -> None:
-    """Record the backbone addition ``name`` = ``value`` in ``model``, refusing a backbone without additions."""
-    if not _carries_additions(model):
+def _check_additions(model: dict, source: str) -> None:
+    """Refuse inserting adapters or a scalar mix into a backbone of configuration ``model`` that is no Transformer
+    stack."""
+    if not takes_additions(model_config(model)):
         raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and {source} (ELMo and "
                           "CoVe runs are read as frozen features already)")
-    model[name] = value
 
 
 @dataclass(kw_only=True)
@@ -185,7 +185,10 @@ class Adapters(Technique):
     size: int
 
     def configure(self, model: dict, *, source: str) -> None:
-        _add(model, "adapter_size", self.size, source)
+        _check_additions(model, source)
+
+    def insert(self, additions: Additions) -> Additions:
+        return replace(additions, adapter_size=self.size)
 
     def prepare(self, model: nn.Module) -> None:
         train_only(model, model.backbone, "adapters")
@@ -196,8 +199,11 @@ class Features(Technique):
     dropout, as at inference; only a scalar mix of its layers and the task head train."""
 
     def configure(self, model: dict, *, source: str) -> None:
-        _add(model, "scalar_mix", True, source)
+        _check_additions(model, source)
         model["dropout"] = 0.0
+
+    def insert(self, additions: Additions) -> Additions:
+        return replace(additions, scalar_mix=True)
 
     def prepare(self, model: nn.Module) -> None:
         train_only(model, model.backbone, "features")
