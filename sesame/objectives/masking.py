@@ -16,6 +16,7 @@ Every strategy returns ``unit``: per position, the index of the chosen unit it b
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -270,16 +271,25 @@ def span_units(word: torch.Tensor, rate: float, generators: Sequence[torch.Gener
     return torch.where(eligible, span_of_word.gather(1, word.clamp(min=0)), -1), [r[1] for r in rows]
 
 
+def one_draw(weights: list[float], generator: torch.Generator) -> int:
+    """``torch.multinomial(torch.tensor(weights, dtype=torch.float64), 1, generator=generator)`` without its checks and
+    its seven tensor operations: the same exponential draws and argmax(weights / q), q ~ Exp(1) (torch's one-sample
+    path, ATen ``multinomial``), so the same index."""
+    q = torch.empty(len(weights), dtype=torch.float64).exponential_(generator=generator).tolist()
+    scores = [w / e if e else math.inf for w, e in zip(weights, q)]  # a draw of 0 (p ≈ 2⁻⁵³): torch's w / 0 = inf
+    return scores.index(max(scores))
+
+
 def spans_of_words(sizes: list[int], fresh: list[bool], target: int, weights: torch.Tensor,
                    generator: torch.Generator) -> tuple[list[int], int]:
     """One row of :func:`span_units`: the span of each of its words (token counts ``sizes``; ``fresh``: after a
-    special token), −1 for none, and the number of spans, drawn one length (from ``weights``) and one start at a
-    time."""
-    n_words = len(sizes)
+    special token), −1 for none, and the number of spans, drawn one length (from ``weights``, :func:`one_draw`) and
+    one start at a time."""
+    n_words, scale = len(sizes), weights.tolist()
     span_of_word = [-1] * n_words
     covered, n_spans = 0, 0
     while covered < target:
-        length = int(torch.multinomial(weights, 1, replacement=True, generator=generator)) + 1
+        length = one_draw(scale, generator) + 1
         start = int(torch.randint(n_words, (1,), generator=generator))
         if span_of_word[start] >= 0:
             continue
