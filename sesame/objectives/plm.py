@@ -132,8 +132,9 @@ def topped_up(starts: torch.Tensor, lengths: torch.Tensor, keys: torch.Tensor, k
     up with single tokens taken from the rest in the order of their uniform ``keys`` (…, n) to exactly round(n/K) (at
     least 1), as the code tops up to ``num_predict``."""
     n = keys.shape[-1]
-    position = torch.arange(n)
-    covered = ((position >= starts[..., None]) & (position < (starts + lengths)[..., None])).any(-2)
+    ones = torch.ones_like(starts)  # +1 where a span begins, −1 where it ends: inside while the running sum is positive
+    edges = starts.new_zeros(*keys.shape[:-1], n + 1).scatter_add_(-1, starts.clamp(max=n), ones)
+    covered = edges.scatter_add_(-1, (starts + lengths).clamp(max=n), -ones).cumsum(-1)[..., :n] > 0
     order = keys.masked_fill(covered, 2.0).argsort(-1).argsort(-1)  # the rest, in a random order
     return covered | (order < (max(1, round(n / k)) - covered.sum(-1, keepdim=True)))
 
