@@ -20,9 +20,13 @@ Documents: sesame's windows are packed across documents with ``</s>`` closing ea
 ``</s>`` in mid-target, and an input a ``</s>`` before its end, which T5 never shows its model: its
 ``reduce_concat_tokens`` joins documents with nothing between them (``</s>`` is appended only after the split
 inputs and targets). With ``separators=False``, the t5 rows' option, each window's ``</s>`` are dropped before
-corruption (:func:`joined`); runs made before the option (none recorded) keep them, the option's default.
-Deviation: a batch's rows are cut to the shortest one's length, so a window loses a few tokens of its end (at most
-as many as the most separators a row of the batch had), and its inputs are as many tokens short of ``--seq-len``.
+corruption; runs made before the option (none recorded) keep them, the option's default. Every input is still
+exactly ``--seq-len`` tokens (static shapes, for ``--compile``): a window reads ``spare_tokens`` more tokens than
+its T5 length (4 in the t5 rows) and drops its first separators, up to that many, then its last tokens, down to
+that length (:func:`filled`). Deviations: a window holding more separators than that keeps its last ones, and a
+window without separators skips its last ``spare_tokens`` tokens (4 of 151 at ``--seq-len 128``). Runs made with
+``separators=false`` before ``spare_tokens`` (recorded as 0) read as they were: each batch's rows cut to the shortest
+one's length (:func:`joined`), inputs a few tokens short of ``--seq-len``, a shape per batch.
 
 Deviation: the number of spans is also capped at the number of kept tokens, so that an option with
 more noise than text (density near 1) still gives non-empty kept spans; at the paper's values the cap
@@ -45,11 +49,17 @@ class SpanCorruptionOptions:
     noise_density: float = 0.15
     mean_span: float = 3.0
     separators: bool = True  # keep the </s> between documents in the windows (False: T5's, module docstring)
+    spare_tokens: int = 0  # with separators false: tokens read past a window to stand in for its </s> (0: cut)
 
     def __post_init__(self) -> None:
         if not isinstance(self.separators, bool):
             raise SesameError(f"--objective-option separators={self.separators}: give true (keep the </s> between "
                               "documents) or false (T5's: documents joined with nothing between)")
+        if isinstance(self.spare_tokens, bool) or not isinstance(self.spare_tokens, int) or self.spare_tokens < 0 \
+                or (self.spare_tokens and self.separators):
+            raise SesameError(f"--objective-option spare_tokens={self.spare_tokens}: give a whole number of tokens "
+                              "from 0, with separators=false (the t5 rows: 4), read past each window to stand in for "
+                              "the </s> it drops")
         if not 0 < self.noise_density < 1:
             raise SesameError(f"--objective-option noise_density={self.noise_density}: give a fraction "
                               "strictly between 0 and 1 (T5: 0.15)")
@@ -85,9 +95,18 @@ def sentinel_ids(vocab_size: int, count: int = 100) -> torch.Tensor:
     return vocab_size - 1 - torch.arange(count)
 
 
+def filled(windows: torch.Tensor, separator: int, length: int) -> torch.Tensor:
+    """T5's ``reduce_concat_tokens`` on windows read longer than ``length``: each row of ``windows`` (batch, L) without
+    its first ``separator`` tokens, up to L − ``length`` of them, and cut to ``length`` tokens."""
+    dropped = windows == separator
+    dropped &= dropped.cumsum(1) <= windows.shape[1] - length
+    return kept_first(windows, ~dropped, length)
+
+
 def joined(windows: torch.Tensor, separator: int) -> torch.Tensor:
-    """T5's ``reduce_concat_tokens``: each row of ``windows`` (batch, L) without its ``separator`` tokens (documents
-    joined with nothing between), every row cut to the shortest row's length."""
+    """T5's ``reduce_concat_tokens`` as runs made before ``spare_tokens`` read it: each row of ``windows`` (batch, L)
+    without its ``separator`` tokens (documents joined with nothing between), every row cut to the shortest row's
+    length."""
     kept = windows != separator
     return kept_first(windows, kept, int(kept.sum(1).min()))
 
