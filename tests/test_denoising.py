@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, infill, some, span_lengths
+from sesame.objectives.denoising import DenoisingOptions, denoise, noise, span_lengths
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
 
@@ -173,7 +173,7 @@ def test_mistakes_are_named():
 
 def old_noise(ids, ends, options, g):
     """The per-row algorithm before sentence permutation and words were worked out for the whole batch (issue 35),
-    kept as the reference its draws must match (its infilling and token noising did not change)."""
+    kept as the reference its draws must match: the permutation and the words of one row, then its noising."""
     if options.permute_ratio:
         length = len(ids)
         ends = [e for e in ends if e != length] + [length]
@@ -183,15 +183,8 @@ def old_noise(ids, ends, options, g):
         place[chosen[torch.randperm(len(chosen), generator=g)]] = chosen
         sentence = torch.zeros(length, dtype=torch.long).index_fill_(0, torch.tensor(ends[:-1], dtype=torch.long), 1)
         ids = ids[(place[sentence.cumsum(0)] * length + torch.arange(length)).argsort()]
-    if options.mask_ratio:
-        ids = infill(ids, word_index(ids, SPECIAL_IDS, STARTS), options, mask=SPECIALS.mask, pool=POOL, generator=g)
-    if options.token_mask_ratio:
-        ids = ids.masked_fill(some(ids, SPECIAL_IDS, options.token_mask_ratio, g), SPECIALS.mask)
-    if options.delete_ratio:
-        ids = ids[~some(ids, SPECIAL_IDS, options.delete_ratio, g)]
-    if options.rotate_ratio and float(torch.rand(1, generator=g)) < options.rotate_ratio:
-        ids = ids.roll(-int(torch.randint(len(ids), (1,), generator=g)))
-    return ids
+    return noise(ids, word_index(ids, SPECIAL_IDS, STARTS), options, specials=SPECIALS, special_ids=SPECIAL_IDS,
+                 pool=POOL, generator=g)  # the row's own noising, which did not change
 
 
 @pytest.mark.parametrize("options", [{}, {"permute_ratio": 0.5, "token_mask_ratio": 0.1, "delete_ratio": 0.1,
