@@ -86,7 +86,9 @@ class Family:
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
-T5_WINDOWS = {"separators": False}  # documents joined with nothing between, as T5's reduce_concat_tokens
+# documents joined with nothing between, as T5's reduce_concat_tokens, each window read 4 tokens longer to stand in
+# for the </s> it drops, so inputs are exactly --seq-len (objectives/span_corruption.py)
+T5_WINDOWS = {"separators": False, "spare_tokens": 4}
 
 FAMILIES: dict[str, Family] = {
     f.name: f

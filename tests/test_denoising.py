@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, span_lengths
+from sesame.objectives.denoising import DenoisingOptions, denoise, noise, span_lengths
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
 
@@ -169,3 +169,29 @@ def test_mistakes_are_named():
         run(windows(1))  # permutation is on by default and needs the sentence ends
     with pytest.raises(ValueError, match="not increasing"):
         run(windows(1), [[30, 20]])
+
+
+def old_noise(ids, ends, options, g):
+    """The per-row algorithm before sentence permutation and words were worked out for the whole batch (issue 35),
+    kept as the reference its draws must match: the permutation and the words of one row, then its noising."""
+    if options.permute_ratio:
+        length = len(ids)
+        ends = [e for e in ends if e != length] + [length]
+        n = len(ends)
+        chosen = torch.randperm(n, generator=g)[:math.ceil(n * options.permute_ratio)]
+        place = torch.arange(n)
+        place[chosen[torch.randperm(len(chosen), generator=g)]] = chosen
+        sentence = torch.zeros(length, dtype=torch.long).index_fill_(0, torch.tensor(ends[:-1], dtype=torch.long), 1)
+        ids = ids[(place[sentence.cumsum(0)] * length + torch.arange(length)).argsort()]
+    return noise(ids, word_index(ids, SPECIAL_IDS, STARTS), options, specials=SPECIALS, special_ids=SPECIAL_IDS,
+                 pool=POOL, generator=g)  # the row's own noising, which did not change
+
+
+@pytest.mark.parametrize("options", [{}, {"permute_ratio": 0.5, "token_mask_ratio": 0.1, "delete_ratio": 0.1,
+                                          "rotate_ratio": 0.5}, {"permute_ratio": 0.0}])
+def test_a_batch_draws_what_each_row_drew_alone_before(options):
+    rows = windows(n_rows=40)
+    ends = [sorted({10 + i % 7, 30, 61, 90 + i % 5}) for i in range(len(rows))]
+    sources = run(rows, ends, **options)
+    for row, row_ends, source, g in zip(rows, ends, sources, generators(len(rows))):
+        assert source.tolist() == old_noise(row, row_ends, DenoisingOptions(**options), g).tolist()

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.span_corruption import SpanCorruptionOptions, corrupt_spans, raw_length, sentinel_ids
+from sesame.objectives.span_corruption import (SpanCorruptionOptions, corrupt_spans, noise_spans, raw_length,
+                                               sentinel_ids)
 
 VOCAB, EOS = 1000, 1
 SENTINELS = sentinel_ids(VOCAB)  # 999, 998, ..., 900
@@ -82,6 +83,27 @@ def test_same_seed_same_corruption_other_examples_other_corruptions():
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     others = corrupt(rows, offset=100)
     assert len({tuple(r.tolist()) for r in torch.cat([first[0], others[0]])}) == 40
+
+
+def old_noise_spans(length, options, generator):
+    """The per-row algorithm before the batch was vectorised (issue 35), kept as the reference its draws must match,
+    so that a run made before resumes bit-identically."""
+    def segment(items, segments):
+        cuts = torch.randperm(items - 1, generator=generator)[:segments - 1] + 1
+        return torch.cat([torch.zeros(1, dtype=torch.long), cuts.sort().values, torch.tensor([items])]).diff()
+
+    noise, spans = options.counts(length)
+    kept, noisy = segment(length - noise, spans), segment(noise, spans)
+    starts = torch.stack([kept, noisy], 1).flatten().cumsum(0)[:-1]
+    return torch.zeros(length, dtype=torch.long).index_fill_(0, starts, 1).cumsum(0)
+
+
+@pytest.mark.parametrize("options", [{}, {"noise_density": 0.5, "mean_span": 1}, {"noise_density": 0.05}])
+@pytest.mark.parametrize("length", [2, 3, 20, 151, 568])
+def test_the_batch_draws_what_each_row_drew_alone_before(length, options):
+    options = SpanCorruptionOptions(**options)
+    batch = noise_spans(length, options, generators(9, offset=length))
+    assert torch.equal(batch, torch.stack([old_noise_spans(length, options, g) for g in generators(9, offset=length)]))
 
 
 def test_raw_length_fills_the_inputs_without_padding():

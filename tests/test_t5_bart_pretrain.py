@@ -12,7 +12,7 @@ from sesame.models import EncoderDecoder, EncoderDecoderConfig, build_model
 from sesame.models.encoder_decoder import STYLES
 from sesame.objectives import OBJECTIVES, Denoising, SpanCorruption
 from sesame.objectives.seq2seq import sentence_ends
-from sesame.objectives.span_corruption import raw_length, sentinel_ids
+from sesame.objectives.span_corruption import SpanCorruptionOptions, raw_length, sentinel_ids
 from sesame.tokenizer import SpecialIds, train_tokenizer
 
 from .conftest import documents, sentences
@@ -123,7 +123,7 @@ def test_t5_joins_documents_with_nothing_between_as_its_reduce_concat_tokens(tok
     shortest one's length. Runs without the option (made before it) keep the separators."""
     from sesame.objectives.span_corruption import joined
 
-    assert FAMILIES["t5"].objective_options == FAMILIES["t5v1_1"].objective_options == {"separators": False}
+    assert FAMILIES["t5"].objective_options["separators"] is FAMILIES["t5v1_1"].objective_options["separators"] is False
     tok, sep = tokenizers["t5"], tokenizers["t5"].specials.sep
     rows = windows(tok, text, SpanCorruption.window_length(32))
     assert (rows == sep).any(1).all()  # every window crosses a document's end
@@ -137,6 +137,41 @@ def test_t5_joins_documents_with_nothing_between_as_its_reduce_concat_tokens(tok
     before = objective("t5", tok).make_batch(rows, generators(8))  # an older run: the separators stay
     assert before["ids"].shape == (8, 32) and (torch.cat([before["ids"][:, :-1], before["targets"][:, :-1]], 1)
                                                == sep).any()
+
+
+def test_t5_windows_read_spare_tokens_so_every_input_is_exactly_seq_len(tokenizers, text):
+    """The t5 rows read each window ``spare_tokens`` longer and drop its first separators, up to that many, then its
+    last tokens: the shapes are static (issue 37's leftover); a window with more separators keeps its last ones."""
+    options = FAMILIES["t5"].objective_options
+    assert options["spare_tokens"] == 4 == FAMILIES["t5v1_1"].objective_options["spare_tokens"]
+    tok, sep = tokenizers["t5"], tokenizers["t5"].specials.sep
+    length = SpanCorruption.window_length(32, **options)
+    assert length == raw_length(32)[0] + 4
+    rows = windows(tok, text, length)
+    rows[0, 5:11] = sep  # more separators than spare tokens
+    assert (rows == sep).any(1).all()
+    batch = objective("t5", tok, **options).make_batch(rows, generators(8))
+    assert batch["ids"].shape == (8, 32) and batch["targets"].shape[1] == SpanCorruptionOptions().lengths(length - 4)[1]
+    kept = []
+    for i, row in enumerate(rows.tolist()):
+        drop = [p for p, t in enumerate(row) if t == sep][:4]
+        expected = [t for p, t in enumerate(row) if p not in drop][:length - 4]
+        spans = dict(split_at_sentinels(batch["targets"][i], tok))
+        rebuilt = [t for s, piece in split_at_sentinels(batch["ids"][i], tok) for t in spans.get(s, []) + piece]
+        assert rebuilt == expected
+        kept.append(expected.count(sep))
+    assert kept[0] >= 2 and 0 in kept  # the row of 6 and more keeps its last ones; a row of few keeps none
+
+
+def split_at_sentinels(row, tok):
+    """A row without its </s>, cut before each sentinel: (sentinel or None, the tokens after it)."""
+    sentinels, pieces = set(tok.sentinels().tolist()), [(None, [])]
+    for t in row[:-1].tolist():
+        if t in sentinels:
+            pieces.append((t, []))
+        else:
+            pieces[-1][1].append(t)
+    return pieces
 
 
 def test_denoising_pads_only_the_inputs_and_restores_the_clean_window(tokenizers, text):

@@ -150,3 +150,19 @@ def test_same_as_transformers_xlnet_with_bi_data_and_clamp_len():
                                    targets=predict)
     assert (forward_only.query[2:] - mine.query[2:]).abs().max() > 1e-3  # the backward half reads differently
     torch.testing.assert_close(forward_only.query[:2], mine.query[:2])
+
+
+def test_a_batch_draws_what_each_example_drew_alone():
+    """The batch's targets are worked out for all examples at once (issue 35); each example still makes its draws, in
+    the order it made them alone (its orders' keys, its spans, their top-up, its direction), so runs resume as they
+    were."""
+    obj = PermutationLM(model(), SPECIALS, k=4, max_span=5, bi_data=True)
+    windows = torch.randint(5, 40, (16, 2 * 30))
+    batch = obj.make_batch(windows, [draw(i) for i in range(16)])
+    for i in range(16):
+        g = draw(i)
+        rank = factorisation_order(torch.rand(2, 30, generator=g), 30)
+        target = span_targets(30, 4, 5, 2, g)
+        assert bool(batch["backward"][i]) == bool(torch.rand((), generator=g) < 0.5)
+        assert batch["predict"][i].tolist() == [row.nonzero().squeeze(1).tolist() for row in target]
+        assert torch.equal(batch["rank"][i, :, :30], torch.where(target, rank, -1))

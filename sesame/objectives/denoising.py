@@ -71,21 +71,32 @@ class DenoisingOptions:
                               "above 0 (BART: 3)")
 
 
-def permute_sentences(ids: torch.Tensor, ends: Sequence[int], ratio: float, generator: torch.Generator
-                      ) -> torch.Tensor:
-    """One window with ⌈ratio·n⌉ of its n sentences shuffled among their places (fairseq's rule); ``ends``
-    are the sentences' end offsets in the window, increasing (a last sentence runs to the window's end)."""
-    length = len(ids)
+def sentence_places(ends: Sequence[int], length: int, ratio: float, generator: torch.Generator) -> list[int]:
+    """The new place of each sentence of one window when ⌈ratio·n⌉ of its n sentences are shuffled among their
+    places (fairseq's rule); ``ends`` are the sentences' end offsets in the window of ``length`` tokens, increasing
+    (a last sentence runs to the window's end)."""
     ends = [e for e in ends if e != length] + [length]
     if any(b <= a for a, b in zip([0] + ends, ends)):
         raise ValueError(f"sentence ends {ends} are not increasing offsets inside a window of {length} tokens")
     n = len(ends)
-    chosen = torch.randperm(n, generator=generator)[:math.ceil(n * ratio)]
-    place = torch.arange(n)
-    place[chosen[torch.randperm(len(chosen), generator=generator)]] = chosen  # sentence → its new place
-    sentence = torch.zeros(length, dtype=torch.long).index_fill_(0, torch.tensor(ends[:-1], dtype=torch.long), 1)
-    order = (place[sentence.cumsum(0)] * length + torch.arange(length)).argsort()
-    return ids[order]
+    chosen = torch.randperm(n, generator=generator)[:math.ceil(n * ratio)].tolist()
+    place = list(range(n))
+    for moved, to in zip(torch.randperm(len(chosen), generator=generator).tolist(), chosen):
+        place[chosen[moved]] = to  # sentence → its new place
+    return place
+
+
+def permute_sentences(windows: torch.Tensor, ends: Sequence[Sequence[int]], ratio: float,
+                      generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """Each window of ``windows`` (batch, L) with its sentences shuffled (:func:`sentence_places`, row ``i`` by
+    ``generators[i]``), the tokens moved for the whole batch at once."""
+    b, length = windows.shape
+    places = [sentence_places(e, length, ratio, g) for e, g in zip(ends, generators)]
+    cuts = [i * length + e for i, row in enumerate(ends) for e in row if e != length]
+    sentence = torch.zeros(b * length, dtype=torch.long).index_fill_(0, torch.tensor(cuts, dtype=torch.long), 1)
+    place = pad_sequence([torch.tensor(p, dtype=torch.long) for p in places], batch_first=True)
+    order = (place.gather(1, sentence.view(b, length).cumsum(1)) * length + torch.arange(length)).argsort(1)
+    return windows.gather(1, order)
 
 
 def span_lengths(total: int, lam: float, generator: torch.Generator) -> torch.Tensor:
@@ -140,18 +151,12 @@ def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: 
     return torch.zeros(len(ids), dtype=torch.bool).index_fill_(0, picked, True)
 
 
-def noise(ids: torch.Tensor, sentence_ends: Sequence[int] | None, options: DenoisingOptions, *,
-          specials: SpecialIds, word_starts: torch.Tensor, pool: torch.Tensor, generator: torch.Generator
-          ) -> torch.Tensor:
-    """One window's noised tokens (without ``<s>`` and ``</s>``)."""
-    special_ids = torch.tensor(specials.all)
-    if options.permute_ratio:
-        if sentence_ends is None:
-            raise ValueError("sentence permutation needs the windows' sentence ends (or permute_ratio=0)")
-        ids = permute_sentences(ids, sentence_ends, options.permute_ratio, generator)
+def noise(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, specials: SpecialIds,
+          special_ids: torch.Tensor, pool: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One window's noised tokens (without ``<s>`` and ``</s>``) after sentence permutation, from its words ``word``
+    (:func:`.masking.word_index`)."""
     if options.mask_ratio:
-        ids = infill(ids, word_index(ids, special_ids, word_starts), options, mask=specials.mask, pool=pool,
-                     generator=generator)
+        ids = infill(ids, word, options, mask=specials.mask, pool=pool, generator=generator)
     if options.token_mask_ratio:
         ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), specials.mask)
     if options.delete_ratio:
@@ -164,7 +169,8 @@ def noise(ids: torch.Tensor, sentence_ends: Sequence[int] | None, options: Denoi
 def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
             sentence_ends: Sequence[Sequence[int]] | None, specials: SpecialIds, word_starts: torch.Tensor,
             pool: torch.Tensor, options: DenoisingOptions = DenoisingOptions()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only.
+    """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only: sentence
+    permutation for the whole batch, then each row's other noising.
 
     ``sentence_ends[i]``: the end offsets of window ``i``'s sentences (needed for sentence permutation);
     ``specials``: ``cls`` and ``sep`` are BART's ``<s>`` and ``</s>``; ``pool``: the tokens a random
@@ -174,8 +180,15 @@ def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
     """
     b = len(windows)
     bos, eos = windows.new_full((b, 1), specials.cls), windows.new_full((b, 1), specials.sep)
-    rows = [noise(ids, sentence_ends[i] if sentence_ends is not None else None, options, specials=specials,
-                  word_starts=word_starts, pool=pool, generator=generators[i]) for i, ids in enumerate(windows)]
+    special_ids = torch.tensor(specials.all)
+    permuted = windows
+    if options.permute_ratio:
+        if sentence_ends is None:
+            raise ValueError("sentence permutation needs the windows' sentence ends (or permute_ratio=0)")
+        permuted = permute_sentences(windows, sentence_ends, options.permute_ratio, generators)
+    words = word_index(permuted, special_ids, word_starts)
+    rows = [noise(ids, word, options, specials=specials, special_ids=special_ids, pool=pool, generator=g)
+            for ids, word, g in zip(permuted, words, generators)]
     inputs = pad_sequence([torch.cat([bos[0], r, eos[0]]) for r in rows], batch_first=True,
                           padding_value=specials.pad)
     return inputs, torch.cat([bos, windows, eos], 1)

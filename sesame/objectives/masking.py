@@ -16,9 +16,19 @@ Every strategy returns ``unit``: per position, the index of the chosen unit it b
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
+
+
+def kept_first(values: torch.Tensor, keep: torch.Tensor, width: int) -> torch.Tensor:
+    """Each row of ``values`` (batch, L) reduced to its entries where ``keep`` holds, in order, in the first columns of
+    a (batch, ``width``) tensor (zeros after a row's last kept entry): boolean indexing without its ``nonzero``, which
+    costs ten times more on two busy threads."""
+    place = torch.where(keep, keep.cumsum(-1) - 1, width).clamp(max=width)
+    return values.new_zeros(*values.shape[:-1], width + 1).scatter_(-1, place, values)[..., :width]
 
 
 def replacement_pool(vocab_size: int, special_ids: torch.Tensor) -> torch.Tensor:
@@ -30,14 +40,22 @@ def replacement_pool(vocab_size: int, special_ids: torch.Tensor) -> torch.Tensor
 
 def replace(ids: torch.Tensor, selected: torch.Tensor, action: torch.Tensor, mask_id: int, pool: torch.Tensor,
             generator: torch.Generator, mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
-    """BERT's corruption of the ``selected`` positions by their uniform draw ``action``: [MASK] below
-    ``mask_frac``, a random token of ``pool`` below ``mask_frac + random_frac``, else left unchanged."""
-    corrupted = ids.clone()
-    corrupted[selected & (action < mask_frac)] = mask_id
+    """BERT's corruption of the ``selected`` positions of ``ids`` by their uniform draw ``action``, drawing from one
+    ``generator`` (:func:`replace_rows` of one row)."""
+    row = (t.reshape(1, -1) for t in (ids, selected, action))
+    return replace_rows(*row, mask_id, pool, [generator], mask_frac, random_frac).view_as(ids)
+
+
+def replace_rows(ids: torch.Tensor, selected: torch.Tensor, action: torch.Tensor, mask_id: int, pool: torch.Tensor,
+                 generators: Sequence[torch.Generator], mask_frac: float = 0.8, random_frac: float = 0.1
+                 ) -> torch.Tensor:
+    """BERT's corruption of the ``selected`` positions of a batch (batch, L) by their uniform draw ``action``: [MASK]
+    below ``mask_frac``, a random token of ``pool`` below ``mask_frac + random_frac``, else left unchanged. Row ``i``
+    draws its random tokens from ``generators[i]``, in position order."""
+    corrupted = ids.masked_fill(selected & (action < mask_frac), mask_id)
     randomize = selected & (action >= mask_frac) & (action < mask_frac + random_frac)
-    picks = torch.randint(len(pool), (int(randomize.sum()),), generator=generator)
-    corrupted[randomize] = pool[picks]
-    return corrupted
+    picks = [torch.randint(len(pool), (int(n),), generator=g) for n, g in zip(randomize.sum(-1).tolist(), generators)]
+    return corrupted.masked_scatter(randomize, pool.index_select(0, torch.cat(picks)).to(ids.dtype))
 
 
 def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
@@ -80,14 +98,17 @@ def mask_weighted_tokens(ids: torch.Tensor, weights: torch.Tensor, mask_id: int,
     return replace(ids, selected, action, mask_id, pool, generator), selected
 
 
-def mask_units(ids: torch.Tensor, unit: torch.Tensor, n_units: int, mask_id: int, pool: torch.Tensor,
-               generator: torch.Generator, mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
-    """80/10/10 decided once per unit: all tokens of a unit are masked, or all replaced by random
-    tokens (each its own), or all kept. ``unit`` is the unit of each position, −1 where unselected."""
+def mask_units(ids: torch.Tensor, unit: torch.Tensor, n_units: Sequence[int], mask_id: int, pool: torch.Tensor,
+               generators: Sequence[torch.Generator], mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
+    """80/10/10 decided once per unit, for a batch (batch, L): all tokens of a unit are masked, or all replaced by
+    random tokens (each its own), or all kept. ``unit`` is the unit of each position, −1 where unselected; row ``i``
+    has ``n_units[i]`` units and draws one uniform per unit from ``generators[i]``."""
+    draws = [torch.rand(n, generator=g) for n, g in zip(n_units, generators)]
+    per_unit = pad_sequence(draws, batch_first=True, padding_value=1.0)
     selected = unit >= 0
-    action = torch.ones(ids.shape)
-    action[selected] = torch.rand(n_units, generator=generator)[unit[selected]]
-    return replace(ids, selected, action, mask_id, pool, generator, mask_frac, random_frac)
+    action = per_unit.gather(1, unit.clamp(min=0)).masked_fill(~selected, 1.0) if per_unit.shape[1] else \
+        torch.ones(ids.shape)
+    return replace_rows(ids, selected, action, mask_id, pool, generators, mask_frac, random_frac)
 
 
 def budget(n_tokens: int, rate: float) -> int:
@@ -97,35 +118,48 @@ def budget(n_tokens: int, rate: float) -> int:
 
 
 def word_index(ids: torch.Tensor, special_ids: torch.Tensor, word_starts: torch.Tensor) -> torch.Tensor:
-    """The word number (0, 1, ...) of each position of one sequence, −1 at special tokens.
+    """The word number (0, 1, ...) of each position of each sequence (the last dimension), −1 at special tokens.
 
     A word begins at a token ``word_starts`` marks, and also right after a special token (a window may
     begin inside a word; a byte-level BPE line begins without a space).
     """
     eligible = ~torch.isin(ids, special_ids)
-    follows_special = torch.cat([eligible.new_ones(1), ~eligible[:-1]])
-    begins = eligible & (word_starts[ids] | follows_special)
-    return torch.where(eligible, begins.cumsum(0) - 1, -1)
+    follows_special = torch.cat([eligible.new_ones(*ids.shape[:-1], 1), ~eligible[..., :-1]], -1)
+    begins = eligible & (word_starts.index_select(0, ids.flatten()).view(ids.shape) | follows_special)
+    return torch.where(eligible, begins.cumsum(-1) - 1, -1)
 
 
 def after_special(word: torch.Tensor) -> torch.Tensor:
-    """A bool per word: True where it begins right after a special token (or the sequence start), i.e.
-    a document boundary that no n-gram or span crosses."""
-    begins = (word >= 0) & torch.cat([word.new_ones(1, dtype=torch.bool), word[:-1] < 0])
-    fresh = torch.zeros(int(word.max()) + 1, dtype=torch.bool)
-    fresh[word[begins]] = True
-    return fresh
+    """A bool per word of each sequence (batch, words): True where it begins right after a special token (or the
+    sequence start), i.e. a document boundary that no n-gram or span crosses. ``word``: :func:`word_index`'s (batch,
+    L); a row has as many words as the batch's longest, those past its own False."""
+    n = int(word.max()) + 1
+    begins = (word >= 0) & torch.cat([word.new_ones(word.shape[0], 1, dtype=torch.bool), word[:, :-1] < 0], 1)
+    return marked(torch.where(begins, word, n), n)
 
 
-def ngram_units(word: torch.Tensor, ngram: int, generator: torch.Generator) -> torch.Tensor:
-    """The words cut into consecutive n-grams of 1..``ngram`` words, n drawn with p(n) ∝ 1/n (ALBERT's
-    n-gram masking, Lan et al. 2020, §4.1), also cut at special tokens; returns the unit of each word."""
-    begins = after_special(word)
+def marked(index: torch.Tensor, width: int) -> torch.Tensor:
+    """(batch, ``width``) bools, True at each row's ``index`` entries below ``width`` (the others are dropped)."""
+    return torch.zeros(index.shape[0], width + 1, dtype=torch.bool).scatter_(1, index.clamp(max=width), True)[:, :width]
+
+
+def word_counts(word: torch.Tensor) -> torch.Tensor:
+    """How many words each row of :func:`word_index`'s (batch, L) has."""
+    return word.max(1).values + 1
+
+
+def ngram_units(word: torch.Tensor, ngram: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """The words of each row (:func:`word_index`'s, batch × L) cut into consecutive n-grams of 1..``ngram`` words, n
+    drawn with p(n) ∝ 1/n (ALBERT's n-gram masking, Lan et al. 2020, §4.1), one draw per word of the row from its own
+    generator, also cut at special tokens; returns the unit of each word (batch, words)."""
+    fresh = after_special(word)
+    n_words = word_counts(word)
     weights = 1.0 / torch.arange(1, ngram + 1, dtype=torch.float)
-    lengths = torch.multinomial(weights, max(len(begins), 1), replacement=True, generator=generator) + 1
-    ends = lengths.cumsum(0)
-    begins[ends[ends < len(begins)]] = True
-    return begins.long().cumsum(0) - 1
+    lengths = pad_sequence([torch.multinomial(weights, max(n, 1), replacement=True, generator=g) + 1
+                            for n, g in zip(n_words.tolist(), generators)], batch_first=True)
+    ends = lengths.cumsum(1)
+    cut = marked(torch.where(ends < n_words[:, None], ends, fresh.shape[1]), fresh.shape[1])
+    return (fresh | cut).long().cumsum(1) - 1
 
 
 def phrase_table(phrases: Sequence[Sequence[int]]) -> dict[int, list[tuple[int, ...]]]:
@@ -159,51 +193,66 @@ def phrase_units(ids: torch.Tensor, word: torch.Tensor, table: dict[int, list[tu
     return torch.tensor(begins_unit, dtype=torch.long).cumsum(0) - 1
 
 
-def select_units(sizes: Sequence[int], target: int, generator: torch.Generator) -> torch.Tensor:
+def select_units(sizes: Sequence[int], target: int, generator: torch.Generator) -> list[int]:
     """BERT's whole-word selection: go through the units in random order, taking each one that still fits
     in the budget of ``target`` tokens, until it is spent. ``sizes`` are the units' token counts; returns
-    a bool per unit."""
-    chosen = torch.zeros(len(sizes), dtype=torch.bool)
-    covered = 0
+    the units taken."""
+    chosen, covered = [], 0
     for u in torch.randperm(len(sizes), generator=generator).tolist():
         if covered >= target:
             break
         if covered + sizes[u] <= target:
-            chosen[u] = True
+            chosen.append(u)
             covered += sizes[u]
     return chosen
 
 
-def select_words(word: torch.Tensor, unit_of_word: torch.Tensor, rate: float,
-                 generator: torch.Generator) -> tuple[torch.Tensor, int]:
-    """Select whole units of words (:func:`select_units`) covering ``rate`` of the words' tokens.
+def unit_sizes(unit: torch.Tensor, n_units: int) -> torch.Tensor:
+    """The token count of each of the ``n_units`` units (batch, units) of the unit map ``unit`` (batch, L; −1: none)."""
+    return torch.zeros(unit.shape[0], n_units + 1, dtype=torch.long).scatter_add_(
+        1, torch.where(unit >= 0, unit, n_units), torch.ones_like(unit))[:, :n_units]
 
-    Returns ``(unit, n_units)``: the unit of each selected position (−1 elsewhere) and how many units
-    there are (the range of ``unit``).
+
+def select_words(word: torch.Tensor, unit_of_word: torch.Tensor, rate: float,
+                 generators: Sequence[torch.Generator]) -> tuple[torch.Tensor, list[int]]:
+    """Select whole units of words (:func:`select_units`) covering ``rate`` of each row's words' tokens, row ``i``
+    by ``generators[i]``; ``word`` (batch, L) as :func:`word_index` gives it, ``unit_of_word`` (batch, words).
+
+    Returns ``(unit, n_units)``: the unit of each selected position (−1 elsewhere) and how many units each row has
+    (the range of its ``unit``).
     """
     eligible = word >= 0
     if not eligible.any():
-        return torch.full_like(word, -1), 0
-    n_units = int(unit_of_word[-1]) + 1
-    unit = unit_of_word[word.clamp(min=0)]
-    sizes = torch.bincount(unit[eligible], minlength=n_units)
-    chosen = select_units(sizes.tolist(), budget(int(eligible.sum()), rate), generator)
-    return torch.where(eligible & chosen[unit], unit, -1), n_units
+        return torch.full_like(word, -1), [0] * len(word)
+    last = (word_counts(word) - 1).clamp(min=0)[:, None]
+    n_units = torch.where(eligible.any(1), unit_of_word.gather(1, last).squeeze(1) + 1, 0).tolist()
+    unit = torch.where(eligible, unit_of_word.gather(1, word.clamp(min=0)), -1)
+    width = max(n_units)
+    sizes, targets = unit_sizes(unit, width).tolist(), eligible.sum(1).tolist()
+    chosen = [r * width + u for r, (n, g) in enumerate(zip(n_units, generators)) if n
+              for u in select_units(sizes[r][:n], budget(targets[r], rate), g)]
+    taken = marked(torch.tensor(chosen, dtype=torch.long)[None], len(word) * width).view(len(word), width)
+    return torch.where(eligible & taken.gather(1, unit.clamp(min=0)), unit, -1), n_units
+
+
+def geometric(p: float, max_span: int) -> torch.Tensor:
+    """The weights of span lengths 1..``max_span`` under Geo(``p``), unnormalised (:func:`span_lengths`)."""
+    k = torch.arange(1, max_span + 1, dtype=torch.float64)
+    return p * (1 - p) ** (k - 1)
 
 
 def span_lengths(n: int, generator: torch.Generator, p: float = 0.2, max_span: int = 10) -> torch.Tensor:
     """``n`` span lengths ℓ ~ Geo(p) on 1..``max_span`` (SpanBERT §3.1). The paper says "clip"; its stated
     mean of 3.8 for p = 0.2, ℓ_max = 10 is that of the geometric truncated there and renormalised
     (min(ℓ, 10) would have mean 4.46), so that is what is drawn."""
-    k = torch.arange(1, max_span + 1, dtype=torch.float64)
-    return torch.multinomial(p * (1 - p) ** (k - 1), n, replacement=True, generator=generator) + 1
+    return torch.multinomial(geometric(p, max_span), n, replacement=True, generator=generator) + 1
 
 
-def span_units(word: torch.Tensor, rate: float, generator: torch.Generator, p: float = 0.2,
-               max_span: int = 10) -> tuple[torch.Tensor, int]:
-    """SpanBERT's span masking (Joshi et al. 2020, §3.1): repeatedly draw a length ℓ in words
-    (:func:`span_lengths`) and a start uniformly among the words, and select those ℓ complete words,
-    until ``rate`` of the tokens is covered.
+def span_units(word: torch.Tensor, rate: float, generators: Sequence[torch.Generator], p: float = 0.2,
+               max_span: int = 10) -> tuple[torch.Tensor, list[int]]:
+    """SpanBERT's span masking (Joshi et al. 2020, §3.1) of each row of ``word`` (batch, L; :func:`word_index`'s),
+    row ``i`` by ``generators[i]``: repeatedly draw a length ℓ in words (:func:`span_lengths`) and a start uniformly
+    among the words, and select those ℓ complete words, until ``rate`` of the tokens is covered.
 
     Returns ``(unit, n_spans)`` as :func:`select_words`, each span one unit. Details the paper leaves open:
     a start inside an earlier span is drawn again; a span stops early at an earlier span, at a special
@@ -211,15 +260,36 @@ def span_units(word: torch.Tensor, rate: float, generator: torch.Generator, p: f
     span may overshoot it by part of one word, never splitting a word). Adjacent spans stay distinct.
     """
     eligible = word >= 0
-    sizes = torch.bincount(word[eligible]).tolist()
-    n_words, target = len(sizes), budget(int(eligible.sum()), rate)
-    if not n_words:
-        return torch.full_like(word, -1), 0
-    fresh = after_special(word).tolist()
+    if not eligible.any():
+        return torch.full_like(word, -1), [0] * len(word)
+    weights, n_words = geometric(p, max_span), word_counts(word).tolist()
+    sizes, fresh, targets = unit_sizes(word, max(n_words)).tolist(), after_special(word).tolist(), eligible.sum(1)
+    rows = [spans_of_words(sizes[r][:n], fresh[r], budget(int(targets[r]), rate), weights, g)
+            for r, (n, g) in enumerate(zip(n_words, generators))]
+    span_of_word = pad_sequence([torch.tensor(r[0] + [-1], dtype=torch.long) for r in rows], batch_first=True,
+                                padding_value=-1)
+    return torch.where(eligible, span_of_word.gather(1, word.clamp(min=0)), -1), [r[1] for r in rows]
+
+
+def one_draw(weights: list[float], generator: torch.Generator) -> int:
+    """``torch.multinomial(torch.tensor(weights, dtype=torch.float64), 1, generator=generator)`` without its checks and
+    its seven tensor operations: the same exponential draws and argmax(weights / q), q ~ Exp(1) (torch's one-sample
+    path, ATen ``multinomial``), so the same index."""
+    q = torch.empty(len(weights), dtype=torch.float64).exponential_(generator=generator).tolist()
+    scores = [w / e if e else math.inf for w, e in zip(weights, q)]  # a draw of 0 (p ≈ 2⁻⁵³): torch's w / 0 = inf
+    return scores.index(max(scores))
+
+
+def spans_of_words(sizes: list[int], fresh: list[bool], target: int, weights: torch.Tensor,
+                   generator: torch.Generator) -> tuple[list[int], int]:
+    """One row of :func:`span_units`: the span of each of its words (token counts ``sizes``; ``fresh``: after a
+    special token), −1 for none, and the number of spans, drawn one length (from ``weights``, :func:`one_draw`) and
+    one start at a time."""
+    n_words, scale = len(sizes), weights.tolist()
     span_of_word = [-1] * n_words
     covered, n_spans = 0, 0
     while covered < target:
-        length = int(span_lengths(1, generator, p, max_span))
+        length = one_draw(scale, generator) + 1
         start = int(torch.randint(n_words, (1,), generator=generator))
         if span_of_word[start] >= 0:
             continue
@@ -229,4 +299,4 @@ def span_units(word: torch.Tensor, rate: float, generator: torch.Generator, p: f
             span_of_word[w] = n_spans
             covered += sizes[w]
         n_spans += 1
-    return torch.tensor(span_of_word)[word.clamp(min=0)].masked_fill(~eligible, -1), n_spans
+    return span_of_word, n_spans

@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 from ..models import Transformer
 from ..models.transformer import ACTIVATIONS
@@ -156,20 +157,27 @@ class MaskedLM(Objective):
         return self.masked(torch.cat([cls, windows, sep], dim=1), generators)
 
     def units(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        """One sequence → ``(unit of each selected position, −1 elsewhere; number of units)``."""
+        """One sequence → ``(unit of each selected position, −1 elsewhere; number of units)`` (:meth:`batch_units`)."""
+        unit, n_units = self.batch_units(ids[None], [generator])
+        return unit[0], n_units[0]
+
+    def batch_units(self, ids: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, list[int]]:
+        """Sequences (batch, L) → ``(unit of each selected position, −1 elsewhere; number of units of each row)``,
+        row ``i`` drawing from ``generators[i]``."""
         word = word_index(ids, self.special_ids, self.word_starts)
         if self.masking == "whole_word":
-            unit_of_word = torch.arange(int(word.max()) + 1)
+            unit_of_word = torch.arange(int(word.max()) + 1).expand(len(word), -1)
         elif self.phrases:
-            unit_of_word = phrase_units(ids, word, self.phrases)
+            unit_of_word = pad_sequence([phrase_units(row, w, self.phrases) for row, w in zip(ids, word)],
+                                        batch_first=True)
         else:
-            unit_of_word = ngram_units(word, self.ngram, generator)
-        return select_words(word, unit_of_word, self.rate, generator)
+            unit_of_word = ngram_units(word, self.ngram, generators)
+        return select_words(word, unit_of_word, self.rate, generators)
 
-    def corrupt_units(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """One sequence → ``(corrupted ids, unit of each position)``, 80/10/10 decided per unit."""
-        unit, n_units = self.units(ids, generator)
-        return mask_units(ids, unit, n_units, self.specials.mask, self.pool, generator), unit
+    def corrupt_units(self, ids: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequences (batch, L) → ``(corrupted ids, unit of each position)``, 80/10/10 decided per unit."""
+        unit, n_units = self.batch_units(ids, generators)
+        return mask_units(ids, unit, n_units, self.specials.mask, self.pool, generators), unit
 
     def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """One sequence → ``(corrupted ids, selected positions)``."""
@@ -178,14 +186,19 @@ class MaskedLM(Objective):
         if self.masking == "token":
             return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size,
                                generator, self.rate)
-        corrupted, unit = self.corrupt_units(ids, generator)
-        return corrupted, unit >= 0
+        corrupted, unit = self.corrupt_units(ids[None], [generator])
+        return corrupted[0], unit[0] >= 0
 
     def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
         """Corrupt each row of the model inputs ``ids``: the batch of :meth:`selection`, its loss counting the
-        selected tokens."""
-        rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
-        batch = self.selection(ids, torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))
+        selected tokens. Units of words are chosen and corrupted for the whole batch at once."""
+        if self.masking == "token":
+            rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
+            corrupted, selected = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        else:
+            corrupted, unit = self.corrupt_units(ids, generators)
+            selected = unit >= 0
+        batch = self.selection(ids, corrupted, selected)
         return {**batch, "counts": {"loss": batch["masked"]}}
 
     def selection(self, ids: torch.Tensor, corrupted: torch.Tensor, selected: torch.Tensor) -> dict[str, torch.Tensor]:

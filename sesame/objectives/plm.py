@@ -58,6 +58,7 @@ from ..errors import SesameError
 from ..models.xlnet import Streams, XLNet
 from ..tokenizer import SpecialIds
 from .base import Objective
+from .masking import kept_first
 from .projection import Workspace, linear_cross_entropy
 
 CLS_SEGMENT = 2  # XLNet's segment id of the final <cls> (SEG_ID_CLS); text and <sep> are segment 0
@@ -96,32 +97,53 @@ def select_targets(rank: torch.Tensor, perm_size: int, k: int) -> torch.Tensor:
     return rank - start >= size - (size / k).round().clamp(min=1).long()
 
 
-def sample_spans(n: int, k: int, max_span: int, rows: int, generator: torch.Generator
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The spans of ``rows`` segments of ``n`` tokens, (rows, S) each: their contexts' starts, and the spans' starts
-    and lengths. Lengths L ∈ 1..``max_span`` are drawn with p ∝ 1/L, each context is K·L tokens, contexts follow one
-    another, and a span sits at a uniform place inside its context. Lengths are cut so that the spans hold at most
-    round(n/K) tokens (the first that would pass it is cut short, later ones get 0), and a span past the end gets 0."""
-    goal, spans = max(1, round(n / k)), n // k + 1  # no more contexts of ≥ K tokens fit
+def span_draws(n: int, k: int, max_span: int, rows: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One example's span draws for ``rows`` segments of ``n`` tokens, (rows, S) each (:func:`placed_spans`): lengths
+    L ∈ 1..``max_span`` with p ∝ 1/L, and a uniform place in [0, 1) for each span."""
+    spans = n // k + 1  # no more contexts of ≥ K tokens fit
     lengths = torch.multinomial((1.0 / torch.arange(1, max_span + 1)).expand(rows, -1), spans, replacement=True,
                                 generator=generator) + 1
+    return lengths, torch.rand(rows, spans, generator=generator)
+
+
+def placed_spans(lengths: torch.Tensor, place: torch.Tensor, n: int, k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The spans of segments of ``n`` tokens from their draws (:func:`span_draws`; any leading dimensions): their
+    contexts' starts, and the spans' starts and lengths. Each context is K·L tokens, contexts follow one another, and
+    a span sits at its ``place`` inside its context. Lengths are cut so that the spans hold at most round(n/K) tokens
+    (the first that would pass it is cut short, later ones get 0), and a span past the end gets 0."""
+    goal = max(1, round(n / k))
     contexts = k * lengths
     begins = contexts.cumsum(-1) - contexts
-    starts = begins + (torch.rand(rows, spans, generator=generator) * (contexts - lengths + 1)).long()  # [0, KL − L]
+    starts = begins + (place * (contexts - lengths + 1)).long()  # [0, KL − L]
     kept = (goal - (lengths.cumsum(-1) - lengths)).clamp(min=0).minimum(lengths)
     return begins, starts, torch.where(starts + kept <= n, kept, 0)
 
 
-def span_targets(n: int, k: int, max_span: int, rows: int, generator: torch.Generator) -> torch.Tensor:
-    """Whether each of ``rows`` segments' ``n`` positions is predicted (rows, n): the tokens of
-    :func:`sample_spans`' spans, topped up with single tokens drawn uniformly from the rest to exactly round(n/K)
-    (at least 1), as the code tops up to ``num_predict``."""
-    _, starts, lengths = sample_spans(n, k, max_span, rows, generator)
-    position = torch.arange(n)
-    covered = ((position >= starts[..., None]) & (position < (starts + lengths)[..., None])).any(1)
-    keys = torch.rand(rows, n, generator=generator).masked_fill(covered, 2.0)  # the rest, in a random order
-    order = keys.argsort(-1).argsort(-1)
+def sample_spans(n: int, k: int, max_span: int, rows: int, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The spans of ``rows`` segments of ``n`` tokens, (rows, S) each, drawn from ``generator`` (:func:`span_draws`,
+    :func:`placed_spans`)."""
+    return placed_spans(*span_draws(n, k, max_span, rows, generator), n, k)
+
+
+def topped_up(starts: torch.Tensor, lengths: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:
+    """Whether each position (…, n) is predicted: the tokens of the spans ``starts`` and ``lengths`` (…, S), topped
+    up with single tokens taken from the rest in the order of their uniform ``keys`` (…, n) to exactly round(n/K) (at
+    least 1), as the code tops up to ``num_predict``."""
+    n = keys.shape[-1]
+    ones = torch.ones_like(starts)  # +1 where a span begins, −1 where it ends: inside while the running sum is positive
+    edges = starts.new_zeros(*keys.shape[:-1], n + 1).scatter_add_(-1, starts.clamp(max=n), ones)
+    covered = edges.scatter_add_(-1, (starts + lengths).clamp(max=n), -ones).cumsum(-1)[..., :n] > 0
+    order = keys.masked_fill(covered, 2.0).argsort(-1).argsort(-1)  # the rest, in a random order
     return covered | (order < (max(1, round(n / k)) - covered.sum(-1, keepdim=True)))
+
+
+def span_targets(n: int, k: int, max_span: int, rows: int, generator: torch.Generator) -> torch.Tensor:
+    """Whether each of ``rows`` segments' ``n`` positions is predicted (rows, n): :func:`sample_spans`' spans, then
+    :func:`topped_up` by a draw of keys from the same ``generator``."""
+    _, starts, lengths = sample_spans(n, k, max_span, rows, generator)
+    return topped_up(starts, lengths, torch.rand(rows, n, generator=generator), k)
 
 
 def permutation_masks(rank: torch.Tensor, targets: torch.Tensor, past: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,22 +188,37 @@ class PermutationLM(Objective):
         position order; ``targets``: their tokens; with ``bi_data``, ``backward`` (batch,): the examples whose window
         is read right to left."""
         b, n = windows.shape[0], windows.shape[1] // self.segments
-        keys = torch.stack([torch.rand(self.segments, n, generator=g) for g in generators])
+        keys, *draws = (torch.stack(d) for d in zip(*(self.example_draws(n, g) for g in generators)))
         rank = factorisation_order(keys, self.perm_size or n)
         if self.max_span:
-            target = torch.stack([span_targets(n, self.k, self.max_span, self.segments, g) for g in generators])
+            lengths, place, top_up, *draws = draws
+            _, starts, lengths = placed_spans(lengths, place, n, self.k)
+            target = topped_up(starts, lengths, top_up, self.k)
         else:
             target = select_targets(rank, self.perm_size or n, self.k)
         extra = {}
         if self.bi_data:
-            extra["backward"] = torch.stack([torch.rand((), generator=g) < 0.5 for g in generators])
+            extra["backward"] = draws[0]
             windows = torch.where(extra["backward"][:, None], windows.flip(-1), windows)
         text = windows.view(b, self.segments, n)
         ending = torch.tensor([self.specials.sep, self.specials.cls], dtype=windows.dtype).expand(b, self.segments, -1)
-        predict = target.nonzero()[:, -1].view(b, self.segments, -1)
+        predicted = int(target[0, 0].sum())  # the same count in every segment
+        predict = kept_first(torch.arange(n).expand(b, self.segments, n), target, predicted)
         rank = torch.cat([torch.where(target, rank, -1), torch.full((b, self.segments, ENDING), -1)], -1)
         return {"ids": torch.cat([text, ending], -1), "rank": rank, "predict": predict,
                 "targets": text.gather(-1, predict), **extra}
+
+    def example_draws(self, n: int, generator: torch.Generator) -> list[torch.Tensor]:
+        """Every draw of one example with segments of ``n`` tokens, in the order it makes them: its orders' keys; with
+        ``max_span``, its spans (:func:`span_draws`) and their top-up's keys (:func:`topped_up`); with ``bi_data``,
+        whether it is read right to left."""
+        draws = [torch.rand(self.segments, n, generator=generator)]
+        if self.max_span:
+            draws += [*span_draws(n, self.k, self.max_span, self.segments, generator),
+                      torch.rand(self.segments, n, generator=generator)]
+        if self.bi_data:
+            draws.append(torch.rand((), generator=generator) < 0.5)
+        return draws
 
     def segment(self, ids: torch.Tensor, rank: torch.Tensor, predict: torch.Tensor,
                 memory: list[torch.Tensor] | None, backward: torch.Tensor | None = None) -> Streams:

@@ -12,7 +12,6 @@ exist whole.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Sequence
 
 import torch
 
@@ -23,7 +22,7 @@ from .base import Objective
 from .denoising import DenoisingOptions, denoise
 from .masking import replacement_pool
 from .projection import Workspace, linear_cross_entropy
-from .span_corruption import SpanCorruptionOptions, corrupt_spans, joined, raw_length
+from .span_corruption import SpanCorruptionOptions, corrupt_spans, filled, joined, raw_length
 
 
 class TeacherForced(Objective):
@@ -53,8 +52,9 @@ SENTINELS_FIX = "train one with them (`sesame tokenizer train --kind unigram --s
 class SpanCorruption(TeacherForced):
     """T5's objective (Raffel et al. 2020, §3.1.4; :func:`.span_corruption.corrupt_spans`): 15% of a window's tokens,
     in spans of 3 on average, each span replaced by one sentinel in the inputs; the targets are the spans, each
-    after its sentinel, then ``</s>``. Windows are :func:`.span_corruption.raw_length` tokens long, so that every
-    input is exactly ``seq_len`` tokens and no row needs padding (T5's ``random_spans_helper``). The sentinels are
+    after its sentinel, then ``</s>``. Windows are :func:`.span_corruption.raw_length` tokens long (plus
+    ``spare_tokens``, read to stand in for the separators dropped), so that every input is exactly ``seq_len`` tokens
+    and no row needs padding (T5's ``random_spans_helper``). The sentinels are
     the tokenizer's ``<extra_id_k>`` (:meth:`TextTokenizer.sentinels`), counting down from the top of the vocabulary;
     a window with more spans than sentinels is refused before anything is written (:func:`require_sentinels`;
     100 sentinels cover windows of about 2000 tokens)."""
@@ -76,7 +76,8 @@ class SpanCorruption(TeacherForced):
 
     @staticmethod
     def window_length(seq_len: int, **options) -> int:
-        return raw_length(seq_len, SpanCorruptionOptions(**options))[0]
+        noise = SpanCorruptionOptions(**options)
+        return raw_length(seq_len, noise)[0] + noise.spare_tokens
 
     @staticmethod
     def sentinels_needed(seq_len: int, **options) -> int:
@@ -85,7 +86,9 @@ class SpanCorruption(TeacherForced):
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        if not self.noise.separators:
+        if self.noise.spare_tokens:
+            windows = filled(windows, self.specials.sep, windows.shape[1] - self.noise.spare_tokens)
+        elif not self.noise.separators:
             windows = joined(windows, self.specials.sep)
         inputs, targets = corrupt_spans(windows, generators, sentinels=self.sentinels, eos=self.specials.sep,
                                         options=self.noise)
@@ -114,12 +117,17 @@ def require_sentinels(objective: type[Objective], seq_len: int, flag: str, optio
 
 
 def sentence_ends(ids: torch.Tensor, final: torch.Tensor) -> list[int]:
-    """The end offsets of the sentences of one window: after each run of sentence-final tokens (``final``, a bool
-    per vocabulary entry, :meth:`TextTokenizer.sentence_ends`), as fairseq's BART ends a sentence at a full stop
-    that the next token does not continue."""
-    here = final[ids]
-    last = here & ~torch.cat([here[1:], here.new_zeros(1)])
-    return (last.nonzero().squeeze(1) + 1).tolist()
+    """The end offsets of the sentences of one window (:func:`batch_sentence_ends` of one row)."""
+    return batch_sentence_ends(ids[None], final)[0]
+
+
+def batch_sentence_ends(windows: torch.Tensor, final: torch.Tensor) -> list[list[int]]:
+    """The end offsets of the sentences of each window of ``windows`` (batch, L): after each run of sentence-final
+    tokens (``final``, a bool per vocabulary entry, :meth:`TextTokenizer.sentence_ends`), as fairseq's BART ends a
+    sentence at a full stop that the next token does not continue."""
+    here = final.index_select(0, windows.flatten()).view(windows.shape)
+    last = here & ~torch.cat([here[:, 1:], here.new_zeros(len(here), 1)], 1)
+    return [[p + 1 for p, end in enumerate(row) if end] for row in last.tolist()]
 
 
 class Denoising(TeacherForced):
@@ -160,7 +168,7 @@ class Denoising(TeacherForced):
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        ends: Sequence[list[int]] = [sentence_ends(row, self.sentence_final) for row in windows]
+        ends = batch_sentence_ends(windows, self.sentence_final)
         inputs, targets = denoise(windows, generators, sentence_ends=ends, specials=self.specials,
                                   word_starts=self.word_starts, pool=self.pool, options=self.noise)
         inputs = self.within_positions(inputs)

@@ -73,15 +73,14 @@ class SpanBERT(MaskedLM):
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "SpanBERT":
         return cls(backbone, tokenizer.specials, tokenizer.word_starts(), **options)
 
-    def units(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, int]:
-        """One sequence → ``(span of each selected position, −1 elsewhere; number of spans)``."""
+    def batch_units(self, ids: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, list[int]]:
+        """Sequences (batch, L) → ``(span of each selected position, −1 elsewhere; number of spans of each row)``."""
         word = word_index(ids, self.special_ids, self.word_starts)
-        return span_units(word, self.rate, generator, self.p, self.max_span)
+        return span_units(word, self.rate, generators, self.p, self.max_span)
 
     def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
-        rows = [self.corrupt_units(row, g) for row, g in zip(ids, generators)]
-        unit = torch.stack([r[1] for r in rows])
-        batch = self.selection(ids, torch.stack([r[0] for r in rows]), unit >= 0)
+        corrupted, unit = self.corrupt_units(ids, generators)
+        batch = self.selection(ids, corrupted, unit >= 0)
         first, last = span_edges(unit)
         row_start = torch.arange(0, unit.numel(), unit.shape[1])[:, None]
         at, size = masked_entries(batch, "positions"), len(batch["positions"])

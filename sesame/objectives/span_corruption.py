@@ -20,9 +20,13 @@ Documents: sesame's windows are packed across documents with ``</s>`` closing ea
 ``</s>`` in mid-target, and an input a ``</s>`` before its end, which T5 never shows its model: its
 ``reduce_concat_tokens`` joins documents with nothing between them (``</s>`` is appended only after the split
 inputs and targets). With ``separators=False``, the t5 rows' option, each window's ``</s>`` are dropped before
-corruption (:func:`joined`); runs made before the option (none recorded) keep them, the option's default.
-Deviation: a batch's rows are cut to the shortest one's length, so a window loses a few tokens of its end (at most
-as many as the most separators a row of the batch had), and its inputs are as many tokens short of ``--seq-len``.
+corruption; runs made before the option (none recorded) keep them, the option's default. Every input is still
+exactly ``--seq-len`` tokens (static shapes, for ``--compile``): a window reads ``spare_tokens`` more tokens than
+its T5 length (4 in the t5 rows) and drops its first separators, up to that many, then its last tokens, down to
+that length (:func:`filled`). Deviations: a window holding more separators than that keeps its last ones, and a
+window without separators skips its last ``spare_tokens`` tokens (4 of 151 at ``--seq-len 128``). Runs made with
+``separators=false`` before ``spare_tokens`` (recorded as 0) read as they were: each batch's rows cut to the shortest
+one's length (:func:`joined`), inputs a few tokens short of ``--seq-len``, a shape per batch.
 
 Deviation: the number of spans is also capped at the number of kept tokens, so that an option with
 more noise than text (density near 1) still gives non-empty kept spans; at the paper's values the cap
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import SesameError
+from .masking import kept_first
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,17 @@ class SpanCorruptionOptions:
     noise_density: float = 0.15
     mean_span: float = 3.0
     separators: bool = True  # keep the </s> between documents in the windows (False: T5's, module docstring)
+    spare_tokens: int = 0  # with separators false: tokens read past a window to stand in for its </s> (0: cut)
 
     def __post_init__(self) -> None:
         if not isinstance(self.separators, bool):
             raise SesameError(f"--objective-option separators={self.separators}: give true (keep the </s> between "
                               "documents) or false (T5's: documents joined with nothing between)")
+        if isinstance(self.spare_tokens, bool) or not isinstance(self.spare_tokens, int) or self.spare_tokens < 0 \
+                or (self.spare_tokens and self.separators):
+            raise SesameError(f"--objective-option spare_tokens={self.spare_tokens}: give a whole number of tokens "
+                              "from 0, with separators=false (the t5 rows: 4), read past each window to stand in for "
+                              "the </s> it drops")
         if not 0 < self.noise_density < 1:
             raise SesameError(f"--objective-option noise_density={self.noise_density}: give a fraction "
                               "strictly between 0 and 1 (T5: 0.15)")
@@ -84,29 +95,45 @@ def sentinel_ids(vocab_size: int, count: int = 100) -> torch.Tensor:
     return vocab_size - 1 - torch.arange(count)
 
 
+def filled(windows: torch.Tensor, separator: int, length: int) -> torch.Tensor:
+    """T5's ``reduce_concat_tokens`` on windows read longer than ``length``: each row of ``windows`` (batch, L) without
+    its first ``separator`` tokens, up to L − ``length`` of them, and cut to ``length`` tokens."""
+    dropped = windows == separator
+    dropped &= dropped.cumsum(1) <= windows.shape[1] - length
+    return kept_first(windows, ~dropped, length)
+
+
 def joined(windows: torch.Tensor, separator: int) -> torch.Tensor:
-    """T5's ``reduce_concat_tokens``: each row of ``windows`` (batch, L) without its ``separator`` tokens (documents
-    joined with nothing between), every row cut to the shortest row's length."""
+    """T5's ``reduce_concat_tokens`` as runs made before ``spare_tokens`` read it: each row of ``windows`` (batch, L)
+    without its ``separator`` tokens (documents joined with nothing between), every row cut to the shortest row's
+    length."""
     kept = windows != separator
-    length = int(kept.sum(1).min())
-    return torch.stack([row[keep][:length] for row, keep in zip(windows, kept)])
+    return kept_first(windows, kept, int(kept.sum(1).min()))
 
 
-def segment(items: int, segments: int, generator: torch.Generator) -> torch.Tensor:
-    """``items`` split at random into ``segments`` non-empty runs, uniformly over the ways to do so;
-    returns the runs' lengths."""
-    cuts = torch.randperm(items - 1, generator=generator)[:segments - 1] + 1
-    edges = torch.cat([torch.zeros(1, dtype=torch.long), cuts.sort().values, torch.tensor([items])])
-    return edges.diff()
+def cuts(items: int, runs: int, generator: torch.Generator) -> torch.Tensor:
+    """Where ``items`` split at random into ``runs`` non-empty runs are cut, uniformly over the ways to do so: ``runs``
+    − 1 distinct offsets in 0..``items`` − 2, unsorted (one ``randperm`` draw), each the end of a run less one."""
+    return torch.randperm(items - 1, generator=generator)[:runs - 1]
 
 
-def noise_spans(length: int, options: SpanCorruptionOptions, generator: torch.Generator) -> torch.Tensor:
-    """Per position of a window, its span number: even for kept spans (0, 2, …), odd for noise (1, 3, …)."""
+def run_lengths(cut: torch.Tensor, items: int) -> torch.Tensor:
+    """The runs' lengths (batch, runs) of ``items`` cut at each row's ``cut`` (batch, runs − 1) of :func:`cuts`."""
+    b = cut.shape[0]
+    edges = torch.cat([cut.new_zeros(b, 1), cut.sort(1).values + 1, cut.new_full((b, 1), items)], 1)
+    return edges.diff(dim=1)
+
+
+def noise_spans(length: int, options: SpanCorruptionOptions, generators: list[torch.Generator]) -> torch.Tensor:
+    """Per position of a window of each generator's row (batch, length), its span number: even for kept spans
+    (0, 2, …), odd for noise (1, 3, …). Each row draws its kept tokens' split, then its noise's, from its own
+    generator; the arithmetic runs on the whole batch."""
     noise, spans = options.counts(length)
-    kept = segment(length - noise, spans, generator)
-    noisy = segment(noise, spans, generator)
-    starts = torch.stack([kept, noisy], 1).flatten().cumsum(0)[:-1]
-    return torch.zeros(length, dtype=torch.long).index_fill_(0, starts, 1).cumsum(0)
+    draws = [(cuts(length - noise, spans, g), cuts(noise, spans, g)) for g in generators]
+    kept = run_lengths(torch.stack([d[0] for d in draws]), length - noise)
+    noisy = run_lengths(torch.stack([d[1] for d in draws]), noise)
+    starts = torch.stack([kept, noisy], 2).flatten(1).cumsum(1)[:, :-1]
+    return torch.zeros(len(generators), length, dtype=torch.long).scatter_(1, starts, 1).cumsum(1)
 
 
 def corrupt_spans(windows: torch.Tensor, generators: list[torch.Generator], *, sentinels: torch.Tensor, eos: int,
@@ -123,11 +150,14 @@ def corrupt_spans(windows: torch.Tensor, generators: list[torch.Generator], *, s
     if spans > len(sentinels):
         raise SesameError(f"a window of {length} tokens has {spans} noise spans but the vocabulary has "
                           f"{len(sentinels)} sentinels: use shorter windows or more sentinels")
-    run = torch.stack([noise_spans(length, options, g) for g in generators])
+    run = noise_spans(length, options, generators)
     noisy = run % 2 == 1
     begins = run != torch.cat([run.new_full((b, 1), -1), run[:, :-1]], 1)
-    marker = sentinels.to(windows.dtype)[run // 2]  # kept run 2j and noise run 2j + 1 both map to <X_j>
-    inputs = torch.where(noisy, marker, windows)[~noisy | begins].view(b, -1)  # a noise run → its sentinel
-    targets = torch.where(noisy, windows, marker)[noisy | begins].view(b, -1)  # a kept run → the next sentinel
-    close = windows.new_full((b, 1), eos)
-    return torch.cat([inputs, close], 1), torch.cat([targets, close], 1)
+    # kept run 2j and noise run 2j + 1 both map to <X_j> (index_select: a tensor index costs 30 times more)
+    marker = sentinels.to(windows.dtype).index_select(0, (run // 2).flatten()).view(b, length)
+    inputs_length, targets_length = options.lengths(length)
+    # a noise run → its sentinel in the inputs, a kept run → the next sentinel in the targets; both closed by </s>
+    inputs = kept_first(torch.where(noisy, marker, windows), ~noisy | begins, inputs_length)
+    targets = kept_first(torch.where(noisy, windows, marker), noisy | begins, targets_length)
+    inputs[:, -1], targets[:, -1] = eos, eos
+    return inputs, targets
