@@ -90,17 +90,17 @@ def test_a_trainer_takes_its_run_settings_whole_and_its_hooks_by_name(tmp_path):
 
 def test_a_time_budget_reads_dev_at_each_of_its_eval_points_and_schedules_by_the_clock(tmp_path, monkeypatch):
     """Under --max-minutes dev is read as each 1/eval_points of the time is spent, however few steps the machine
-    makes, and the rate warms up and decays with the time (issue 37). A clock that moves 3 s per step (a 1-minute
-    budget: 20 steps) stands for the machine."""
+    makes, and the rate warms up and decays with the time (issue 37). A clock that moves 3 s per step's forward pass
+    (a 1-minute budget: 20 steps) stands for the machine."""
     clock = [1000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
 
     def batches(step, progress):
-        clock[0] += 3.0
         return [{"ids": torch.ones(1, 1), "targets": torch.ones(1)}]
 
     class Squared(torch.nn.Linear):
         def forward(self, batch):
+            clock[0] += 3.0
             return super().forward(batch["ids"]).pow(2).sum()
 
     def run(name, **options):
