@@ -4,8 +4,9 @@
 
 The placement rule: batches are built on the CPU, every random draw of the data (masks, replaced tokens,
 sentence pairs, batch orders) coming from CPU generators seeded by (seed, step, example), so they are the same
-on every device; :meth:`Placement.move` carries a whole batch to the model's device at the one point where it
-is consumed (pinned memory and non-blocking copies on CUDA). Tensors made inside a forward pass take the
+on every device; the trainer builds the next step's batches while a step trains and :meth:`Placement.staged` pins
+them there (on CUDA), and :meth:`Placement.move` carries a whole batch to the model's device at the one point where
+it is consumed (a non-blocking copy from pinned memory on CUDA). Tensors made inside a forward pass take the
 device of their inputs. Draws made inside the model (dropout, ELECTRA's sampled replacements, ELMo's
 sampled softmax) use the device's own generator, seeded per step: repeatable on one kind of device, but not
 the same stream on another. Weights are saved from CPU tensors and loaded onto the CPU, then copied in, so a
@@ -158,6 +159,13 @@ class Placement:
         """``batch`` on the device (:func:`to_device`)."""
         return to_device(batch, self.device)
 
+    def staged(self, batch: Any) -> Any:
+        """``batch`` made ready for :meth:`move` off the training thread: on CUDA its CPU tensors in pinned memory,
+        which :meth:`move` then copies without waiting; elsewhere ``batch`` as it is."""
+        if self.device.type != "cuda":
+            return batch
+        return map_tensors(batch, lambda t: t.pin_memory() if t.device.type == "cpu" else t)
+
     def compiled(self, fn: Callable, what: str) -> Callable:
         """``fn`` (a module or function) through torch.compile when ``--compile`` was given, else ``fn``. Shapes
         that change (another batch length) recompile, up to torch's limit, then run uncompiled; a failure to
@@ -167,20 +175,29 @@ class Placement:
         return _Fallback(fn, torch.compile(fn), what)
 
 
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``batch`` (tensors, in dicts, lists and tuples, beside other values) with ``fn`` of each tensor."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {key: map_tensors(value, fn) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(map_tensors(value, fn) for value in batch)
+    return batch
+
+
 def to_device(batch: Any, device: torch.device) -> Any:
     """A batch (tensors, in dicts, lists and tuples, beside other values) on ``device``; on CUDA from pinned
-    memory without waiting for the copy (kernels queued after it on the stream wait for it)."""
-    if isinstance(batch, torch.Tensor):
-        if batch.device == device:
-            return batch
-        if device.type == "cuda" and batch.device.type == "cpu":
-            return batch.pin_memory().to(device, non_blocking=True)
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch
+    memory (as :meth:`Placement.staged` leaves it, else pinned here) without waiting for the copy (kernels queued
+    after it on the stream wait for it)."""
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == device:
+            return tensor
+        if device.type == "cuda" and tensor.device.type == "cpu":
+            return tensor.pin_memory().to(device, non_blocking=True)  # pin_memory: itself when already pinned
+        return tensor.to(device)
+
+    return map_tensors(batch, move)
 
 
 def device_of(model: nn.Module) -> torch.device:

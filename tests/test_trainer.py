@@ -1,4 +1,5 @@
 import json
+import sys
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from sesame.runtime import Placement
 from sesame.train import Interrupted, RunSettings, TrainConfig, Trainer
 from sesame.train.checkpoint import load_weights
 from sesame.train.optim import linear_warmup_decay
+from sesame.train.trainer import LOG_EVERY
 
 TINY = dict(family="bert", size="tiny", vocab_size=200, seq_len=32, batch_size=8, eval_every=4, save_every=4,
             progress=False)
@@ -90,17 +92,17 @@ def test_a_trainer_takes_its_run_settings_whole_and_its_hooks_by_name(tmp_path):
 
 def test_a_time_budget_reads_dev_at_each_of_its_eval_points_and_schedules_by_the_clock(tmp_path, monkeypatch):
     """Under --max-minutes dev is read as each 1/eval_points of the time is spent, however few steps the machine
-    makes, and the rate warms up and decays with the time (issue 37). A clock that moves 3 s per step (a 1-minute
-    budget: 20 steps) stands for the machine."""
+    makes, and the rate warms up and decays with the time (issue 37). A clock that moves 3 s per step's forward pass
+    (a 1-minute budget: 20 steps) stands for the machine."""
     clock = [1000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
 
     def batches(step, progress):
-        clock[0] += 3.0
         return [{"ids": torch.ones(1, 1), "targets": torch.ones(1)}]
 
     class Squared(torch.nn.Linear):
         def forward(self, batch):
+            clock[0] += 3.0
             return super().forward(batch["ids"]).pow(2).sum()
 
     def run(name, **options):
@@ -139,3 +141,48 @@ def test_bf16_runs_the_forward_pass_in_bfloat16_and_keeps_fp32_weights(corpus, t
     with pytest.raises(SesameError, match="--precision fp16: float16 training needs a CUDA GPU"):
         sesame.pretrain([str(corpus)], str(tmp_path / "bad"), max_steps=2, precision="fp16", device="cpu", **TINY)
     assert not (tmp_path / "bad").exists()
+
+
+class Squares(torch.nn.Linear):
+    """A one-weight model whose loss is a square: no host reads of its own."""
+
+    def __init__(self):
+        super().__init__(1, 1)
+
+    def forward(self, batch):
+        return super().forward(batch["ids"]).pow(2).sum()
+
+
+def one_example(step, progress):
+    return [{"ids": torch.ones(1, 1), "targets": torch.ones(1)}]
+
+
+def test_the_host_reads_the_loss_from_the_device_only_where_it_is_logged_or_checked(tmp_path, monkeypatch):
+    """No host-device synchronisation per step (issue 35): sesame's reads of tensor values (item, tolist, float,
+    int, bool) during 40 steps are those of the records at steps 1, 10, 20, 30, 40 and of the end's check."""
+    reads = []
+    for name in ("item", "tolist", "__float__", "__int__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("sesame"):
+                reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    cfg = TrainConfig(max_steps=40, eval_every=1000, save_every=1000)
+    Trainer(Squares(), RunSettings(tmp_path / "run", cfg, progress=False), one_example).fit()
+    assert len(reads) <= 40 // LOG_EVERY + 2, reads
+
+
+def test_a_non_finite_loss_between_records_is_caught_before_anything_is_saved(tmp_path):
+    class Diverging(Squares):
+        def forward(self, batch):
+            loss = super().forward(batch)
+            return loss * float("nan") if trainer.step == 3 else loss
+
+    trainer = Trainer(Diverging(), RunSettings(tmp_path / "run", TrainConfig(max_steps=5), progress=False),
+                      one_example)
+    with pytest.raises(SesameError, match="loss became nan by step 5"):
+        trainer.fit()
+    assert not (tmp_path / "run/model.safetensors").exists() and not (tmp_path / "run/checkpoint").exists()

@@ -21,6 +21,7 @@ from ..run import load_tokenizer
 from ..seeding import generators
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
+from ..train.prefetch import Phased
 from ..train.trainer import micro_batches
 from .corpus import iter_texts, record_format, resolve_sources
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
@@ -154,8 +155,9 @@ def examples(obj: Objective, shards: Shards, windows: list[Window], picks: Seque
 
 
 def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[Window]]], cfg: TrainConfig,
-                   static_masks: int = 0) -> Callable[[int, float], list[dict[str, torch.Tensor]]]:
-    """``batches(step, progress)``: this process's micro-batches of global step ``step``.
+                   static_masks: int = 0) -> Phased:
+    """``batches(step, progress)``: this process's micro-batches of global step ``step``, a :class:`Phased` source
+    (the trainer builds a step's batches while the one before trains).
 
     ``phases`` holds ``(length, windows)``, windows of ``length`` tokens (the objective's window length for a
     sequence length): one, or two for BERT's two-phase schedule (the second from
@@ -174,8 +176,10 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
             cache[n, epoch] = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
         return cache[n, epoch]
 
-    def batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
-        phase = len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
+    def phase_at(progress: float) -> int:
+        return len(phases) - 1 if progress >= TWO_PHASE_SWITCH else 0
+
+    def batches(step: int, phase: int) -> list[dict[str, torch.Tensor]]:
         length, windows = phases[phase]
         n = len(windows)
 
@@ -186,7 +190,7 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
 
         return micro_batches(range(step * cfg.batch_size, (step + 1) * cfg.batch_size), cfg.accumulate, build)
 
-    return batches
+    return Phased(batches, phase_at)
 
 
 def warn_if_few(windows: list[Window], length: int, what: str) -> None:

@@ -9,14 +9,22 @@ at once (∂loss/∂logits = softmax − one-hot).
 Precision. Without autocast everything computes in float32 (half-precision inputs are upcast). Under
 bfloat16 autocast (``--precision bf16``) the three matrix products of each chunk, the logits x Wᵀ + b,
 ∂hidden = G W and ∂W += Gᵀ x (G = ∂loss/∂logits), take bfloat16 operands and give bfloat16 results
-(the product itself accumulates in float32), while the log-softmax, the loss sum and G = softmax − one-hot
-are computed in float32 from the bfloat16 logits, and the weight's and bias's gradients are summed over
-chunks in float32: Micikevicius et al. 2018, "Mixed precision training", §3 (float32 master weights and
-gradient accumulation) and §3.3 (products in half precision accumulating in float32; large reductions
-such as the softmax in float32). It is what autocast does to ``F.cross_entropy(F.linear(h, W, b).float(),
-t)``: the linear in bfloat16, the cross-entropy in float32. The gradients come back in their inputs'
-types. Deviation from exact float32: the operands, the logits, G and each chunk's ∂W are rounded to
-bfloat16 (8 significant bits, a relative error up to 2⁻⁸ each), as in autocast's own products.
+(the product itself accumulates in float32). On an accelerator the logits then stay in bfloat16: no float32
+copy of a chunk is made, which halves the memory each chunk reads and writes (what bounds these passes on a GPU).
+The reductions are float32's: each row's log-sum-exp is m + log Σ exp(x − m) with m the row's largest logit and the sum
+accumulated in float32 (the terms exp(x − m) ≤ 1, rounded to bfloat16 each, so the error is a fraction 2⁻⁸ of the
+mass away from the largest and averages out), the loss Σ (lse − x_target) is summed in float32, G = softmax −
+one-hot is the softmax (computed in float32, rounded once) but its target entries, p − 1, are computed in float32 from the logit and
+the log-sum-exp before rounding (rounded after, p ≈ 1 would make them 0: a confident token would lose its
+gradient), and the weight's and bias's gradients are summed over chunks in float32: Micikevicius et al. 2018,
+"Mixed precision training", §3 (float32 master weights and gradient accumulation) and §3.3 (products in half
+precision accumulating in float32; large reductions such as the softmax in float32). It matches autocast's
+``F.cross_entropy(F.linear(h, W, b).float(), t)`` (the linear in bfloat16, the cross-entropy in float32) within
+bfloat16 rounding. On a CPU (:data:`WIDE_LOGITS`) the bfloat16 logits are copied into float32 and the log-softmax
+and G computed there, then G rounded to bfloat16 for its products, which is autocast's plain computation exactly.
+The gradients come back in their inputs' types. Deviation from exact float32: the operands,
+the logits, G and each chunk's ∂W are rounded to bfloat16 (8 significant bits, a relative error up to 2⁻⁸ each),
+as in autocast's own products.
 
 float16 autocast (CUDA's ``--precision fp16``) keeps the float32 path: G is formed in the forward pass,
 before the loss scale is known, so in float16 its entries below 6·10⁻⁸ (most of a 50k-word softmax) would
@@ -36,6 +44,11 @@ from torch.autograd.function import FunctionCtx
 # unfused loss holds.
 CHUNK_ELEMENTS = {"cpu": 1 << 24}
 ACCELERATOR_CHUNK_ELEMENTS = 1 << 28
+# Devices whose bfloat16 logits are widened to float32 for the softmax (module docstring): a CPU without native
+# bfloat16 runs bfloat16 element-wise passes and float32 sums of bfloat16 terms at a fraction of float32's speed (the
+# projection's forward and backward took 25% more CPU time narrow, 2 cores under load, issue 35); elsewhere they stay
+# narrow.
+WIDE_LOGITS = {"cpu"}
 
 
 class Workspace:
@@ -92,15 +105,16 @@ def _chunked_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
     With ``grads``, also return the gradients of that sum with respect to hidden (in ``low``), weight and
     bias (in ``wide``), computed from each chunk's softmax while it is at hand: ∂loss/∂logits = softmax − one-hot.
-    The matrix products take operands of type ``low`` (:func:`product_dtype`); the softmax, the loss and
-    the sums over chunks are in ``wide``, float32 at least. One (chunk_size × vocabulary) matrix of
-    ``workspace`` holds every chunk's logits in turn (and one of type ``low`` their products, unless
-    ``low`` is ``wide``).
+    The matrix products take operands of type ``low`` (:func:`product_dtype`); the loss and the sums over
+    chunks are in ``wide``, float32 at least. One (chunk_size × vocabulary) matrix of ``workspace``, of type
+    ``low``, holds every chunk's logits in turn; when ``low`` is narrower, another holds their exponentials
+    (:func:`_narrow_softmax`), or on a device of :data:`WIDE_LOGITS` their float32 copy.
     """
     n, (vocab, features), device = hidden.shape[0], weight.shape, hidden.device
     wide = torch.promote_types(hidden.dtype, torch.float32)
-    scores = workspace.matrix("logits", min(chunk_size, n), vocab, wide, device)
-    products = scores if low == wide else workspace.matrix("low logits", min(chunk_size, n), vocab, low, device)
+    narrow = low != wide and device.type not in WIDE_LOGITS
+    products = workspace.matrix("logits", min(chunk_size, n), vocab, low, device)
+    scores = products if low == wide or narrow else workspace.matrix("wide logits", *products.shape, wide, device)
     x_all = hidden.to(low)
     w = weight if weight.dtype == low else workspace.matrix("low weight", vocab, features, low, device).copy_(weight)
     b = bias.to(low) if bias is not None else None
@@ -117,22 +131,45 @@ def _chunked_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
             torch.mm(x, w.t(), out=product)
         else:
             torch.addmm(b, x, w.t(), out=product)
-        logits = product if low == wide else scores[: x.shape[0]].copy_(product)
-        log_probs = torch.log_softmax(logits, dim=1, out=logits)  # in place
-        loss -= log_probs[rows, t].sum()
-        if not grads:
+        if narrow:
+            chunk_loss, probs = _narrow_softmax(product, t, rows, workspace, grads=grads, wide=wide)
+            loss += chunk_loss
+        else:
+            logits = product if low == wide else scores[: x.shape[0]].copy_(product)
+            log_probs = torch.log_softmax(logits, dim=1, out=logits)  # in place
+            loss -= log_probs[rows, t].sum()
+            probs = log_probs.exp_() if grads else None
+            if probs is not None:
+                probs[rows, t] -= 1.0  # now ∂loss/∂logits
+        if probs is None:
             continue
-        probs = log_probs.exp_()
-        probs[rows, t] -= 1.0  # now ∂loss/∂logits
-        g = probs if low == wide else product.copy_(probs)
+        g = probs if probs.dtype == low else product.copy_(probs)
         torch.mm(g, w, out=grad_hidden[start:start + chunk_size])
         _add_product(grad_weight, g.t(), x, start == 0, workspace)
         if grad_bias is not None:
             if start == 0:
-                torch.sum(probs, 0, out=grad_bias)
+                torch.sum(probs, 0, dtype=wide, out=grad_bias)
             else:
-                grad_bias += probs.sum(0)
+                grad_bias += probs.sum(0, dtype=wide)
     return loss, ((grad_hidden, grad_weight, grad_bias) if grads else None)
+
+
+def _narrow_softmax(logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, workspace: Workspace, *,
+                    grads: bool, wide: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The summed cross-entropy of a chunk of bfloat16 ``logits`` (in ``wide``) and, with ``grads``, ∂loss/∂logits
+    in their type, with float32's reductions and no float32 copy of the chunk (module docstring): each row's
+    log-sum-exp m + log Σ exp(x − m) summed in ``wide``, and the target entries of softmax − one-hot computed in
+    ``wide`` before they are rounded."""
+    largest = logits.amax(1, keepdim=True)
+    exps = torch.sub(logits, largest, out=workspace.matrix("exps", *logits.shape, logits.dtype, logits.device)).exp_()
+    total = exps.sum(1, dtype=wide)
+    log_sum_exp = largest.squeeze(1).to(wide) + total.log()
+    chosen = logits[rows, targets].to(wide) - log_sum_exp  # the targets' log-probabilities
+    if not grads:
+        return -chosen.sum(), None
+    g = torch.softmax(logits, dim=1, out=logits)  # in place, computed in float32 and rounded once
+    g[rows, targets] = chosen.expm1().to(g.dtype)  # p − 1 before rounding, so p ≈ 1 keeps its gradient
+    return -chosen.sum(), g
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

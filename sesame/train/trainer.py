@@ -7,9 +7,12 @@ update as one process with the whole batch. Every random draw in step ``s`` come
 derived from ``(seed, s)``, which makes resuming from a checkpoint exact: no random state is saved, only the
 step (and, in fp16, the gradient scaler's state).
 
-The model lives on the :class:`sesame.runtime.Placement`'s device; each micro-batch is built on the CPU and
-moved there when its step consumes it, forward passes run under the placement's autocast, and with fp16 the
-loss is scaled so small gradients survive and a step whose gradients overflow is skipped (the scale halves).
+The model lives on the :class:`sesame.runtime.Placement`'s device; each micro-batch is built on the CPU, on a
+background thread while the step before trains (:mod:`.prefetch`), and moved there when its step consumes it,
+forward passes run under the placement's autocast, and with fp16 the loss is scaled so small gradients survive and
+a step whose gradients overflow is skipped (the scale halves). The host reads the loss back from the device only
+where it is logged or checked (every :data:`LOG_EVERY` steps, and before dev is read or a checkpoint written), so
+on an accelerator the host queues the next steps while this one runs.
 """
 from __future__ import annotations
 
@@ -35,9 +38,10 @@ from .checkpoint import (atomic_write_text, checkpoint_dir, load_optimizer, load
                          save_checkpoint, save_weights)
 from .metrics_log import MetricsLog
 from .optim import adamw, linear_warmup_decay, slanted_triangular
+from .prefetch import Batch, Batches, Prefetcher
 
-Batch = dict[str, torch.Tensor]
 STAND_IN = "stand_in"  # a micro-batch key: its loss counts for nothing (see micro_batches)
+LOG_EVERY = 10  # steps between records of the training loss (and the first step's)
 
 
 class Interrupted(Exception):
@@ -166,9 +170,10 @@ class Trainer:
     """Runs optimizer steps until the budget is spent, evaluating and checkpointing on the way.
 
     ``batches(step, progress)`` returns this process's micro-batches for a step (``progress``: the
-    fraction of the budget spent, for schedules of the data such as BERT's two sequence lengths);
-    each is a dict with a ``targets`` tensor and ``model(batch)`` returns the summed loss over those
-    targets. ``param_groups`` replace the default AdamW groups (each may carry its own ``base_lr``,
+    fraction of the budget spent, for schedules of the data such as BERT's two sequence lengths, which a
+    :class:`~.prefetch.Phased` source declares; any other must not depend on it), built one step ahead on a
+    background thread; each is a dict with a ``targets`` tensor and ``model(batch)`` returns the summed loss over
+    those targets. ``param_groups`` replace the default AdamW groups (each may carry its own ``base_lr``,
     which the schedule scales); ``before_step(step)`` runs before each step (gradual unfreezing).
     A model with several losses names them in ``part_names`` (weights in ``part_weights``),
     returns a dict of summed losses, and each batch counts their terms in ``batch["counts"]``; the
@@ -184,7 +189,7 @@ class Trainer:
     precision.
     """
 
-    def __init__(self, model: nn.Module, settings: RunSettings, batches: Callable[[int, float], list[Batch]], *,
+    def __init__(self, model: nn.Module, settings: RunSettings, batches: Batches, *,
                  evaluate: Callable[[nn.Module], dict] | None = None, select: str | None = None,
                  param_groups: list[dict] | None = None, before_step: Callable[[int], None] | None = None,
                  keeps: nn.Module | None = None):
@@ -208,17 +213,19 @@ class Trainer:
         self.eval_point: int | None = None  # the share of a time budget's eval_points the last step was in
         self._stop_requested = False  # this process saw Ctrl-C
         self._stopping = False  # some process saw Ctrl-C: agreed by all at the top of each step
+        self._prefetcher: Prefetcher | None = None  # while fit runs
+        self._last_loss = self._unread_loss = torch.zeros((), device=self.placement.device)  # on the device
 
     # -- state -----------------------------------------------------------------------------
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.started
 
-    def progress_fraction(self, elapsed: float | None = None) -> float:
-        """How much of the budget is spent: the larger of the step and time fractions. The time
-        fraction counts from the first step, so set-up time (tokenizer, shards) shortens the run
-        but does not eat the warmup."""
+    def progress_fraction(self, elapsed: float | None = None, *, step: int | None = None) -> float:
+        """How much of the budget is spent (as step ``step`` begins; by default this one): the larger of the step
+        and time fractions. The time fraction counts from the first step, so set-up time (tokenizer, shards)
+        shortens the run but does not eat the warmup."""
         c = self.config
-        by_steps = self.step / c.max_steps if c.max_steps else 0.0
+        by_steps = (self.step if step is None else step) / c.max_steps if c.max_steps else 0.0
         elapsed = self.elapsed() if elapsed is None else elapsed
         by_time = 0.0
         if c.max_minutes:
@@ -329,8 +336,9 @@ class Trainer:
             if self.rank == 0:
                 save_weights(self.run / "model.safetensors", self.kept.state_dict())
 
-    def _train_step(self, wrapped: nn.Module) -> tuple[float, int]:
-        """One optimizer step; returns (mean loss over the global batch's targets, input tokens)."""
+    def _train_step(self, wrapped: nn.Module) -> int:
+        """One optimizer step; returns this process's input tokens. The step's loss (the mean over the global batch's
+        targets) stays on the device until :meth:`_read_loss`."""
         c = self.config
         torch.manual_seed(c.seed * 1_000_003 + self.step * self.world + self.rank)  # dropout, repeatable
         # one clock for all processes, so a time budget sets the same rate and schedule on each
@@ -339,7 +347,9 @@ class Trainer:
             self.model.set_progress(progress)
         if self.before_step is not None:
             self.before_step(self.step)
-        micro = self.batches(self.step, progress)
+        micro = self._prefetcher.take(self.step, progress)
+        if c.max_steps is None or self.step + 1 < c.max_steps:  # the next step's, while this one trains
+            self._prefetcher.ahead(self.step + 1, self.progress_fraction(step=self.step + 1))
         names = getattr(self.model, "part_names", ()) or ("loss",)
         counted = [b for b in micro if not b.get(STAND_IN)]
         totals = all_sum([float(sum(loss_counts(b)[name] for b in counted)) for name in names])  # global counts
@@ -367,8 +377,18 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        loss_sum, tokens = all_sum([loss_sum.item(), float(tokens)])
-        return loss_sum, int(tokens)
+        self._last_loss, self._unread_loss = loss_sum, self._unread_loss + loss_sum
+        return tokens
+
+    def _read_loss(self, tokens: int = 0) -> tuple[float, int]:
+        """The last step's loss and the sum of ``tokens`` over the processes: the one point where the host waits
+        for the device, after checking that every step's loss since the last read was finite (so no checkpoint or
+        record holds weights a non-finite loss made). Every process calls it at the same steps."""
+        last, unread, tokens = all_sum([*torch.stack([self._last_loss, self._unread_loss]).tolist(), float(tokens)])
+        self._unread_loss = torch.zeros_like(self._unread_loss)
+        if not math.isfinite(unread):
+            raise SesameError(f"the loss became {unread} by step {self.step}; lower --lr or raise --warmup")
+        return last, int(tokens)
 
     def fit(self, resume: bool = False, *, record: Callable[[], None] | None = None) -> dict:
         """Train to the budget; returns the dev metrics of the kept weights (empty without ``evaluate``).
@@ -401,28 +421,32 @@ class Trainer:
                    unit="%" if by_time else "step", disable=not self.progress or self.rank > 0, dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}{postfix}]" if by_time else None)
         window_start, window_tokens = time.time(), 0
+        self._prefetcher = Prefetcher(self.batches, self.placement.staged)
         try:
             while not self._budget_spent():
                 if self._stopping:
+                    self._read_loss()
                     self.save()
                     raise Interrupted(f"interrupted at step {self.step}; the run is saved, continue with --resume")
-                loss, tokens = self._train_step(wrapped)
-                if not math.isfinite(loss):
-                    raise SesameError(f"the loss became {loss} at step {self.step}; lower --lr or raise --warmup")
-                window_tokens += tokens
-                rate = window_tokens / max(1e-9, time.time() - window_start)
+                window_tokens += self._train_step(wrapped)
                 bar.update(round(100 * self.progress_fraction(), 1) - bar.n if by_time else 1)
-                bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
-                if self.step % 10 == 0 or self.step == 1:
+                if self.step % LOG_EVERY == 0 or self.step == 1:
+                    loss, tokens = self._read_loss(window_tokens)
+                    rate = tokens / max(1e-9, time.time() - window_start)
+                    bar.set_postfix(step=self.step, loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}")
                     self.log({"step": self.step, "split": "train", "loss": round(loss, 5),
                               "lr": self.optimizer.param_groups[0]["lr"], "tokens_per_s": round(rate),
                               "elapsed": round(self.elapsed(), 2)})
                     window_start, window_tokens = time.time(), 0
-                entered = self._entered_eval_point()
-                if entered or self.step % c.eval_every == 0:
+                evaluate = self._entered_eval_point() or self.step % c.eval_every == 0
+                save = self.step % c.save_every == 0
+                if evaluate or save:
+                    self._read_loss()
+                if evaluate:
                     self._evaluate()
-                if self.step % c.save_every == 0:
+                if save:
                     self.save()
+            self._read_loss()
             if self.evaluated_at != self.step:
                 self._evaluate()
             if self.select is None and self.rank == 0:
@@ -430,6 +454,7 @@ class Trainer:
             self.finished = True
             self.save()
         finally:
+            self._prefetcher.close()
             bar.close()
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
