@@ -7,8 +7,10 @@ first when not asked for). Three sides per job, in one process, on ``--device`` 
 
 * ``command``: the pipeline as a user runs it, through sesame's Python API (tokenizer training, preparation,
   evaluation and all); its first ``--warmup`` steps are left out and the next ``--steps`` timed, wall seconds (a
-  GPU's queue drained at both ends) and this process's CPU seconds, and within them the time the trainer's thread
-  spends in its ``batches`` callable, building batches: its share of the loop's wall and CPU time is ``batches``.
+  GPU's queue drained at both ends) and this process's CPU seconds. The trainer builds each step's batches on a
+  background thread while the step before trains (``sesame.train.prefetch``), so two shares are reported: the wall
+  time the training thread waits for its batches (what building adds to the critical path) and the CPU time spent
+  building them, on whichever thread, against the process's.
 * ``bare``: the same model (the command's, as placed and trained) stepping over batches built beforehand and
   already on the device: forward under autocast, backward, AdamW (``train_step_core.make_step``), no data work.
 * ``peer`` (bert, gpt): transformers' ``BertForMaskedLM`` / ``GPT2LMHeadModel`` of the run's shape on the run's
@@ -55,6 +57,7 @@ from sesame.errors import SesameError
 from sesame.run import load_tokenizer, read_config
 from sesame.runtime import DTYPES, check_precision, resolve_device
 from sesame.tokenizer import SPECIAL_TOKENS
+from sesame.train.prefetch import Phased
 from sesame.train.trainer import mean_loss
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -136,26 +139,38 @@ class Recording:
         self.trainer, self.batches, self.clock = None, None, None
 
     def timed(self, batches: Callable) -> Callable:
-        """``batches`` (a trainer's), its calls in timed steps added to the loop's batch-building time."""
-        def call(step: int, progress: float):
-            wall, cpu = time.perf_counter(), time.process_time()
-            made = batches(step, progress)
+        """``batches`` (a trainer's), the CPU seconds of its calls in timed steps (on whichever thread builds them:
+        the trainer's prefetching one) added to the loop's batch-building CPU time."""
+        def build(*args):
+            cpu = time.thread_time()
+            made = batches.build(*args) if isinstance(batches, Phased) else batches(*args)
             if self.clock is not None:
-                self.loop.add_batch(wall, cpu)
+                self.loop.batch_cpu += time.thread_time() - cpu
             return made
         self.batches = batches
+        return Phased(build, batches.phase) if isinstance(batches, Phased) else build
+
+    def waited(self, take: Callable) -> Callable:
+        """The prefetcher's ``take``, the training thread's wall seconds waiting in it (its batches not yet built:
+        the time batch building adds to the critical path) added to the loop's batch wall time."""
+        def call(*args):
+            wall = time.perf_counter()
+            made = take(*args)
+            if self.clock is not None:
+                self.loop.batch_wall += time.perf_counter() - wall
+            return made
         return call
 
-    def step(self, trainer, take_step: Callable[[], tuple[float, int]]) -> tuple[float, int]:
+    def step(self, trainer, take_step: Callable[[], int]) -> int:
         if trainer.step == self.warmup:
             self.clock = Clock(self.device)
-        loss, tokens = take_step()
+        tokens = take_step()
         if self.clock is not None:
             self.loop.steps, self.loop.tokens = self.loop.steps + 1, self.loop.tokens + tokens
             if trainer.step == trainer.config.max_steps:
                 self.loop.wall, self.loop.cpu = self.clock.read()
                 self.clock = None
-        return loss, tokens
+        return tokens
 
 
 @contextmanager
@@ -169,6 +184,8 @@ def recorded(pipeline, warmup: int, device: torch.device) -> Iterator[Recording]
             record.trainer = self
 
         def _train_step(self, wrapped):
+            if not hasattr(self._prefetcher, "waited"):  # a new one each fit
+                self._prefetcher.take, self._prefetcher.waited = record.waited(self._prefetcher.take), True
             return record.step(self, lambda: super(Recorded, self)._train_step(wrapped))
 
     pipeline.Trainer = Recorded
