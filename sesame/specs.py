@@ -331,12 +331,12 @@ class FinetuneSpec(RecurrentDropouts):
         output dropout, scaled)."""
         return self.dropout * (self.drop_mult if self.drop_mult is not None else 1.0)
 
-    def train_config(self, family: Family | None, *, size: str | None, scratch: bool) -> TrainConfig:
+    def train_config(self, family: Family, *, size: str | None, scratch: bool) -> TrainConfig:
         """Fine-tuning's TrainConfig: BERT's defaults < the rate of pre-trained weights of the size
         (:func:`sesame.families.finetune_rate`; ``size`` None for imported weights), or of a model from ``scratch``
-        (:data:`SCRATCH_TRAINING`) < the family's (``None``: a transformers directory) < given."""
+        (:data:`SCRATCH_TRAINING`) < the family's < given."""
         rates = SCRATCH_TRAINING if scratch else finetune_rate(size)
-        return training({**FINETUNE_TRAINING, **rates, **(family.finetune if family else {})}, self.training)
+        return training({**FINETUNE_TRAINING, **rates, **family.finetune}, self.training)
 
     def validate(self, *, processes: int = 1) -> None:
         check_ranges(self)
