@@ -4,7 +4,8 @@ A family is one row: which tokenizer it trains, its architecture and how it is c
 pre-training objective (with which options) it uses, its default training recipe, how a
 fine-tuned classifier pools the sequence, and how its task models read their inputs (an
 :class:`~sesame.inputs.InputFormat`: the tokenizer's template, GPT's input tokens, ULMFiT's documents, XLNet's
-``<cls>`` last), an object the pipelines call rather than a flag they test.
+``<cls>`` last) and how they read its runs (a :class:`Reader`: its own network, fine-tuned, or ELMo's and CoVe's frozen
+features), objects the pipelines call rather than flags they test.
 Transformer sizes follow Turc et al. (2019), "Well-Read Students Learn Better": heads = hidden / 64
 and a feed-forward width of 4 x hidden. Recurrent sizes scale AWD-LSTM's (embedding 400, hidden 1150
 at ``base``; Merity et al. 2018) down for a CPU.
@@ -23,13 +24,82 @@ encoder (T5's and BART's own sizes do); ``hf_model_type`` names the transformers
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import SesameError
 from .inputs import CLS_LAST, DOCUMENTS, GPT_TOKENS, PLAIN, WITHOUT_START, InputFormat
 from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
 from .models.encoder_decoder import STYLES
-from .tokenizer import SpecialIds
+from .tokenizer import SpecialIds, TextTokenizer, extend_words
+
+if TYPE_CHECKING:
+    from .run import RunConfig
+
+# what a task model's word embedding --vectors may start, said after the flag that names the vectors
+NEW_EMBEDDING = ("initialises the word embedding of a new recurrent task model: scratch:lstm|gru|bilstm|ulmfit:SIZE, "
+                 "or one reading an elmo run")
+
+
+class Reader:
+    """How a new task model reads a run of its family, a row's ``reader`` (fastai's ``_model_meta`` likewise holds
+    behaviour, so generic code never branches on a family): the default is the family's own network under a task
+    head, fine-tuned, which may also start from new weights (``scratch:FAMILY:SIZE``), whose word embedding, if the
+    family reads words, ``--vectors`` may start."""
+
+    def task_model(self, family: Family, config: RunConfig, *, dropout: float) -> RunConfig:
+        """The configuration of a task model that starts from ``config``, a run of ``family``: the run's own."""
+        return config
+
+    def scratch_refusal(self, family: Family) -> str | None:
+        """Why no task model of ``family`` starts from new weights (None: one does)."""
+        return None
+
+    def vectors_refusal(self, family: Family, *, scratch: bool) -> str | None:
+        """Why word vectors cannot start the word embedding of a task model of ``family`` with new weights
+        (``scratch``) or a run's, said after the flag that names them (None: they can, a new embedding of words)."""
+        return None if scratch and family.tokenizer == "word" else NEW_EMBEDDING
+
+
+class FeatureReader(Reader):
+    """A pretrained feature extractor (ELMo's biLM, CoVe's encoder) read frozen by a new task model beside its own
+    word embedding (:func:`reading_features`), which starts as the extractor's own word vectors where
+    ``extractor_vectors`` (CoVe's GloVe) and is new otherwise (ELMo's, which ``--vectors`` may start). Such a family
+    has runs, not a task model of new weights."""
+
+    def __init__(self, *, extractor_vectors: bool):
+        self.extractor_vectors = extractor_vectors
+
+    def task_model(self, family: Family, config: RunConfig, *, dropout: float) -> RunConfig:
+        """The extractor's own run: the task model reading it; a task model that reads it already: as it is."""
+        if config.model.get("arch") != family.arch:
+            return config
+        return replace(config, pooling=family.pooling, model=reading_features(config.model, config.size, dropout))
+
+    def scratch_refusal(self, family: Family) -> str | None:
+        return (f"{family.name} gives a task model pretrained features; make a run first (`{family.maker}`) and "
+                "fine-tune from it")
+
+    def vectors_refusal(self, family: Family, *, scratch: bool) -> str | None:
+        if not self.extractor_vectors:
+            return None
+        return (f"initialises the word embedding of a new task model, and a {family.name} task model's is the "
+                f"extractor's own word vectors: give the vectors to `{family.maker} --vectors` instead")
+
+
+OWN_NETWORK = Reader()
+ELMO_FEATURES, COVE_FEATURES = FeatureReader(extractor_vectors=False), FeatureReader(extractor_vectors=True)
+
+
+def same_words(tok: TextTokenizer, texts: Callable[[], Iterable[str]], vocab_size: int) -> TextTokenizer:
+    """A pretrained run's tokenizer as continued pre-training reads a new corpus (``texts``): as it is."""
+    return tok
+
+
+def with_target_words(tok: TextTokenizer, texts: Callable[[], Iterable[str]], vocab_size: int) -> TextTokenizer:
+    """The tokenizer with the new corpus's words it lacks, up to ``vocab_size`` of them: ULMFiT's target-task LM
+    (Howard & Ruder 2018, §3.2; :func:`sesame.tokenizer.extend_words`)."""
+    return extend_words(tok, texts(), vocab_size)[0]
 
 
 @dataclass(frozen=True)
@@ -63,11 +133,12 @@ class Family:
     # pre-training's inputs end
     inputs: InputFormat = PLAIN
     context: int = 512  # learned positions (GPT and BERT: 512; GPT-2's longer context: 1024)
-    # a task model reads this family's runs frozen, beside its own embeddings (ELMo's biLM, CoVe's encoder)
-    feature_extractor: bool = False
+    # how a new task model reads its runs: its own network, fine-tuned, or frozen features (ELMo's biLM, CoVe's encoder)
+    reader: Reader = OWN_NETWORK
     command: str | None = None  # the application command that makes its runs or runs its whole recipe
-    target_words: bool = False  # continued pre-training adds the new corpus's words (ULMFiT's target-task LM)
-    word_vectors: bool = False  # its new task model's word embedding may start from GloVe/word2vec (--vectors)
+    # the tokenizer continued pre-training (a pretrained run on a new corpus) reads with: the run's, or with the new
+    # corpus's words (ULMFiT's target-task LM)
+    continued_words: Callable[[TextTokenizer, Callable[[], Iterable[str]], int], TextTokenizer] = same_words
     # the model's dropout while pre-training (None: the row's own, as AWD-LSTM's and ELMo's are part of their
     # recipes); 0 for Transformers: a model that sees its text about once underfits, so dropout only slows it
     # (Geiping & Goldstein 2022, "Cramming"; docs/results/foundation.md found the same at 20 minutes). Fine-tuning puts
@@ -83,6 +154,11 @@ class Family:
     # transformers' model_type whose checkpoints import as this family's runs (interop.hf_seq2seq, .xlnet; several
     # rows of one type: the one whose model_options the checkpoint's configuration matches best)
     hf_model_type: str | None = None
+
+    @property
+    def maker(self) -> str:
+        """The command that makes its runs: its application's, else ``sesame pretrain``."""
+        return f"sesame {self.command}" if self.command else f"sesame pretrain --family {self.name}"
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs
@@ -109,23 +185,23 @@ FAMILIES: dict[str, Family] = {
                model_options={"activation": "gelu_tanh"}),  # GPT-2's code: GELU's tanh approximation
         #      name       tokenizer objective causal norm emb-LN pooling   paper
         Family("lstm", "word", None, True, "-", False, "last", "Hochreiter & Schmidhuber 1997", arch="recurrent",
-               finetune=RECURRENT_FINETUNE, word_vectors=True),
+               finetune=RECURRENT_FINETUNE),
         Family("gru", "word", None, True, "-", False, "last", "Cho et al. 2014", arch="recurrent",
-               model_options={"cell": "gru"}, finetune=RECURRENT_FINETUNE, word_vectors=True),
+               model_options={"cell": "gru"}, finetune=RECURRENT_FINETUNE),
         Family("bilstm", "word", None, False, "-", False, "max", "Graves & Schmidhuber 2005", arch="recurrent",
-               finetune=RECURRENT_FINETUNE, word_vectors=True),  # max pooling over a BiLSTM: Conneau et al. 2017
+               finetune=RECURRENT_FINETUNE),  # max pooling over a BiLSTM: Conneau et al. 2017
         Family("ulmfit", "word", "awd_lm", True, "-", False, "concat", "Howard & Ruder 2018", arch="recurrent",
                model_options={"layers": 3, "tied": True, "dropout": 0.4, "hidden_dropout": 0.3, "input_dropout": 0.4,
                               "embedding_dropout": 0.05, "weight_dropout": 0.5},
                recipe={"lr": 3e-3, "batch_size": 64, "weight_decay": 0.01, "clip": 0.25, "warmup": 0.0},
-               finetune=RECURRENT_FINETUNE, command="ulmfit", target_words=True, word_vectors=True,
+               finetune=RECURRENT_FINETUNE, command="ulmfit", continued_words=with_target_words,
                inputs=DOCUMENTS, pretrain_dropout=None),
         Family("elmo", "word", "bilm", False, "-", False, "max", "Peters et al. 2018", arch="elmo",
                objective_options={"samples": 1024},  # sampled softmax while training (Jozefowicz et al. 2016)
-               recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, feature_extractor=True,
-               word_vectors=True, pretrain_dropout=None),
+               recipe={"lr": 2e-3, "warmup": 0.0}, finetune=RECURRENT_FINETUNE, reader=ELMO_FEATURES,
+               pretrain_dropout=None),
         Family("cove", "word", None, False, "-", False, "max", "McCann et al. 2017", arch="cove",
-               finetune=RECURRENT_FINETUNE, feature_extractor=True, command="cove"),
+               finetune=RECURRENT_FINETUNE, reader=COVE_FEATURES, command="cove"),
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
         Family("t5", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020",  # BART's head,
                arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,  # as HF's T5
@@ -180,9 +256,10 @@ def finetune_rate(size: str | None) -> dict:
     return {"lr": FINETUNE_RATES[size]} if size in FINETUNE_RATES else {}
 
 
-def get_family(name: str) -> Family:
+def get_family(name: str, *, flag: str = "--family") -> Family:
+    """The registry row of the family ``name``, which ``flag`` gave."""
     if name not in FAMILIES:
-        raise SesameError(f"--family {name!r} is unknown; choose one of: {', '.join(FAMILIES)}")
+        raise SesameError(f"{flag} {name!r} is unknown; choose one of: {', '.join(FAMILIES)}")
     return FAMILIES[name]
 
 

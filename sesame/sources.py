@@ -3,10 +3,13 @@ into one typed :class:`Source`, which every pipeline and application asks instea
 
 * a sesame run directory (config.json with a ``kind``): ``kind == "run"``, with its :class:`RunConfig`;
 * a transformers model directory (config.json with a ``model_type``), or ``minilm`` (the installed
-  all-MiniLM-L6-v2): ``kind == "transformers"``, converted into a temporary run by :meth:`Source.open`;
+  all-MiniLM-L6-v2): ``kind == "transformers"``, converted into a temporary run by :meth:`Source.open`, of the family
+  its ``model_type`` imports as (:func:`sesame.interop.sources.transformers_family`);
 * ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size;
 * ``scratch:RUN``: ``kind == "scratch"`` with the pretrained run's directory and config, its twin: the run's family,
   shape and tokenizer with new weights, so that what pre-training bought can be measured.
+
+Every source has its family's registry row, resolved here once, which the pipelines pass along.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import SesameError
-from .families import FAMILIES, Family, get_family, get_size
-from .interop.sources import MINILM, minilm_dir, resolve, transformers_config
+from .families import Family, get_family, get_size
+from .interop.sources import MINILM, minilm_dir, resolve, transformers_config, transformers_family
 from .run import RunConfig, read_config
 
 SCRATCH = "scratch:"
@@ -28,9 +31,9 @@ class Source:
     given: str  # as the user wrote it
     flag: str  # the flag that named it, for error messages
     kind: str  # run | transformers | scratch
+    family: Family  # its registry row
     path: Path | None = None  # the directory (for scratch, the run it twins, if any)
     config: RunConfig | None = None  # a run's config.json
-    family: Family | None = None  # known for runs and scratch models
     size: str | None = None
 
     @property
@@ -67,14 +70,20 @@ def resolve_source(given: str | Path, flag: str) -> Source:
                               "with a pretrained run's directory")
         family = get_family(parts[1])
         get_size(parts[2])
-        return Source(given, flag, "scratch", family=family, size=parts[2])
+        return Source(given, flag, "scratch", family, size=parts[2])
     path = minilm_dir() if given == MINILM else Path(given)
-    if transformers_config(path) is not None:
-        return Source(given, flag, "transformers", path)
+    hf = transformers_config(path)
+    if hf is not None:
+        return Source(given, flag, "transformers", transformers_family(hf, str(path / "config.json")), path)
     if not path.is_dir():
         raise SesameError(f"{flag} {given}: no such run directory")
     config = read_config(path, flag)
-    return Source(given, flag, "run", path, config, FAMILIES.get(config.family), config.size)
+    return Source(given, flag, "run", run_family(config, f"{flag} {given}"), path, config, config.size)
+
+
+def run_family(config: RunConfig, where: str) -> Family:
+    """The registry row of the family a run's config.json names, ``where`` naming the run if none does."""
+    return get_family(config.family, flag=f"{where}: its config.json's family")
 
 
 def _twin(given: str, flag: str) -> Source:

@@ -95,7 +95,20 @@ class RecurrentDropouts:
 
 
 @dataclass(kw_only=True)
-class PretrainSpec(RecurrentDropouts, DistilBertOptions):
+class StageSpec:
+    """The fields of every training stage's spec (pre-training's and fine-tuning's), declared once."""
+    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the stage's defaults (pre-training: "
+                                                          "the family's recipe; fine-tuning: BERT's and the family's)")
+    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
+    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
+    explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
+                                                                  "which --resume checks against the run (None: those "
+                                                                  "not at their default; sesame.resume)")
+    progress: bool = option(True, cli=False, help="show progress bars")
+
+
+@dataclass(kw_only=True)
+class PretrainSpec(StageSpec, RecurrentDropouts, DistilBertOptions):
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one, or a
     student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`)."""
     corpus: list[str] = option(help="text files, folders, .jsonl, .csv or .tsv (their --text-field), or one shard "
@@ -134,13 +147,6 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
                                                             "like directory, or minilm; the family, size, tokenizer "
                                                             "and width are its")
     discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
-    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the family's recipe")
-    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
-    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
-    explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
-                                                                  "which --resume checks against the run (None: those "
-                                                                  "not at their default; sesame.resume)")
-    progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
         self.corpus = [str(p) for p in ([self.corpus] if isinstance(self.corpus, (str, Path)) else self.corpus)]
@@ -255,7 +261,7 @@ class PretrainSpec(RecurrentDropouts, DistilBertOptions):
 
 
 @dataclass(kw_only=True)
-class FinetuneSpec(RecurrentDropouts):
+class FinetuneSpec(StageSpec, RecurrentDropouts):
     """``sesame finetune``: a model (a run, a transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``)
     fine-tuned on a labeled task; ``task_options`` are the task's (its columns, ...), ``recipe`` says which
     parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
@@ -298,13 +304,6 @@ class FinetuneSpec(RecurrentDropouts):
                            help="bucketed: batches of similar lengths (less padding, faster); shuffled: plain random "
                                 "batches, whose label mix does not follow text length")
     recipe: Recipe = option(factory=Recipe, cli=False, help="which parameters move and how fast")
-    training: dict = option(factory=dict, cli=False, help="TrainConfig fields over the fine-tuning defaults")
-    runtime: Runtime = option(factory=Runtime, cli=False, help="device, precision, TF32, compile (sesame.runtime)")
-    resume: bool = option(False, help="continue the run in --out from its last checkpoint")
-    explicit: frozenset[str] | None = option(None, cli=False, help="the fields (and recipe fields) the user set, "
-                                                                  "which --resume checks against the run (None: those "
-                                                                  "not at their default; sesame.resume)")
-    progress: bool = option(True, cli=False, help="show progress bars")
 
     def __post_init__(self) -> None:
         self.base, self.out = str(self.base), str(self.out)
@@ -331,12 +330,12 @@ class FinetuneSpec(RecurrentDropouts):
         output dropout, scaled)."""
         return self.dropout * (self.drop_mult if self.drop_mult is not None else 1.0)
 
-    def train_config(self, family: Family | None, *, size: str | None, scratch: bool) -> TrainConfig:
+    def train_config(self, family: Family, *, size: str | None, scratch: bool) -> TrainConfig:
         """Fine-tuning's TrainConfig: BERT's defaults < the rate of pre-trained weights of the size
         (:func:`sesame.families.finetune_rate`; ``size`` None for imported weights), or of a model from ``scratch``
-        (:data:`SCRATCH_TRAINING`) < the family's (``None``: a transformers directory) < given."""
+        (:data:`SCRATCH_TRAINING`) < the family's < given."""
         rates = SCRATCH_TRAINING if scratch else finetune_rate(size)
-        return training({**FINETUNE_TRAINING, **rates, **(family.finetune if family else {})}, self.training)
+        return training({**FINETUNE_TRAINING, **rates, **family.finetune}, self.training)
 
     def validate(self, *, processes: int = 1) -> None:
         check_ranges(self)

@@ -51,3 +51,52 @@ def test_the_check_reads_relative_imports_of_other_applications_and_of_the_libra
         "sesame.apps.serve.app imports sesame.apps.generate.tldr"]
     assert crossings(app, "from . import worker\nfrom ...generation import generate\n") == []
     assert crossings(library, "from .apps import generate\n") == ["sesame.generation imports sesame.apps.generate"]
+
+
+# family behaviour the registry's rows hold as objects (sesame.families.Reader, InputFormat, continued_words), which
+# were flags the pipelines tested: no module outside the registry reads such a flag
+RETIRED_FLAGS = {"feature_extractor", "word_vectors", "target_words", "input_tokens", "document_inputs"}
+REGISTRY = PACKAGE / "families.py"
+# where a family's registry row is looked up by name: where a model is resolved (a --from/--model source, a pretrain
+# spec's family, a transformers checkpoint converted or exported, a run generated from) and the applications' own;
+# the pipelines get the row passed along
+LOOKUPS = {"sources.py": 2, "specs.py": 1, "generation.py": 1, "interop/sources.py": 2, "interop/hf_import.py": 1,
+           "interop/hf_seq2seq.py": 2, "interop/xlnet.py": 1, "apps/cove.py": 1, "apps/compare/approaches.py": 1}
+
+
+def flags_read(source: str) -> list[str]:
+    return sorted(node.attr for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Attribute) and node.attr in RETIRED_FLAGS)
+
+
+def registry_lookups(source: str) -> int:
+    """Look-ups of one family's row: ``FAMILIES[name]``, ``FAMILIES.get(name)``, ``get_family(name)``,
+    ``hf_family(...)`` (the registry listed whole, for choices or a message, is no look-up)."""
+    def is_registry(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == "FAMILIES"
+    count = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and is_registry(node.value):
+            count += 1
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("get_family",
+                                                                                                 "hf_family"):
+            count += 1
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and is_registry(node.func.value):
+            count += 1
+    return count
+
+
+def test_no_module_outside_the_registry_reads_a_family_behaviour_flag():
+    assert {str(p.relative_to(PACKAGE)): flags_read(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))
+            if p != REGISTRY and flags_read(p.read_text())} == {}
+    assert flags_read("if fam.feature_extractor and not spec.fam.target_words:\n    pass\n") == [
+        "feature_extractor", "target_words"]
+
+
+def test_the_registry_is_looked_up_where_a_model_is_resolved_and_passed_along_from_there():
+    found = {str(p.relative_to(PACKAGE)): registry_lookups(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))
+             if p != REGISTRY}
+    assert {path: n for path, n in found.items() if n} == LOOKUPS
+    assert registry_lookups("a = FAMILIES[x].pooling\nb = FAMILIES.get(y)\nc = get_family(z)\n"
+                            "d = [f.name for f in FAMILIES.values()]\n") == 3

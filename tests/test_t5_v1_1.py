@@ -24,6 +24,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from sesame.interop import from_hf, to_hf  # noqa: E402
 from sesame.interop.encoder_decoder import check_style, model_config  # noqa: E402
+from sesame.sources import resolve_source  # noqa: E402
 
 from .test_encoder_decoder_interop import (SPARE, T5_KEYS, assert_same_logits, sesame_run,  # noqa: E402
                                            t5_tokenizer)
@@ -154,3 +155,11 @@ def test_gated_feed_forwards_transformers_cannot_name_are_refused():
     with pytest.raises(SesameError, match=r"gated True \(needs False\)"):
         check_style({**model_config({"d_model": 32, "encoder_attention_heads": 4}, "bart", "c"), "gated": True},
                     "bart")
+
+
+@pytest.mark.parametrize("config_says_untied", [True, False])
+def test_a_v1_1_directory_is_a_source_of_the_family_its_conversion_records(config_says_untied, tmp_path):
+    """resolve_source reads config.json alone; the conversion also sees an lm_head of its own (transformers 5's
+    config.json says tied): both name t5v1_1."""
+    v1_1_checkpoint(tmp_path / "hf", config_says_untied=config_says_untied)
+    assert resolve_source(tmp_path / "hf", "--from").family.name == from_hf(tmp_path / "hf", tmp_path / "run")["family"]

@@ -41,7 +41,7 @@ from pathlib import Path
 from .. import api
 from ..data.shards import Shards, prepare_corpus
 from ..errors import SesameError
-from ..families import FAMILIES, get_family, get_size
+from ..families import FAMILIES, get_size
 from ..objectives import OBJECTIVES
 from ..options import RATE, check_ranges, option
 from ..outputs import claim_dir
@@ -52,7 +52,8 @@ from ..tokenizer import extend_words
 from ..train.checkpoint import checkpoint_dir, write_json
 
 COMMAND = "ulmfit"
-FAMILY = next(f.name for f in FAMILIES.values() if f.command == COMMAND)  # the family whose whole recipe this is
+ROW = next(f for f in FAMILIES.values() if f.command == COMMAND)  # the family whose whole recipe this is
+FAMILY = ROW.name
 DISCRIMINATIVE = 2.6  # §3.2: η^{l−1} = η^l / 2.6
 CUT_FRAC = 0.1  # STLR's cut_frac (§3.2, eq. 3; its ratio 32 is TrainConfig.stlr_ratio's default)
 # the classifier's dropouts: AWD-LSTM's five times 0.5, as fastai's text_classifier_learner (drop_mult=0.5) and
@@ -256,7 +257,7 @@ def _target_lm(spec: UlmfitSpec, base: Path, origin: dict, out: Path) -> dict:
     runtime, precision = stage_runtime(spec.runtime)
 
     def fine_tune_lm(resume: bool) -> dict:
-        length = OBJECTIVES[get_family(FAMILY).objective].window_length(spec.seq_len)
+        length = OBJECTIVES[ROW.objective].window_length(spec.seq_len)
         texts, dev_texts = _target_shards(spec.task, base, out / "target-texts", length, spec.vocab_size,
                                           spec.progress)
         per_epoch = math.ceil(len(texts.windows(length)) / spec.batch_size)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..families import FAMILIES, Family, backbone_config, get_family, head_dropouts, reading_features
+from ..families import Family, backbone_config, head_dropouts
 from ..inputs import grow_token_embedding
 from ..models import model_config, position_limit
 from ..models.additions import Additions, inserted
@@ -29,7 +29,7 @@ from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
-from ..sources import SCRATCH, Source, resolve_source
+from ..sources import SCRATCH, Source, resolve_source, run_family
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
@@ -75,7 +75,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
             claimed_run(spec.out, "finetuned", spec.resume,
                         lambda run: plan(source, base_dir, spec, data, cfg).write(run, data)) as run:
         config = read_config(run, "--out", ("finetuned",))
-        data.for_family(FAMILIES.get(config.family))  # as rank 0's plan did (under torchrun, the other ranks)
+        data.for_family(family)  # as rank 0's plan did (under torchrun, the other ranks)
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
         model = data.job.build(build_backbone(config), len(data.labels), config.pooling, spec.head_dropout)
@@ -124,7 +124,7 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
                                                 arch=config.model.get("arch", "transformer")))
     pooling = spec.pooling or config.pooling
     config.model.update(head_dropouts(config.model, head_drops=data.job.head_drops))  # recurrent: the head's, once
-    fam = get_family(config.family)
+    fam = source.family
     fam.inputs.frame(config, tok)  # gpt's input tokens; ulmfit: after </s>; xlnet: <sep> <cls>; t5: no <s>
     data.job.check_model(config.model)
     data.for_family(fam)  # the task options left to the family, recorded below
@@ -312,29 +312,29 @@ def base_flag(spec: FinetuneSpec) -> str:
     return next(flag_name(f) for f in fields(spec) if f.name == "base")
 
 
-def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family | None, str | None, bool]:
-    """(family, size, scratch): what fine-tuning's default rate depends on (:meth:`FinetuneSpec.train_config`),
-    from the run being resumed, else from ``source``; size is None for weights imported from transformers."""
-    run = read_config(spec.out, "--out", ("finetuned",)) if source is None else source.config
+def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family, str | None, bool]:
+    """(family, size, scratch): the task model's family and what fine-tuning's default rate depends on
+    (:meth:`FinetuneSpec.train_config`), from the run being resumed, else from ``source``; size is None for weights
+    imported from transformers."""
     if source is None:
-        family, size, scratch = run.family, run.size, str(run.base).startswith(SCRATCH)
+        run = read_config(spec.out, "--out", ("finetuned",))
+        family, size, scratch = run_family(run, f"--out {spec.out}"), run.size, str(run.base).startswith(SCRATCH)
     else:
-        family, size, scratch = source.family.name if source.family else None, source.size, source.scratch
+        run, family, size, scratch = source.config, source.family, source.size, source.scratch
     imported = source is not None and source.kind == "transformers" or run is not None and run.hf is not None
-    return FAMILIES.get(family), None if imported else size, scratch
+    return family, None if imported else size, scratch
 
 
 def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, train_texts: list[str]
            ) -> tuple[RunConfig, TextTokenizer]:
     """The configuration and tokenizer the task model starts from: a new model of the scratch family (its
     tokenizer given, or trained on the training texts), or the run's (also for its scratch twin, which then loads no
-    weights), where a feature extractor's run becomes the task model that reads it
-    (:func:`sesame.families.reading_features`)."""
+    weights), as the family's reader reads it (:class:`sesame.families.Reader`: a feature extractor's run becomes
+    the task model that reads it)."""
     fam = source.family
-    if source.scratch and fam.feature_extractor:
-        how = f"sesame {fam.command}" if fam.command else f"sesame pretrain --family {fam.name}"
-        raise SesameError(f"{source.flag} {source.given}: {fam.name} gives a task model pretrained features; "
-                          f"make a run first (`{how}`) and fine-tune from it")
+    refusal = fam.reader.scratch_refusal(fam) if source.scratch else None
+    if refusal:
+        raise SesameError(f"{source.flag} {source.given}: {refusal}")
     if source.scratch and source.config is None:  # scratch:FAMILY:SIZE (scratch:RUN is the run's, below)
         if spec.tokenizer and spec.cased:
             raise SesameError(f"--cased: --tokenizer {spec.tokenizer} has its case decided; drop --cased")
@@ -351,24 +351,18 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
         raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
     config = source.config or read_config(base_dir, source.flag)  # a run's, read when resolved; an import's converted
     config = replace(config, model={**config.model, "dropout": spec.dropout})
-    fam = FAMILIES.get(config.family)
-    if fam is not None and fam.feature_extractor and config.model.get("arch") == fam.arch:  # the extractor's own run
-        config = replace(config, pooling=fam.pooling, model=reading_features(config.model, config.size, spec.dropout))
-    return config, load_tokenizer(base_dir, source.flag)
+    return fam.reader.task_model(fam, config, dropout=spec.dropout), load_tokenizer(base_dir, source.flag)
 
 
 def _word_vectors(config: RunConfig, recipe: Recipe, source: Source) -> None:
     """A new recurrent task model's word embedding made as wide as ``recipe.vectors`` (GloVe/word2vec text),
-    which it starts from (:func:`_embed_vectors`); refused for models whose embedding is already trained."""
+    which it starts from (:func:`_embed_vectors`); refused for models whose embedding is already trained
+    (:meth:`sesame.families.Reader.vectors_refusal`)."""
     if not recipe.vectors:
         return
-    fam: Family | None = FAMILIES.get(config.family)
-    if fam is None or not fam.word_vectors or not (source.scratch or fam.feature_extractor):
-        if fam is not None and fam.feature_extractor:
-            raise SesameError(f"--vectors {recipe.vectors}: a {fam.name} task model reads the extractor's own word "
-                              f"vectors; give the vectors to `sesame {fam.command} --vectors` instead")
-        raise SesameError(f"--vectors {recipe.vectors}: initialises the word embedding of a new recurrent task "
-                          f"model; use it with {source.flag} scratch:lstm|gru|bilstm:SIZE or an elmo run")
+    refusal = source.family.reader.vectors_refusal(source.family, scratch=source.scratch)
+    if refusal:
+        raise SesameError(f"--vectors {recipe.vectors}: {refusal}")
     config.model["embedding_size"] = load_vectors(recipe.vectors).dim
 
 

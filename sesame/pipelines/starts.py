@@ -20,7 +20,7 @@ from ..families import backbone_config
 from ..objectives import Objective
 from ..run import read_config
 from ..specs import PretrainSpec
-from ..tokenizer import TextTokenizer, extend_words
+from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
 
 
@@ -96,8 +96,8 @@ class Continued(NewModel):
 
     def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
         tok, file = super().tokenizer(corpus, spec)
-        if spec.fam.target_words and corpus.shard_dir is None:
-            tok, _ = extend_words(tok, corpus.texts(), spec.vocab_size)
+        if corpus.shard_dir is None:  # (shards were made with their tokenizer)
+            tok = spec.fam.continued_words(tok, corpus.texts, spec.vocab_size)
         return tok, file
 
     def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import InitVar, asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Sequence
 
@@ -60,6 +60,12 @@ class Task:
     exported_output: ClassVar[str | None] = None  # its outputs' name in an ONNX export (None: `sesame export` refuses)
     windows: ClassVar[bool] = False  # an input longer than ``max_length`` is read in several windows, not cut
     distils: ClassVar[bool] = False  # one output row per example and a task loss of rows (`sesame distil`)
+    # where the options came from, which an error in their values names: the command line's flag, or a mixture
+    # file's task (not an option, so not recorded)
+    where: InitVar[str] = "--task-option"
+
+    def __post_init__(self, where: str) -> None:
+        """Check the options' values, an error naming ``where`` they came from; by default none is checked."""
 
     def options(self) -> dict:
         return asdict(self)
@@ -167,9 +173,10 @@ def register(cls: type[Task]) -> type[Task]:
     return cls
 
 
-def make_task(name: str, options: dict | None = None) -> Task:
+def make_task(name: str, options: dict | None = None, *, where: str = "--task-option") -> Task:
     """The task ``name`` with ``options`` (its dataclass fields; None values take the defaults), each held to its
-    field's type (:func:`sesame.options.typed_value`: ``bos=tru`` is refused, naming the option)."""
+    field's type (:func:`sesame.options.typed_value`: ``bos=tru`` is refused, naming the option) and to the values the
+    task takes, an error naming ``where`` they came from (the flag, or a mixture file's task)."""
     if name not in TASKS:
         raise SesameError(f"--task {name!r} is unknown; choose one of: {', '.join(TASKS)}")
     cls = TASKS[name]
@@ -179,7 +186,7 @@ def make_task(name: str, options: dict | None = None) -> Task:
     if unknown:
         raise SesameError(f"{', '.join(unknown)}: not an option of --task {name} (it takes: "
                           f"{', '.join(sorted(known)) or 'nothing'})")
-    return cls(**{k: typed_value(known[k], v, where="--task-option") for k, v in given.items()})
+    return cls(**{k: typed_value(known[k], v, where=where) for k, v in given.items()}, where=where)
 
 
 def label_vocabulary(labels: Iterable[str], path: str, column: str) -> list[str]:

@@ -201,7 +201,7 @@ class Classify(Task):
     pair_column: str | None = None
     symmetric: bool = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         if self.symmetric and self.pair_column is None:
             raise SesameError("--symmetric: scores both orders of a pair; give the second text's --pair-column")
 
@@ -301,10 +301,10 @@ class Pair(Classify):
     text_column: str = "sentence1"
     pair_column: str | None = "sentence2"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         if self.pair_column is None:
             raise SesameError("--task pair: give the second text's --pair-column")
-        super().__post_init__()
+        super().__post_init__(where)
 
 
 @register

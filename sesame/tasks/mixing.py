@@ -128,10 +128,7 @@ def read_mixture(path: str) -> dict[str, dict]:
                               f"{', '.join(READING)}); the tasks share {', '.join(SHARED)}: give those as "
                               "--task-option")
         options = {key: value for key, value in entry.items() if key not in FILES}
-        try:  # the options' errors name the flag they come from elsewhere: --task-option KEY=VALUE
-            make_task("text2text", options)
-        except SesameError as err:
-            raise SesameError(f"{where}: {re.sub(r'^--task-option:? ', '', str(err))}") from None
+        make_task("text2text", options, where=where)
         tasks[name] = {**{key: str((file.parent / entry[key]).resolve()) for key in FILES}, "options": options}
     return tasks
 

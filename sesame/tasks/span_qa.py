@@ -122,16 +122,16 @@ class SpanQA(Task):
     null_threshold: float | None = None
     cls_last: bool | None = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         self.version = str(self.version).lstrip("v")
         if self.version not in VERSIONS:
-            raise SesameError(f"--task-option version={self.version}: choose one of {', '.join(VERSIONS)}")
+            raise SesameError(f"{where}: version={self.version}: choose one of {', '.join(VERSIONS)}")
         for key in ("doc_stride", "max_query_length", "max_answer_length", "n_best"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SesameError(f"--task-option {key}={value}: must be a positive whole number")
+                raise SesameError(f"{where}: {key}={value}: must be a positive whole number")
         if self.null_threshold is not None and not isinstance(self.null_threshold, (int, float)):
-            raise SesameError(f"--task-option null_threshold={self.null_threshold}: must be a number")
+            raise SesameError(f"{where}: null_threshold={self.null_threshold}: must be a number")
 
     def for_family(self, family: Family | None) -> None:
         """``cls_last`` not given: the family's; an explicit ``--task-option cls_last=...`` is kept."""

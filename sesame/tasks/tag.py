@@ -94,14 +94,14 @@ class Tag(Task):
     cvt_unlabeled: str | None = None  # a text file, one sentence per line: cross-view training (cvt.py)
     head: str | None = None  # linear (BERT's), or mlp (CVT's primary module); default: mlp with cvt_unlabeled
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         self.token_column = _column(self.token_column, "token_column")
         self.label_column = _column(self.label_column, "--label-column")
         self._unlabeled: list[list[str]] | None = None  # read when training, never when predicting
         if self.head not in (None, "linear", "mlp"):
-            raise SesameError(f"--task-option head={self.head}: choose linear or mlp")
+            raise SesameError(f"{where}: head={self.head}: choose linear or mlp")
         if self.head == "linear" and self.cvt_unlabeled is not None:
-            raise SesameError("--task-option head=linear: cross-view training (cvt_unlabeled) predicts with its mlp "
+            raise SesameError(f"{where}: head=linear: cross-view training (cvt_unlabeled) predicts with its mlp "
                               "module; drop head")
 
     def metrics(self, labels: list[str]) -> tuple[str, ...]:

@@ -104,25 +104,25 @@ class Text2Text(Task):
     beams: int = 1
     length_penalty: float = 1.0
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, where: str) -> None:
         if self.cast not in CASTS:
-            raise SesameError(f"--task-option cast={self.cast}: choose one of {', '.join(CASTS)}")
+            raise SesameError(f"{where}: cast={self.cast}: choose one of {', '.join(CASTS)}")
         cast = CASTS[self.cast]
         for key, least, why in (("max_target_length", 2, "the answer's tokens and </s>"), ("beams", 1, "1: greedy")):
             value = getattr(self, key)  # its type: make_task's
             if value < least:
-                raise SesameError(f"--task-option {key}={value}: a whole number of at least {least} ({why})")
+                raise SesameError(f"{where}: {key}={value}: a whole number of at least {least} ({why})")
         if not math.isfinite(self.length_penalty):
-            raise SesameError(f"--task-option length_penalty={self.length_penalty}: a number, α of beam search's "
+            raise SesameError(f"{where}: length_penalty={self.length_penalty}: a number, α of beam search's "
                               "Σ log p / length^α (1: the mean; 0: the sum)")
         if self.languages is not None and (self.cast != "text" or not LANGUAGES.fullmatch(str(self.languages))):
-            raise SesameError(f"--task-option languages={self.languages}: the suffixes of parallel files, "
+            raise SesameError(f"{where}: languages={self.languages}: the suffixes of parallel files, "
                               "SOURCE-TARGET (e.g. en-de), with cast=text")
         if self.label_words is not None and not (cast.classes and isinstance(self.label_words, dict)):
-            raise SesameError(f"--task-option label_words={self.label_words}: a JSON object of label → word, e.g. "
+            raise SesameError(f"{where}: label_words={self.label_words}: a JSON object of label → word, e.g. "
                               '\'{"0": "negative", "1": "positive"}\', with cast=classify or pair')
         if self.pair_column is not None and len(cast.inputs) < 2:
-            raise SesameError(f"--task-option pair_column={self.pair_column}: cast={self.cast} reads one input; "
+            raise SesameError(f"{where}: pair_column={self.pair_column}: cast={self.cast} reads one input; "
                               "use cast=pair or regress for two")
         if not cast.squad:  # SQuAD JSON has fixed fields
             self.source_column = self.source_column or cast.inputs[0]

@@ -56,6 +56,7 @@ class Approach:
     family: str
     size: str
     options: dict  # keyword arguments for sesame.pretrain
+    row: Family = field(repr=False)  # the family's registry row
     finetune: dict = field(default_factory=dict)  # keyword arguments for sesame.finetune (finetune.KEY=VALUE)
     base: str | None = None  # from=RUN: fine-tune this run instead of pre-training
 
@@ -66,7 +67,7 @@ class Approach:
     @property
     def kind(self) -> str:
         """``pretrained``, or ``baseline`` for a family without pre-training (trained from scratch)."""
-        return "pretrained" if self.base or get_family(self.family).objective else "baseline"
+        return "pretrained" if self.base or self.row.objective else "baseline"
 
     @property
     def pretrains(self) -> bool:
@@ -85,8 +86,8 @@ class Approach:
         extractors (their task model is a BiLSTM, not their own network), a run sesame did not make or a teacher's
         student (whose architecture ``scratch:FAMILY:SIZE`` may not be: the student has some of the teacher's
         layers)."""
-        fam = get_family(self.family)
-        return fam.objective is not None and not fam.feature_extractor and not self.distils and \
+        fam = self.row
+        return fam.objective is not None and fam.reader.scratch_refusal(fam) is None and not self.distils and \
             (self.base is None or run_config(self.base) is not None)
 
     def pretraining(self) -> dict:
@@ -102,7 +103,7 @@ class Approach:
     def fine_tuning(self, common: dict, task: CompareTask) -> dict:
         """Its fine-tuning options on ``task``: the command's ``common`` ones < the family's defaults
         (``Family.finetune``) < the task's own < the approach's ``finetune.KEY=VALUE`` items."""
-        return {**common, **get_family(self.family).finetune, **task.options, **self.finetune}
+        return {**common, **self.row.finetune, **task.options, **self.finetune}
 
 
 PRECISION = "precision"  # the one runtime field an approach may set: a setting, unlike the machine's device
@@ -216,9 +217,9 @@ def _parse_finetune(spec: str, fam: Family, kind: str, items: dict) -> dict:
         # compare's and the family's defaults differ from FinetuneSpec's, so none is shown as "the default"
         options[key] = text if key in text_options else typed(where, f"finetune.{key}", text, known[key], False)
     if "vectors" in options:
-        if not (fam.word_vectors and (fam.feature_extractor or kind == "baseline")):
-            raise SesameError(f"{where}: finetune.vectors initialises the word embedding of a new recurrent task "
-                              "model: for lstm, gru, bilstm or elmo approaches (a cove run brings its own)")
+        refusal = fam.reader.vectors_refusal(fam, scratch=kind == "baseline")  # a baseline: scratch:FAMILY:SIZE
+        if refusal:
+            raise SesameError(f"{where}: finetune.vectors {refusal}")
         if not Path(options["vectors"]).is_file():
             raise SesameError(f"{where}: finetune.vectors={options['vectors']}: no such file (GloVe or word2vec text)")
     if options.get("pooling") is not None and options["pooling"] not in POOLINGS:
@@ -252,7 +253,7 @@ def parse_approach(spec: str) -> Approach:
     base = given.pop("from", None)
     tuning = {k[len(FINETUNE):]: v for k, v in given.items() if k.startswith(FINETUNE)}
     pretraining = {k: v for k, v in given.items() if not k.startswith(FINETUNE)}
-    if base is None and fam.objective is None and fam.feature_extractor:
+    if base is None and fam.objective is None and fam.reader.scratch_refusal(fam):  # neither pre-trained nor a baseline
         raise SesameError(f"--approaches {spec}: {family} is not pre-trained by compare; train it with "
                           f"`sesame {family}` and give the run: {family}:{size}:from=RUN")
     if pretraining and (base is not None or fam.objective is None):
@@ -284,6 +285,6 @@ def parse_approach(spec: str) -> Approach:
     except SesameError as err:
         raise SesameError(f"--approaches {spec}: {err}") from None
     approach = Approach(spec, family, size, {**options, **({"objective_options": objective} if objective else {})},
-                        base=base)
+                        fam, base=base)
     approach.finetune = _parse_finetune(spec, fam, approach.kind, tuning)
     return approach

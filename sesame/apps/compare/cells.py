@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ... import api, pipelines
 from ...errors import SesameError
-from ...families import backbone_config, get_family
+from ...families import backbone_config
 from ...interop.sources import MINILM, minilm_dir
 from ...pipelines.stages import NO_STEP_CAP, cached_stage, duration, stage_runtime, trainer_state
 from ...run import load_tokenizer, read_config
@@ -142,7 +142,7 @@ def scratch_twins(plan: list[Approach], runs: Path) -> dict[str, list[Approach]]
             continue
         tokenizer = hashlib.sha256((a.run_dir(runs) / "tokenizer.json").read_bytes()).hexdigest()
         # an encoder-decoder's decoder start token is one of its tokenizer's specials
-        specials = load_tokenizer(a.run_dir(runs)).specials if get_family(a.family).decoder_start else None
+        specials = load_tokenizer(a.run_dir(runs)).specials if a.row.decoder_start else None
         key = (json.dumps(asdict(backbone_config(a.family, a.size, 1, 0, specials=specials))), tokenizer,
                json.dumps(a.finetune, sort_keys=True))
         if key not in twins:
