@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 import torch
 
 from sesame.data.shards import Shards
@@ -22,23 +23,22 @@ from sesame.train import TrainConfig
 OBJECTIVE_NAMES = ("mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert")  # distilbert: mlm with its weighted masking
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", required=True, help="a shard directory with its tokenizer")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--objectives", nargs="+", default=OBJECTIVE_NAMES, choices=OBJECTIVE_NAMES)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     shards, tok = Shards(args.corpus), load_tokenizer(args.corpus, "--corpus")
     backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=128, layers=2, heads=2,
                                              intermediate=512, max_positions=args.seq_len))
     for name in args.objectives:
         obj = OBJECTIVES["mlm" if name == "distilbert" else name].build(backbone, tok)
         if name == "distilbert":
-            counts = torch.from_numpy(shards.read(shards.windows(shards.n_tokens)[0], shards.n_tokens))
-            obj.token_weights = smoothed_weights(torch.bincount(counts, minlength=tok.vocab_size), 0.7,
-                                                 obj.special_ids)
+            counts = sum(np.bincount(tokens, minlength=tok.vocab_size) for tokens in shards.arrays)
+            obj.token_weights = smoothed_weights(torch.from_numpy(counts), 0.7, obj.special_ids)
         length = obj.window_length(args.seq_len)
         windows, _, _ = training_windows(shards, None, length=length, seq_len=args.seq_len)
         batches = window_batches(obj, shards, [(length, windows)], TrainConfig(batch_size=args.batch_size, seed=0))
