@@ -126,7 +126,7 @@ def test_rare_tokens_are_masked_in_proportion_to_count_to_the_minus_0_7() -> Non
     """DistilBERT's smoothing: a token's weight is max(count, 1)^-0.7, 0 for special tokens; a sequence of six
     selectable tokens has one masked position (round(0.15·6)), which falls on the rare token with probability
     w_rare / (w_rare + 5·w_common), 0.96 here, where uniform masking picks it 1 time in 6."""
-    from sesame.objectives.masking import mask_weighted_tokens, replacement_pool, smoothed_weights
+    from sesame.objectives.masking import mask_weighted_rows, replacement_pool, smoothed_weights
 
     counts = torch.zeros(40, dtype=torch.long)
     counts[10], counts[11] = 1000, 1  # a common token and a rare one; 12: never seen, weighted as a count of 1
@@ -135,11 +135,10 @@ def test_rare_tokens_are_masked_in_proportion_to_count_to_the_minus_0_7() -> Non
     assert (weights[torch.tensor(SPECIALS.all)] == 0).all()
     ids = torch.tensor([SPECIALS.cls, 10, 10, 11, 10, 10, 10, SPECIALS.sep])
     pool, draws = replacement_pool(40, torch.tensor(SPECIALS.all)), 2000
-    picked = torch.zeros(len(ids))
-    for seed in range(draws):
-        _, selected = mask_weighted_tokens(ids, weights, SPECIALS.mask, pool, torch.Generator().manual_seed(seed))
-        assert int(selected.sum()) == 1
-        picked += selected
+    _, selected = mask_weighted_rows(ids.repeat(draws, 1), weights, SPECIALS.mask, pool,
+                                     [torch.Generator().manual_seed(seed) for seed in range(draws)])
+    assert (selected.sum(1) == 1).all()
+    picked = selected.sum(0)
     expected = 1 / (1 + 5 * 1000 ** -0.7)
     assert picked[3] / draws == pytest.approx(expected, abs=0.02)  # binomial sd 0.004
     assert picked[0] == picked[-1] == 0

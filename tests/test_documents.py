@@ -183,8 +183,10 @@ def test_sop_segments_stay_inside_one_document(tok, tmp_path):
     shards = prepare_corpus([path], tok, tmp_path / "s", progress=False)
     assert len(shards.doc_ends) == 8
     obj = AlbertPretraining(backbone(tok), tok.specials)
-    for i, w in enumerate(shards.windows(29)):
-        lo, cut, hi = obj.split(torch.from_numpy(shards.read(w, 29)), torch.Generator().manual_seed(i))
+    windows = shards.windows(29)
+    rows = torch.from_numpy(np.stack([shards.read(w, 29) for w in windows]))
+    split = obj.split(rows, [torch.Generator().manual_seed(i) for i in range(len(windows))])
+    for w, lo, cut, hi in zip(windows, *(edge.tolist() for edge in split)):
         start = shards.shard_starts[w.shard] + w.start
         first, last = np.searchsorted(shards.doc_ends, [start + lo, start + hi - 1], "right")
         assert first == last and lo < cut < hi

@@ -3,7 +3,8 @@ import torch
 
 from sesame.data.windows import generators
 from sesame.models import Transformer, TransformerConfig
-from sesame.objectives.mlm import MaskedLM, mask_tokens, masked_entries
+from sesame.objectives.masking import mask_tokens
+from sesame.objectives.mlm import MaskedLM, masked_entries
 from sesame.tokenizer import SpecialIds
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)

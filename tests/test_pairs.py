@@ -121,16 +121,22 @@ def test_sentence_order_negatives_are_the_positives_swapped():
     assert again["ids"].shape == (8, SEQ_LEN)
 
 
+def one_pair(obj, window, partner, seed):
+    """(A, B) of one example."""
+    a, b, _ = obj.pair(window[None], partner[None], [torch.Generator().manual_seed(seed)])
+    return [segment.tokens[0, segment.start[0]: segment.end[0]] for segment in (a, b)]
+
+
 def test_short_document_parts():
     obj = objective(BertPretraining)
     window = torch.arange(10, 10 + LENGTH)
     window[2] = SPECIALS.sep  # a 2-token part, then a long one: A and B come from the long one
     for seed in range(20):
-        a, b, _ = obj.pair(window, torch.arange(1000, 1000 + LENGTH), torch.Generator().manual_seed(seed))
+        a, b = one_pair(obj, window, torch.arange(1000, 1000 + LENGTH), seed)
         assert (a > 12).all() and len(a) >= 4 and len(b) >= 4
     window = torch.arange(10, 23)
     window[6] = SPECIALS.sep  # two 6-token parts: one of them, cut in its middle
-    a, b, _ = obj.pair(window, torch.arange(1000, 1013), torch.Generator().manual_seed(0))
+    a, b = one_pair(obj, window, torch.arange(1000, 1013), 0)
     assert len(a) == 3 and len(torch.cat([a, b])) <= 6
 
 

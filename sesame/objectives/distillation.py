@@ -36,7 +36,7 @@ and the released ``distiller.py``. Each term is a mean: L_ce and L_mlm over the 
 defaults here, recorded in config.json's ``setup`` (runs made before them resume without them): the student's position
 embeddings stay the teacher's (``--freeze_pos_embs``; ``train_positions`` trains them), and the masked positions are
 drawn in proportion to count^−0.7 of their tokens over the corpus (``--mlm_smoothing 0.7``;
-:func:`.masking.smoothed_weights` and :func:`.masking.mask_weighted_tokens`; ``mlm_smoothing`` 0: BERT's uniform
+:func:`.masking.smoothed_weights` and :func:`.masking.mask_weighted_rows`; ``mlm_smoothing`` 0: BERT's uniform
 Bernoulli(0.15) choice), so rare tokens are predicted more often. Deviations: L_ce is written as KL(teacher_T ‖ student_T) (as ``kl`` above: the
 same gradients, 0 when the student equals its teacher); it is taken at the masked positions only (the released code's
 ``--restrict_ce_to_mask``; its default takes every token), since sesame projects onto the vocabulary only where the

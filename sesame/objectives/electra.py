@@ -32,7 +32,7 @@ from torch import nn
 from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
 from .base import Objective
-from .masking import mask_tokens
+from .masking import mask_rows, replacement_pool
 from .mlm import gather_selected, masked_entries
 from .projection import Workspace, linear_cross_entropy
 
@@ -72,6 +72,7 @@ class Electra(Objective):
             raise ValueError(f"two_stage is a fraction of the run in [0, 1), got {two_stage}")
         cfg = backbone.config
         self.two_stage, self.rate = two_stage, rate
+        self.pool = replacement_pool(cfg.vocab_size, self.special_ids)  # a plain attribute: see Objective.__init__
         self.part_weights = {"disc": disc_weight}
         self.progress = 0.0
         self.generator = Transformer(generator_config(cfg, generator_fraction))
@@ -107,12 +108,11 @@ class Electra(Objective):
         cls = torch.full((b, 1), self.specials.cls, dtype=windows.dtype)
         sep = torch.full((b, 1), self.specials.sep, dtype=windows.dtype)
         ids = torch.cat([cls, windows, sep], dim=1)
-        rows = [mask_tokens(row, self.special_ids, self.specials.mask, self.backbone.config.vocab_size, g, self.rate,
-                            mask_frac=1.0, random_frac=0.0) for row, g in zip(ids, generators)]
-        selection = gather_selected(ids, torch.stack([r[1] for r in rows]), self.rate)
+        masked, selected = mask_rows(ids, self.special_ids, self.specials.mask, self.pool, generators, rate=self.rate,
+                                     mask_frac=1.0, random_frac=0.0)
+        selection = gather_selected(ids, selected, self.rate)
         seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in generators])
-        return {"ids": torch.stack([r[0] for r in rows]), **selection, "seeds": seeds,
-                "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
+        return {"ids": masked, **selection, "seeds": seeds, "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
 
     def generator_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """G's hidden states at the padded masked positions, (len(positions), G's width): a shape fixed by the

@@ -1,6 +1,7 @@
 """What to mask: tokens, whole words, phrases and n-grams, or spans; and how to corrupt what was chosen.
 
-* Tokens (BERT, Devlin et al. 2019, §3.1): :func:`mask_tokens`.
+* Tokens (BERT, Devlin et al. 2019, §3.1): :func:`mask_rows`, a batch at once, each row by its own generator
+  (:func:`mask_tokens`: one generator).
 * Units of whole words (BERT's whole-word masking, google-research/bert README, 2019): the non-special
   tokens of a sequence are grouped into words (:func:`word_index`) and the words into units: one word
   each, an occurrence of a given phrase (:func:`phrase_units`) or a random n-gram of words
@@ -8,7 +9,7 @@
   :func:`select_units` picks units in random order until 15% of the tokens are covered; every token
   of a chosen unit is selected, so no word is ever split.
 * Spans (SpanBERT, Joshi et al. 2020, §3.1): :func:`span_units`.
-* Rare tokens more often (DistilBERT's released code, Sanh et al. 2019): :func:`mask_weighted_tokens` with the
+* Rare tokens more often (DistilBERT's released code, Sanh et al. 2019): :func:`mask_weighted_rows` with the
   weights of :func:`smoothed_weights`.
 
 Every strategy returns ``unit``: per position, the index of the chosen unit it belongs to, or −1;
@@ -38,6 +39,12 @@ def replacement_pool(vocab_size: int, special_ids: torch.Tensor) -> torch.Tensor
     return allowed.nonzero().squeeze(1)
 
 
+def uniforms(generators: Sequence[torch.Generator], shape: Sequence[int]) -> torch.Tensor:
+    """``[len(generators), *shape]``: row i is ``torch.rand(shape, generator=generators[i])``, the draw one row of
+    its own would make."""
+    return torch.stack([torch.rand(shape, generator=g) for g in generators])
+
+
 def replace(ids: torch.Tensor, selected: torch.Tensor, action: torch.Tensor, mask_id: int, pool: torch.Tensor,
             generator: torch.Generator, mask_frac: float = 0.8, random_frac: float = 0.1) -> torch.Tensor:
     """BERT's corruption of the ``selected`` positions of ``ids`` by their uniform draw ``action``, drawing from one
@@ -58,19 +65,33 @@ def replace_rows(ids: torch.Tensor, selected: torch.Tensor, action: torch.Tensor
     return corrupted.masked_scatter(randomize, pool.index_select(0, torch.cat(picks)).to(ids.dtype))
 
 
-def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
-                generator: torch.Generator, rate: float = 0.15, mask_frac: float = 0.8,
-                random_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-level masking: return ``(corrupted ids, selected)`` where ``selected`` marks the positions to predict.
+def mask_rows(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, pool: torch.Tensor,
+              generators: Sequence[torch.Generator], *, rate: float = 0.15, mask_frac: float = 0.8,
+              random_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-level masking of a batch ``ids`` (batch, L), row i drawing from ``generators[i]`` alone: return
+    ``(corrupted ids, selected)`` where ``selected`` marks the positions to predict; random tokens come from ``pool``
+    (:func:`replacement_pool`). The draws are a row's own, as :func:`mask_tokens` of that row would make them;
+    the comparisons and replacements are done on the whole batch at once.
 
     Deviation (as RoBERTa and Hugging Face): each non-special token is selected by an independent
     Bernoulli(``rate``) draw rather than exactly round(rate·n) per sequence; 80/10/10 is drawn per token.
     """
     eligible = ~torch.isin(ids, special_ids)
-    selected = (torch.rand(ids.shape, generator=generator) < rate) & eligible
-    action = torch.rand(ids.shape, generator=generator)
-    pool = replacement_pool(vocab_size, special_ids)
-    return replace(ids, selected, action, mask_id, pool, generator, mask_frac, random_frac), selected
+    selected = (uniforms(generators, ids.shape[1:]) < rate) & eligible
+    action = uniforms(generators, ids.shape[1:])
+    corrupted = replace_rows(ids, selected, action, mask_id, pool, generators, mask_frac=mask_frac,
+                             random_frac=random_frac)
+    return corrupted, selected
+
+
+def mask_tokens(ids: torch.Tensor, special_ids: torch.Tensor, mask_id: int, vocab_size: int,
+                generator: torch.Generator, rate: float = 0.15, mask_frac: float = 0.8,
+                random_frac: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`mask_rows` of ``ids`` (any shape) as one row drawn by ``generator``, replacing with any non-special
+    token of the vocabulary."""
+    corrupted, selected = mask_rows(ids.reshape(1, -1), special_ids, mask_id, replacement_pool(vocab_size, special_ids),
+                                    [generator], rate=rate, mask_frac=mask_frac, random_frac=random_frac)
+    return corrupted.view_as(ids), selected.view_as(ids)
 
 
 def smoothed_weights(counts: torch.Tensor, smoothing: float, special_ids: torch.Tensor) -> torch.Tensor:
@@ -82,20 +103,25 @@ def smoothed_weights(counts: torch.Tensor, smoothing: float, special_ids: torch.
     return weights
 
 
-def mask_weighted_tokens(ids: torch.Tensor, weights: torch.Tensor, mask_id: int, pool: torch.Tensor,
-                         generator: torch.Generator, rate: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
-    """DistilBERT's selection (its ``distiller.py``, ``prepare_batch_mlm``): :func:`budget` positions of the
-    sequence ``ids`` drawn without replacement, each in proportion to the ``weights`` of its token
-    (:func:`smoothed_weights`; 0: never), then BERT's 80/10/10 per token. Returns ``(corrupted ids, selected)``.
-    Deviation: the released code draws ceil(rate · tokens) positions over a whole batch, specials counted; here
-    round(rate · n) of each sequence's n selectable tokens, each sequence by its own generator."""
-    weight = weights[ids]
-    selected = torch.zeros(ids.shape, dtype=torch.bool)
-    count = budget(int((weight > 0).sum()), rate)
-    if count:
-        selected[torch.multinomial(weight, count, replacement=False, generator=generator)] = True
-    action = torch.rand(ids.shape, generator=generator)
-    return replace(ids, selected, action, mask_id, pool, generator), selected
+def mask_weighted_rows(ids: torch.Tensor, weights: torch.Tensor, mask_id: int, pool: torch.Tensor,
+                       generators: Sequence[torch.Generator], *, rate: float = 0.15
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """DistilBERT's selection (its ``distiller.py``, ``prepare_batch_mlm``) in each row of ``ids`` (``[B, L]``):
+    :func:`budget` positions drawn without replacement by the row's generator, each in proportion to the ``weights``
+    of its token (:func:`smoothed_weights`; 0: never), then BERT's 80/10/10 per token (:func:`replace_rows`).
+    Returns ``(corrupted ids, selected)``. Deviation: the released code draws ceil(rate · tokens) positions over a
+    whole batch, specials counted; here round(rate · n) of each sequence's n selectable tokens, each sequence by its
+    own generator."""
+    weight = weights.index_select(0, ids.flatten()).view(ids.shape)  # (not weights[ids]: slow on a busy CPU)
+    width = ids.shape[1]
+    picks = [torch.multinomial(w, budget(n, rate), replacement=False, generator=g) + row * width
+             for row, (w, g, n) in enumerate(zip(weight, generators, (weight > 0).sum(1).tolist())) if n]
+    selected = torch.zeros(ids.numel(), dtype=torch.bool)
+    if picks:
+        selected[torch.cat(picks)] = True
+    selected = selected.view(ids.shape)
+    action = uniforms(generators, ids.shape[1:])
+    return replace_rows(ids, selected, action, mask_id, pool, generators), selected
 
 
 def mask_units(ids: torch.Tensor, unit: torch.Tensor, n_units: Sequence[int], mask_id: int, pool: torch.Tensor,

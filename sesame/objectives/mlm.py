@@ -42,7 +42,7 @@ from ..models import Transformer
 from ..models.transformer import ACTIVATIONS
 from ..tokenizer import SpecialIds, TextTokenizer
 from .base import Objective
-from .masking import (mask_tokens, mask_units, mask_weighted_tokens, ngram_units, phrase_table, phrase_units,
+from .masking import (mask_rows, mask_units, mask_weighted_rows, ngram_units, phrase_table, phrase_units,
                       replacement_pool, select_words, word_index)
 from .projection import Workspace, linear_cross_entropy
 
@@ -103,7 +103,7 @@ class MaskedLM(Objective):
     every ``masking`` but ``token``; ``phrase_ids`` are the phrases as token ids (``build`` tokenizes
     the ``phrases`` of the run's options). ``token_weights`` (a weight per vocabulary entry; None: uniform), which
     DistilBERT's pre-training sets (:class:`sesame.objectives.distillation.MaskedLMDistillation`), makes ``token``
-    masking select tokens in proportion to them (:func:`.masking.mask_weighted_tokens`).
+    masking select tokens in proportion to them (:func:`.masking.mask_weighted_rows`).
     """
 
     token_weights: torch.Tensor | None = None
@@ -179,26 +179,27 @@ class MaskedLM(Objective):
         unit, n_units = self.batch_units(ids, generators)
         return mask_units(ids, unit, n_units, self.specials.mask, self.pool, generators), unit
 
-    def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """One sequence → ``(corrupted ids, selected positions)``."""
+    def corrupt_rows(self, ids: torch.Tensor, generators: Sequence[torch.Generator]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of sequences, row i drawing from ``generators[i]`` alone → ``(corrupted ids, selected
+        positions)``, on the whole batch at once (:func:`.masking.mask_rows`, :meth:`corrupt_units`)."""
         if self.token_weights is not None:
-            return mask_weighted_tokens(ids, self.token_weights, self.specials.mask, self.pool, generator, self.rate)
+            return mask_weighted_rows(ids, self.token_weights, self.specials.mask, self.pool, generators,
+                                      rate=self.rate)
         if self.masking == "token":
-            return mask_tokens(ids, self.special_ids, self.specials.mask, self.backbone.config.vocab_size,
-                               generator, self.rate)
-        corrupted, unit = self.corrupt_units(ids[None], [generator])
-        return corrupted[0], unit[0] >= 0
+            return mask_rows(ids, self.special_ids, self.specials.mask, self.pool, generators, rate=self.rate)
+        corrupted, unit = self.corrupt_units(ids, generators)
+        return corrupted, unit >= 0
 
-    def masked(self, ids: torch.Tensor, generators: list[torch.Generator]) -> dict[str, torch.Tensor]:
+    def corrupt(self, ids: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One sequence → ``(corrupted ids, selected positions)`` (:meth:`corrupt_rows`)."""
+        corrupted, selected = self.corrupt_rows(ids[None], [generator])
+        return corrupted[0], selected[0]
+
+    def masked(self, ids: torch.Tensor, generators: Sequence[torch.Generator]) -> dict[str, torch.Tensor]:
         """Corrupt each row of the model inputs ``ids``: the batch of :meth:`selection`, its loss counting the
-        selected tokens. Units of words are chosen and corrupted for the whole batch at once."""
-        if self.masking == "token":
-            rows = [self.corrupt(row, g) for row, g in zip(ids, generators)]
-            corrupted, selected = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
-        else:
-            corrupted, unit = self.corrupt_units(ids, generators)
-            selected = unit >= 0
-        batch = self.selection(ids, corrupted, selected)
+        selected tokens. Units of words are chosen and corrupted for the whole batch at once, as tokens are."""
+        batch = self.selection(ids, *self.corrupt_rows(ids, generators))
         return {**batch, "counts": {"loss": batch["masked"]}}
 
     def selection(self, ids: torch.Tensor, corrupted: torch.Tensor, selected: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -29,6 +29,9 @@ unless the batcher fixes the seeds).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -47,10 +50,36 @@ def sentence_end_ids(tokenizer: TextTokenizer) -> torch.Tensor:
     return torch.tensor([i for i, text in enumerate(texts) if text.strip() in SENTENCE_ENDS], dtype=torch.long)
 
 
-def document_parts(row: torch.Tensor, sep: int) -> torch.Tensor:
-    """``(n, 2)``: start and end of each maximal run of ``row`` free of the separator ``sep``."""
-    edges = F.pad((row != sep).int(), (1, 1)).diff()
-    return torch.stack([(edges == 1).nonzero()[:, 0], (edges == -1).nonzero()[:, 0]], 1)
+def document_parts(rows: torch.Tensor, sep: int) -> torch.Tensor:
+    """Each maximal run of the last dimension of ``rows`` free of the separator ``sep``, in reading order: ``(n, 2)``
+    (start, end) for one row, ``(n, 3)`` (row, start, end) for a batch."""
+    edges = F.pad((rows != sep).int(), (1, 1)).diff()
+    return torch.cat([(edges == 1).nonzero(), (edges == -1).nonzero()[:, -1:]], 1)
+
+
+def coins(generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """A fair coin per row, one uniform draw of the row's generator: True below 0.5."""
+    return torch.stack([torch.rand((), generator=g) for g in generators]) < 0.5
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A segment per row i of a batch: ``tokens[i, start[i]:end[i]]``."""
+    tokens: torch.Tensor
+    start: torch.Tensor
+    end: torch.Tensor
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.end - self.start
+
+    def laid(self, offset: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's segment laid from column ``offset[i]`` of a row of ``width`` columns: ``(tokens, inside)``, the
+        tokens there and where they are (elsewhere ``tokens`` holds any of the row's)."""
+        column = torch.arange(width) - offset[:, None]
+        inside = (column >= 0) & (column < self.lengths[:, None])
+        source = (self.start[:, None] + column).clamp(0, self.tokens.shape[1] - 1)
+        return self.tokens.gather(1, source), inside
 
 
 class SentencePairs(MaskedLM):
@@ -88,44 +117,50 @@ class SentencePairs(MaskedLM):
     def window_length(seq_len: int, **options) -> int:
         return seq_len - 3  # room for [CLS] and two [SEP]
 
-    def split(self, window: torch.Tensor, generator: torch.Generator) -> tuple[int, int, int]:
-        """``(lo, cut, hi)``: A = ``window[lo:cut]`` and B = ``window[cut:hi]``, in one document part."""
-        parts = document_parts(window, self.specials.sep)
-        lengths = parts[:, 1] - parts[:, 0]
+    def split(self, windows: torch.Tensor, generators: Sequence[torch.Generator]
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(lo, cut, hi)`` per row: A = ``windows[i, lo:cut]`` and B = ``windows[i, cut:hi]``, in one document part;
+        row i draws the part and the cut from ``generators[i]``, one call each, all else done on the batch at once."""
+        b, width = windows.shape
+        row, lo, hi = document_parts(windows, self.specials.sep).unbind(1)
+        lengths = hi - lo
         roomy = lengths >= 2 * MIN_SEGMENT
-        weights = lengths * roomy if roomy.any() else (lengths == lengths.max())
-        lo, hi = parts[int(torch.multinomial(weights.float(), 1, generator=generator))].tolist()
-        margin = min(MIN_SEGMENT, (hi - lo) // 2)
+        any_roomy = torch.zeros(b, dtype=torch.long).index_add_(0, row, roomy.long()) > 0
+        longest = torch.zeros(b, dtype=torch.long).scatter_reduce_(0, row, lengths, "amax")
+        weights = torch.where(any_roomy[row], lengths * roomy, lengths == longest[row]).float()
+        counts = torch.bincount(row, minlength=b)
+        drawn = torch.cat([torch.multinomial(w, 1, generator=g)
+                           for w, g in zip(weights.split(counts.tolist()), generators)])
+        part = counts.cumsum(0) - counts + drawn
+        lo, hi = lo[part], hi[part]
+        margin = ((hi - lo) // 2).clamp(max=MIN_SEGMENT)
         first, last = lo + margin, hi - margin
-        cut = int(torch.randint(first, last + 1, (), generator=generator))
-        ends = torch.isin(window, self.sentence_ends).nonzero()[:, 0] + 1  # cuts right after a sentence end
-        ends = ends[(ends >= first) & (ends <= last)]
-        if len(ends):
-            cut = int(ends[(ends - cut).abs().argmin()])
-        return lo, cut, hi
+        cut = torch.tensor([int(torch.randint(f, l + 1, (), generator=g))
+                            for f, l, g in zip(first.tolist(), last.tolist(), generators)])
+        cuts = torch.arange(1, width + 1)  # the cut right after each position: after a sentence end, when in range
+        after_end = torch.isin(windows, self.sentence_ends) & (cuts >= first[:, None]) & (cuts <= last[:, None])
+        distance = (cuts - cut[:, None]).abs().masked_fill(~after_end, width + 1)
+        return lo, torch.where(after_end.any(1), cuts[distance.argmin(1)], cut), hi
 
-    def pair(self, window: torch.Tensor, partner: torch.Tensor | None, generator: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(first segment, second segment, label)`` of one example."""
+    def pair(self, windows: torch.Tensor, partners: torch.Tensor | None, generators: Sequence[torch.Generator]
+             ) -> tuple[Segments, Segments, torch.Tensor]:
+        """``(first segments, second segments, labels)`` of a batch."""
         raise NotImplementedError
 
     def make_batch(self, windows: torch.Tensor, generators: list[torch.Generator],
                    partners: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """``ids``, ``types``, ``padding`` (True at real tokens) of shape (batch, window + 3), MaskedLM's
         ``positions``, ``targets`` and ``masked``, and the pair ``labels``."""
-        examples = [self.pair(w, None if partners is None else partners[i], g)
-                    for i, (w, g) in enumerate(zip(windows, generators))]
-        n, length = len(examples), windows.shape[1] + 3
-        ids = torch.full((n, length), self.specials.pad, dtype=torch.long)
-        types = torch.zeros(n, length, dtype=torch.long)
-        padding = torch.zeros(n, length, dtype=torch.bool)
-        cls, sep = torch.tensor([self.specials.cls]), torch.tensor([self.specials.sep])
-        for i, (a, b, _) in enumerate(examples):
-            row = torch.cat([cls, a, sep, b, sep])
-            ids[i, : len(row)] = row
-            types[i, len(a) + 2: len(row)] = 1
-            padding[i, : len(row)] = True
-        labels = torch.tensor([label for _, _, label in examples], dtype=torch.long)
+        a, b, labels = self.pair(windows, partners, generators)
+        n, width = windows.shape[0], windows.shape[1] + 3
+        a_tokens, in_a = a.laid(torch.ones(n, dtype=torch.long), width)
+        b_tokens, in_b = b.laid(a.lengths + 2, width)
+        column, end = torch.arange(width), (a.lengths + b.lengths + 3)[:, None]
+        padding = column < end
+        ids = torch.where(in_a, a_tokens, torch.where(in_b, b_tokens, torch.where(padding, self.specials.sep,
+                                                                                   self.specials.pad)))
+        ids[:, 0] = self.specials.cls
+        types = ((column >= (a.lengths + 2)[:, None]) & padding).long()
         batch = {**self.masked(ids, generators), "types": types, "padding": padding, "labels": labels}
         return {**batch, "counts": {"mlm": batch["masked"], self.task: n}}
 
@@ -158,23 +193,30 @@ class BertPretraining(SentencePairs):
     task = "nsp"
     part_names = ("mlm", "nsp")
 
-    def pair(self, window: torch.Tensor, partner: torch.Tensor | None, generator: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        if partner is None:
+    def pair(self, windows: torch.Tensor, partners: torch.Tensor | None, generators: Sequence[torch.Generator]
+             ) -> tuple[Segments, Segments, torch.Tensor]:
+        if partners is None:
             raise ValueError("next-sentence prediction needs partner windows from other documents")
-        random_next = bool(torch.rand((), generator=generator) < 0.5)
-        lo, cut, hi = self.split(window, generator)
-        if not random_next:
-            return window[lo:cut], window[cut:hi], 0
-        return window[lo:cut], self.random_next(partner, hi - cut), 1
+        random_next = coins(generators)
+        lo, cut, hi = self.split(windows, generators)
+        other = self.random_next(partners, hi - cut)
+        second = Segments(torch.where(random_next[:, None], partners, windows),
+                          torch.where(random_next, other.start, cut), torch.where(random_next, other.end, hi))
+        return Segments(windows, lo, cut), second, random_next.long()
 
-    def random_next(self, partner: torch.Tensor, n: int) -> torch.Tensor:
-        """``n`` tokens of the partner's first document part (fewer if it ends sooner)."""
-        lo, hi = document_parts(partner, self.specials.sep)[0].tolist()
-        starts = torch.isin(partner[lo:hi], self.sentence_ends).nonzero()[:, 0] + lo + 1
-        starts = starts[starts + n <= hi]
-        start = int(starts[0]) if len(starts) else lo
-        return partner[start: min(start + n, hi)]
+    def random_next(self, partners: torch.Tensor, n: torch.Tensor) -> Segments:
+        """``n[i]`` tokens of partner i's first document part (fewer if it ends sooner), from right after its first
+        sentence end that leaves room for them, else from the part's start."""
+        width = partners.shape[1]
+        positions = torch.arange(width)
+        lo = (partners != self.specials.sep).int().argmax(1)
+        closing = (partners == self.specials.sep) & (positions >= lo[:, None])
+        hi = torch.where(closing.any(1), closing.int().argmax(1), width)
+        starts = positions + 1  # right after each position
+        room = (torch.isin(partners, self.sentence_ends) & (positions >= lo[:, None]) & (positions < hi[:, None])
+                & (starts + n[:, None] <= hi[:, None]))
+        start = torch.where(room.any(1), starts[room.int().argmax(1)], lo)
+        return Segments(partners, start, torch.minimum(start + n, hi))
 
 
 class AlbertPretraining(SentencePairs):
@@ -190,9 +232,9 @@ class AlbertPretraining(SentencePairs):
     part_names = ("mlm", "sop")
     pairs = False  # both segments come from the example's own window
 
-    def pair(self, window: torch.Tensor, partner: torch.Tensor | None, generator: torch.Generator
-             ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        swapped = bool(torch.rand((), generator=generator) < 0.5)
-        lo, cut, hi = self.split(window, generator)
-        a, b = window[lo:cut], window[cut:hi]
-        return (b, a, 1) if swapped else (a, b, 0)
+    def pair(self, windows: torch.Tensor, partners: torch.Tensor | None, generators: Sequence[torch.Generator]
+             ) -> tuple[Segments, Segments, torch.Tensor]:
+        swapped = coins(generators)
+        lo, cut, hi = self.split(windows, generators)
+        return (Segments(windows, torch.where(swapped, cut, lo), torch.where(swapped, hi, cut)),
+                Segments(windows, torch.where(swapped, lo, cut), torch.where(swapped, cut, hi)), swapped.long())

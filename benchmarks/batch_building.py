@@ -1,0 +1,54 @@
+"""CPU time to build one training batch, per pre-training objective: what `sesame pretrain`'s loop calls each step
+(`window_batches`: reading the windows, NSP's partners, the generators, `make_batch`), timed with
+`time.process_time` after one warm-up batch, on a prepared shard directory (`sesame prepare`).
+
+    python benchmarks/batch_building.py --corpus SHARDS --batch-size 128 --steps 10
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from sesame.data.shards import Shards
+from sesame.data.windows import training_windows, window_batches
+from sesame.models import Transformer, TransformerConfig
+from sesame.objectives import OBJECTIVES
+from sesame.objectives.masking import smoothed_weights
+from sesame.run import load_tokenizer
+from sesame.train import TrainConfig
+
+OBJECTIVE_NAMES = ("mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert")  # distilbert: mlm with its weighted masking
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", required=True, help="a shard directory with its tokenizer")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--objectives", nargs="+", default=OBJECTIVE_NAMES, choices=OBJECTIVE_NAMES)
+    args = parser.parse_args(argv)
+    shards, tok = Shards(args.corpus), load_tokenizer(args.corpus, "--corpus")
+    backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=128, layers=2, heads=2,
+                                             intermediate=512, max_positions=args.seq_len))
+    for name in args.objectives:
+        obj = OBJECTIVES["mlm" if name == "distilbert" else name].build(backbone, tok)
+        if name == "distilbert":
+            counts = sum(np.bincount(tokens, minlength=tok.vocab_size) for tokens in shards.arrays)
+            obj.token_weights = smoothed_weights(torch.from_numpy(counts), 0.7, obj.special_ids)
+        length = obj.window_length(args.seq_len)
+        windows, _, _ = training_windows(shards, None, length=length, seq_len=args.seq_len)
+        batches = window_batches(obj, shards, [(length, windows)], TrainConfig(batch_size=args.batch_size, seed=0))
+        batches(0, 0.0)
+        start = time.process_time()
+        for step in range(1, args.steps + 1):
+            batches(step, 0.0)
+        per_batch = 1000 * (time.process_time() - start) / args.steps
+        print(f"{name:10s} {per_batch:7.1f} ms CPU per batch of {args.batch_size}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
