@@ -100,3 +100,72 @@ def test_the_registry_is_looked_up_where_a_model_is_resolved_and_passed_along_fr
     assert {path: n for path, n in found.items() if n} == LOOKUPS
     assert registry_lookups("a = FAMILIES[x].pooling\nb = FAMILIES.get(y)\nc = get_family(z)\n"
                             "d = [f.name for f in FAMILIES.values()]\n") == 3
+
+
+def import_graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Each sesame module and the sesame modules it imports, counting every import wherever it stands (module level,
+    inside a function, under ``TYPE_CHECKING``): ``from M import x`` is an edge to M.x when that is a module, else to
+    M; a package's ``__init__`` is the package itself."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for target in imported(path, path.read_text()):
+            while target and target not in modules:
+                target = target[:-1]
+            if target and target != name:
+                edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[tuple[str, ...], set[tuple[str, ...]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(".".join(member))
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_among_sesame_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_sees_imports_inside_functions_and_under_type_checking():
+    a, b, c = ("sesame", "a"), ("sesame", "b"), ("sesame", "c")
+    assert cycles({a: {b}, b: {c}, c: {a}}) == [["sesame.a", "sesame.b", "sesame.c"]]
+    assert cycles({a: {b}, b: set()}) == []
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .run import RunConfig\n" \
+             "def f():\n    from .apps import demo\n"
+    assert imported(PACKAGE / "generation.py", source) >= {("sesame", "run", "RunConfig"), ("sesame", "apps", "demo")}
+
+
+def test_no_library_module_imports_an_application():
+    graph = import_graph()
+    library = [name for name in graph if name[:2] != ("sesame", "apps") and name != ("sesame",)
+               and not any(name[: len(top)] == top for top in ABOVE)]
+    assert [".".join(name) for name in sorted(library) for target in graph[name] if target[:2] == ("sesame", "apps")] \
+        == []
