@@ -20,6 +20,7 @@ from sesame.families import FAMILIES
 from sesame.models.additions import Additions
 from sesame.objectives import OBJECTIVES
 from sesame.options import RATE, add_flags, given, parse_value
+from sesame.models import TransformerConfig
 from sesame.run import RunConfig, SCHEMA_VERSION, read_config
 from sesame.sources import resolve_source
 from sesame.specs import FinetuneSpec, PretrainSpec
@@ -119,7 +120,7 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
         (run / "config.json").write_text(json.dumps(data))
         with pytest.raises(SesameError, match=message):
             read_config(run, "--model")
-    written = RunConfig(kind="finetuned", family="bert", model={}, task="classify").to_json()
+    written = RunConfig(kind="finetuned", family="bert", model=TransformerConfig(vocab_size=8), task="classify").to_json()
     assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
 
 
