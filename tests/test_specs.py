@@ -156,7 +156,8 @@ def test_what_from_names_is_resolved_once(tmp_path):
 def test_a_run_whose_objective_another_command_scores_is_pointed_there(tmp_path):
     (tmp_path / "cove").mkdir()
     (tmp_path / "cove" / "config.json").write_text(json.dumps(
-        {"kind": "pretrained", "family": "cove", "objective": "translation", "model": {"arch": "cove"}}))
+        {"kind": "pretrained", "family": "cove", "objective": "translation",
+         "model": {"arch": "cove", "vocab_size": 8, "target_vocab_size": 8}}))
     with pytest.raises(SesameError, match="score it with `sesame translate --model RUN"):
         api.evaluate(str(tmp_path / "cove"), [str(tmp_path / "text.txt")])
     with pytest.raises(SesameError, match="train it with `sesame cove`"):
