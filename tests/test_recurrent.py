@@ -234,11 +234,11 @@ def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
     common = dict(batch_size=4, progress=False, max_steps=1)
     sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
                     drop_mult=0.5, **common)
-    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model
+    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model.to_dict()
     assert {n: lm[n] for n in names} == {n: row[n] * 0.5 for n in names}
     sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                     str(tmp_path / "clf"), epochs=1, dropout=0.4, drop_mult=0.3, **common)
-    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model
+    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model.to_dict()
     inside = names[1:]  # the output dropout is the concat head's (fastai's get_text_classifier), applied once
     assert {n: clf[n] for n in inside} == pytest.approx({n: row[n] * 0.3 for n in inside})  # not 0.5 × 0.3
     assert clf["dropout"] == 0.0
