@@ -18,10 +18,10 @@ from .test_backbone_contract import ALL
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+OWN_DICTS = (ROOT / "sesame" / "models", ROOT / "sesame" / "interop")  # where config dicts are parsed and converted
 SCANNED = [path for folder in ("sesame", "scripts", "benchmarks") for path in sorted((ROOT / folder).rglob("*.py"))
-           if not path.is_relative_to(ROOT / "sesame" / "models") and not path.is_relative_to(ROOT / "sesame" / "interop")]
+           if not any(path.is_relative_to(own) for own in OWN_DICTS)]
 DICT_METHODS = {"get", "update", "setdefault", "pop", "popitem", "items", "keys", "values", "copy", "clear"}
-MAKERS = {"read_config", "RunConfig", "parse"}  # calls that give a RunConfig (RunConfig.parse too)
 
 
 def returns_run_configs(trees: list[ast.Module]) -> dict[str, tuple[int, ...] | None]:
@@ -51,23 +51,27 @@ def called(node: ast.AST) -> str | None:
 
 class RunConfigs:
     """Which expressions of one scope (a module or a function, nested ones included) are RunConfigs: a name annotated
-    so, or bound to one (``read_config(...)``, ``RunConfig(...)``, ``replace(<one>, ...)``, a function annotated to
-    return one, or one of the tuple it returns), and any ``<x>.config`` (a source's, a predictor's, a teacher's: a
+    so, or bound to one (``RunConfig(...)``, ``replace(<one>, ...)``, a call of a function annotated to return one, as
+    ``read_config``, or one of the tuple it returns), and any ``<x>.config`` (a source's, a predictor's, a teacher's: a
     TrainConfig or a model config has no ``model``)."""
 
     def __init__(self, scope: ast.AST, makers: dict[str, tuple[int, ...] | None]):
         self.makers, self.names = makers, set()
         arguments = [a for node in ast.walk(scope) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                      for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs]
-        self.names |= {a.arg for a in arguments if a.annotation is not None and "RunConfig" in ast.unparse(a.annotation)}
+        self.names |= {a.arg for a in arguments if a.annotation is not None and self.typed(a.annotation)}
         for _ in range(2):  # a name bound from another that is bound later in the text
             for node in ast.walk(scope):
                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and (
-                        "RunConfig" in ast.unparse(node.annotation) or node.value is not None and self.holds(node.value)):
+                        self.typed(node.annotation) or node.value is not None and self.holds(node.value)):
                     self.names.add(node.target.id)
                 elif isinstance(node, ast.Assign):
                     for target in node.targets:
                         self.bind(target, node.value)
+
+    @staticmethod
+    def typed(annotation: ast.AST) -> bool:
+        return "RunConfig" in ast.unparse(annotation)
 
     def bind(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Name) and self.holds(value):
@@ -93,7 +97,7 @@ class RunConfigs:
         name = called(node)
         if name == "replace":
             return bool(node.args) and self.holds(node.args[0])
-        return name in MAKERS or name in self.makers and self.makers[name] is None
+        return name == "RunConfig" or name in self.makers and self.makers[name] is None
 
     def model(self, node: ast.AST) -> bool:
         """Whether ``node`` is ``<a RunConfig>.model``."""
@@ -102,8 +106,8 @@ class RunConfigs:
 
 def dict_uses(source: str, makers: dict[str, tuple[int, ...] | None]) -> list[str]:
     """``line: code`` of every place ``source`` reads a RunConfig's ``model`` as a dict (``[...]``, ``.get`` and the
-    other dict methods, ``in``, ``**``, ``dict(...)``), parses it again, or changes it in place (assigns it or one of its
-    fields) instead of making a new config with ``dataclasses.replace``."""
+    other dict methods, ``in``, ``**``, ``dict(...)``), parses it again, or changes it in place (assigns it or one of
+    its fields) instead of making a new config with ``dataclasses.replace``."""
     tree = ast.parse(source)
     scopes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     found: set[int] = set()
@@ -115,7 +119,8 @@ def dict_uses(source: str, makers: dict[str, tuple[int, ...] | None]) -> list[st
                 or isinstance(node, ast.Attribute) and node.attr in DICT_METHODS and configs.model(node.value)
                 or isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
                 and any(configs.model(c) for c in node.comparators)
-                or isinstance(node, ast.Dict) and any(k is None and configs.model(v) for k, v in zip(node.keys, node.values))
+                or isinstance(node, ast.Dict) and any(k is None and configs.model(v)
+                                                      for k, v in zip(node.keys, node.values))
                 or isinstance(node, ast.Call) and (any(k.arg is None and configs.model(k.value) for k in node.keywords)
                                                    or called(node) in ("dict", "model_config")
                                                    and any(configs.model(a) for a in node.args))

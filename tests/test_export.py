@@ -162,7 +162,8 @@ def test_refusals_name_the_flag_and_the_fix(runs: Path, tmp_path: Path, capsys, 
     assert "bidirectional" in refusal(RecurrentConfig(vocab_size=8, causal=False))
     assert "feature extractor" in refusal(RecurrentConfig(vocab_size=8, causal=False, features={"arch": "elmo"}))
     assert "encoder_decoder" in refusal(EncoderDecoderConfig(vocab_size=8))
-    assert refusal(TransformerConfig(vocab_size=8, causal=True)) is None and refusal(RecurrentConfig(vocab_size=8)) is None
+    assert refusal(TransformerConfig(vocab_size=8, causal=True)) is None and refusal(
+        RecurrentConfig(vocab_size=8)) is None
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed: importing it fails
     line = refused(["export", "--model", str(runs / "clf"), "--out", str(tmp_path / "y")], capsys, tmp_path,
                    "pip install 'sesame-nlp[onnx]'")

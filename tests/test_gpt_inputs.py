@@ -130,7 +130,8 @@ def test_a_tokenizer_holding_one_of_the_tokens_is_refused():
     tok = train_tokenizer(sentences(100), "bpe", 200)
     tok.backend.add_tokens(["<delim>"])
     with pytest.raises(SesameError, match="already holds some of <start>, <delim>, <extract>"):
-        add_input_tokens(RunConfig(kind="pretrained", family="gpt", model=TransformerConfig(vocab_size=tok.vocab_size)), tok)
+        add_input_tokens(RunConfig(kind="pretrained", family="gpt",
+                                   model=TransformerConfig(vocab_size=tok.vocab_size)), tok)
 
 
 def test_scratch_gpt_multiple_choice_uses_the_tokens(tmp_path, one_thread):

@@ -120,7 +120,8 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
         (run / "config.json").write_text(json.dumps(data))
         with pytest.raises(SesameError, match=message):
             read_config(run, "--model")
-    written = RunConfig(kind="finetuned", family="bert", model=TransformerConfig(vocab_size=8), task="classify").to_json()
+    written = RunConfig(kind="finetuned", family="bert", model=TransformerConfig(vocab_size=8),
+                        task="classify").to_json()
     assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
 
 

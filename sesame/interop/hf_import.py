@@ -280,7 +280,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     if task:
         job = make_task(task)
         config = RunConfig(kind="finetuned", task=task, task_options=job.options(), family=arch.family,
-                           pooling="cls", model=backbone, max_length=classifier_max_length(src, model), select=job.select,
+                           pooling="cls", model=backbone, max_length=classifier_max_length(src, model),
+                           select=job.select,
                            hf=origin)
     else:
         config = RunConfig(kind="pretrained", family=arch.family, objective=objective,

@@ -19,8 +19,8 @@ ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "encoder_decoder": (EncoderDecoderConfig, EncoderDecoder),
     "xlnet": (XLNetConfig, XLNet),
 }
-ModelConfig = TransformerConfig | RecurrentConfig | ElmoConfig | CoveConfig  # (EncoderDecoderConfig, XLNetConfig:
-# Transformers)
+# a run's backbone config: one of ARCHITECTURES' config classes (EncoderDecoderConfig and XLNetConfig are Transformer's)
+ModelConfig = TransformerConfig | RecurrentConfig | ElmoConfig | CoveConfig
 
 
 def model_config(config: dict) -> ModelConfig:
