@@ -130,7 +130,7 @@ def test_what_a_recipe_inserts_is_recorded_apart_from_the_backbone_config(tmp_pa
     written when the stack's config held them (``adapter_size``, ``scalar_mix``) reads with them moved out, and
     ELMo's own ``scalar_mix``, part of its model, stays."""
     old = read_config(FIXTURES / "adapters", "--model")
-    assert old.additions == Additions(adapter_size=4) and not {"adapter_size", "scalar_mix"} & set(old.model)
+    assert old.additions == Additions(adapter_size=4) and not {"adapter_size", "scalar_mix"} & set(old.model.to_dict())
     written = old.to_json()
     assert written["additions"] == {"adapter_size": 4, "scalar_mix": False}
     run = tmp_path / "run"
@@ -138,9 +138,9 @@ def test_what_a_recipe_inserts_is_recorded_apart_from_the_backbone_config(tmp_pa
     (run / "config.json").write_text(json.dumps(written))
     assert read_config(run, "--model") == old
     assert "additions" not in read_config(FIXTURES / "classifier", "--model").to_json()
-    elmo = RunConfig.parse({"kind": "pretrained", "family": "elmo", "model": {"arch": "elmo", "scalar_mix": True}},
-                           "config.json")
-    assert elmo.model == {"arch": "elmo", "scalar_mix": True} and not elmo.additions
+    model = {"arch": "elmo", "vocab_size": 8, "scalar_mix": True}
+    elmo = RunConfig.parse({"kind": "pretrained", "family": "elmo", "model": model}, "config.json")
+    assert elmo.to_json()["model"] == model and elmo.model.scalar_mix and not elmo.additions
 
 
 def test_what_from_names_is_resolved_once(tmp_path):
