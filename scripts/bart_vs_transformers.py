@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps is None and cfg.max_minutes:
         parser.error(f"run {args.run}: trained to a time budget; give --steps")
     steps = args.steps or cfg.max_steps
-    tokenizer, pad = load_tokenizer(args.run, "run"), config.model["pad_id"]
+    tokenizer, pad = load_tokenizer(args.run, "run"), config.model.pad_id
     torch.manual_seed(cfg.seed)  # as sesame pretrain builds its model
     objective = build_objective(config.objective, build_backbone(config), tokenizer, config.objective_options)
     twin = transformers_twin(objective.backbone, asdict(tokenizer.specials))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import SesameError
 from .inputs import CLS_LAST, DOCUMENTS, GPT_TOKENS, PLAIN, WITHOUT_START, InputFormat
-from .models import ARCHITECTURES, RecurrentConfig, TransformerConfig
+from .models import ARCHITECTURES, ModelConfig, RecurrentConfig, TransformerConfig
 from .models.encoder_decoder import STYLES
 from .tokenizer import SpecialIds, TextTokenizer, extend_words
 
@@ -72,7 +72,7 @@ class FeatureReader(Reader):
 
     def task_model(self, family: Family, config: RunConfig, *, dropout: float) -> RunConfig:
         """The extractor's own run: the task model reading it; a task model that reads it already: as it is."""
-        if config.model.get("arch") != family.arch:
+        if config.model.arch != family.arch:
             return config
         return replace(config, pooling=family.pooling, model=reading_features(config.model, config.size, dropout))
 
@@ -309,12 +309,12 @@ def backbone_config(family: str, size: str, vocab_size: int, pad_id: int, dropou
 DROPOUTS = ("dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")  # AWD-LSTM's five
 
 
-def head_dropouts(model: dict, *, head_drops: bool) -> dict[str, float]:
+def head_dropouts(model: ModelConfig, *, head_drops: bool) -> dict[str, float]:
     """Backbone config fields a task head takes over: where the head applies a dropout of its own (``head_drops``:
     before its linear layer, or ULMFiT's concat head's first, as fastai's ``get_text_classifier``, whose AWD_LSTM
     drops nothing after the last layer), a recurrent encoder's output dropout is that one, so the backbone's is 0
     and the dropout is applied once, not twice. A Transformer's ``dropout`` is inside its layers: it keeps it."""
-    return {"dropout": 0.0} if head_drops and model.get("arch") == "recurrent" else {}
+    return {"dropout": 0.0} if head_drops and model.arch == "recurrent" else {}
 
 
 def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float, *, arch: str, what: str
@@ -343,14 +343,15 @@ def recurrent_dropouts(family: str, dropout: float | None, drop_mult: float, *, 
     return scaled
 
 
-def reading_features(features: dict, size: str, dropout: float) -> dict:
+def reading_features(features: ModelConfig, size: str, dropout: float) -> RecurrentConfig:
     """The task model over a pretrained feature extractor (ELMo's biLM, CoVe's encoder): the ``DOWNSTREAM``
     family (a BiLSTM) of the same size reading [x_k; features_k], its own word embeddings beside the frozen
     extractor's output (Peters et al. 2018, §3.3; McCann et al. 2017, §4). ELMo's layers enter through a scalar
     mix the task learns; the extractor runs without dropout, as at inference. For CoVe this max-pooled BiLSTM
     stands in for the paper's biattentive classification network (BCN), which sesame does not build."""
-    features = {**features, "dropout": 0.0, **({"scalar_mix": True} if "scalar_mix" in features else {})}
+    features = replace(features, dropout=0.0, **({"scalar_mix": True} if hasattr(features, "scalar_mix") else {}))
     size = size if size in RECURRENT_SIZES else "mini"
-    task = backbone_config(DOWNSTREAM, size, features["vocab_size"], features["pad_id"], dropout).to_dict()
+    task = backbone_config(DOWNSTREAM, size, features.vocab_size, features.pad_id, dropout)
     # CoVe's task model starts from the MT-LSTM's own word vectors, [GloVe(x); CoVe(x)]
-    return {**task, "embedding_size": features.get("embedding_size", RECURRENT_SIZES[size][0]), "features": features}
+    return replace(task, embedding_size=getattr(features, "embedding_size", RECURRENT_SIZES[size][0]),
+                   features=features.to_dict())

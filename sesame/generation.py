@@ -227,7 +227,7 @@ def load_generator(model: str, *, runtime: Runtime | None = None) -> LanguageMod
     placement = (runtime or Runtime()).place()
     with resolve(model, "--model") as run:
         config = read_config(run, "--model")
-        key = (config.model.get("arch", "transformer"), config.causal)
+        key = (config.model.arch, config.causal)
         if key not in LOADERS:
             names = {k: ", ".join(f.name for f in FAMILIES.values() if (f.arch, f.causal) == k) for k in LOADERS}
             readers = " or ".join(f"{what} (family {names[k]})" for k, (what, _) in LOADERS.items())

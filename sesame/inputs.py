@@ -36,6 +36,7 @@ span corruption never shows the encoder.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,7 +46,7 @@ from .errors import SesameError
 from .tokenizer import TextTokenizer, put_cls_last
 
 if TYPE_CHECKING:
-    from .run import RunConfig
+    from .models import ModelConfig
 
 INPUT_TOKENS = ("<start>", "<delim>", "<extract>")
 EMBEDDING_STD = 0.02  # GPT, §4.1: "a simple weight initialization of N(0, 0.02) was sufficient"
@@ -57,10 +58,10 @@ class InputFormat:
 
     cls_last = False  # the inputs end with ``<sep> <cls>`` (XLNet), which ``span_qa``'s windows keep last
 
-    def frame(self, config: RunConfig, tok: TextTokenizer) -> bool:
-        """Give a new task model's tokenizer ``tok`` (and ``config.model`` its vocabulary, where it grows) the
-        framing of its inputs; whether anything changed."""
-        return False
+    def frame(self, model: ModelConfig, tok: TextTokenizer) -> ModelConfig:
+        """Give a new task model's tokenizer ``tok`` the framing of its inputs; returns its backbone config ``model``
+        for that tokenizer (its vocabulary grown where the tokenizer grew)."""
+        return model
 
     def pretrained(self, tok: TextTokenizer) -> None:
         """Give a pretrained run's tokenizer (after the shards are made) the framing fine-tuning reads."""
@@ -69,10 +70,10 @@ class InputFormat:
 class GptTokens(InputFormat):
     """GPT's ``<start> a <extract>`` and ``<start> a <delim> b <extract>``, its three tokens new (module docstring)."""
 
-    def frame(self, config: RunConfig, tok: TextTokenizer) -> bool:
+    def frame(self, model: ModelConfig, tok: TextTokenizer) -> ModelConfig:
         """Add the tokens and their template, unless ``tok`` has them (a fine-tuned gpt run fine-tuned again)."""
         if tok.backend.token_to_id(INPUT_TOKENS[0]) is not None:
-            return False
+            return model
         old = tok.vocab_size
         tok.backend.add_special_tokens(list(INPUT_TOKENS))
         ids = [tok.backend.token_to_id(t) for t in INPUT_TOKENS]
@@ -83,8 +84,7 @@ class GptTokens(InputFormat):
         tok.backend.post_processor = processors.TemplateProcessing(
             single=f"{start} $A {extract}", pair=f"{start} $A {delim} $B:1 {extract}:1",
             special_tokens=list(zip(INPUT_TOKENS, ids)))
-        config.model["vocab_size"] = tok.vocab_size
-        return True
+        return replace(model, vocab_size=tok.vocab_size)
 
 
 class AroundSeparator(InputFormat):
@@ -94,12 +94,12 @@ class AroundSeparator(InputFormat):
     def __init__(self, single: str, pair: str):
         self.single, self.pair = single, pair
 
-    def frame(self, config: RunConfig, tok: TextTokenizer) -> bool:
+    def frame(self, model: ModelConfig, tok: TextTokenizer) -> ModelConfig:
         sep = tok.backend.id_to_token(tok.specials.sep)
         tok.backend.post_processor = processors.TemplateProcessing(
             single=self.single.format(sep=sep), pair=self.pair.format(sep=sep),
             special_tokens=[(sep, tok.specials.sep)])
-        return True
+        return model
 
 
 class ClsLast(InputFormat):
@@ -107,9 +107,9 @@ class ClsLast(InputFormat):
 
     cls_last = True
 
-    def frame(self, config: RunConfig, tok: TextTokenizer) -> bool:
+    def frame(self, model: ModelConfig, tok: TextTokenizer) -> ModelConfig:
         put_cls_last(tok)
-        return True
+        return model
 
     def pretrained(self, tok: TextTokenizer) -> None:
         put_cls_last(tok)

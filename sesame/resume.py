@@ -154,7 +154,7 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     recorded = {"family": config.family, "size": AUTO if config.sizing else config.size, "objective": config.objective,
                 "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
                 "discriminative": config.discriminative, "base": config.base,
-                "dropout": config.model.get("dropout"), "attention_window": config.model.get("attention_window"),
+                "dropout": config.model.dropout, "attention_window": getattr(config.model, "attention_window", None),
                 **(TEACHER_BEFORE if "teacher" in config.setup else {}), **config.setup}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
@@ -177,7 +177,7 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
         return replace(spec, resume=False)
     config = read_config(spec.out, "--out", ("finetuned",))
     recorded = {"task": config.task, "select": config.select, "max_length": config.max_length,
-                "pooling": config.pooling, "dropout": config.model.get("dropout"), "batching": config.batching,
+                "pooling": config.pooling, "dropout": config.model.dropout, "batching": config.batching,
                 **config.setup,
                 "base": config.base, "train": config.train_file, "dev": config.dev_file}
     explicit = _explicit(spec)

@@ -15,7 +15,7 @@ from torch import nn
 
 from .budget import Sizing
 from .errors import SesameError
-from .models import build_model
+from .models import ModelConfig, build_model, model_config
 from .models.additions import Additions
 from .tokenizer import TextTokenizer
 from .train.checkpoint import TEMPORARY, load_weights, read_json, write_json
@@ -27,14 +27,15 @@ KINDS = ("pretrained", "finetuned")
 
 @dataclass(kw_only=True)
 class RunConfig:
-    """A run's ``config.json``, read and checked once (:meth:`read`). Common to every run: its kind, family,
-    size, backbone configuration (``model``, rebuilt by :func:`sesame.models.build_model`), what a fine-tuning
+    """A run's ``config.json``, read and checked once (:meth:`parse`). Common to every run: its kind, family,
+    size, backbone configuration (``model``: the architecture's own config dataclass, parsed once from its JSON
+    object here and changed only with ``dataclasses.replace``), what a fine-tuning
     recipe inserted into the backbone (``additions``, inserted again by :func:`build_backbone`) and pooling; then the
     fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
     transformers (``hf``, what exports it back)."""
     kind: str
     family: str
-    model: dict
+    model: ModelConfig
     additions: Additions = field(default_factory=Additions)
     size: str | None = None
     pooling: str | None = None
@@ -76,6 +77,8 @@ class RunConfig:
     train_tgt: str | None = None
     valid_src: str | None = None
     valid_tgt: str | None = None
+    # not written: config.json's model as read (None: made here), written back as it was while ``model`` is unchanged
+    read_model: dict | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, data: object, where: str) -> RunConfig:
@@ -90,7 +93,7 @@ class RunConfig:
             raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
                               f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "
                               "(pip install -U sesame-nlp)")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"read_model"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SesameError(f"{where}: unknown fields {', '.join(unknown)}; this run was not written by this sesame "
@@ -104,20 +107,29 @@ class RunConfig:
             sizing = Sizing.of(sizing) if isinstance(sizing, dict) else sizing
         except TypeError:
             raise SesameError(f"{where}: a broken sizing record {json.dumps(sizing)}; recreate the run") from None
-        model, additions = _additions(data, where)  # version 0 has the same fields
-        return cls(**{**data, "model": model, "additions": additions, "version": SCHEMA_VERSION, "sizing": sizing})
+        read, additions = _additions(data, where)  # version 0 has the same fields
+        try:
+            model = model_config(read)
+        except (KeyError, TypeError, ValueError) as err:
+            raise SesameError(f"{where}: its model config does not describe a backbone ({err}); recreate the "
+                              "run") from None
+        return cls(**{**data, "model": model, "read_model": read, "additions": additions, "version": SCHEMA_VERSION,
+                      "sizing": sizing})
 
     def to_json(self) -> dict:
         """The JSON object written to config.json: the common fields and those of its kind, and any other
-        field that is not at its default."""
+        field that is not at its default. ``model`` is its ``to_dict()``, or, unchanged since it was read, the JSON
+        it was read from (an older run's, which may lack fields added since, keeps its JSON when rewritten)."""
         always = SECTIONS["common"] | SECTIONS[self.kind]
         unset = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(self)}
         unset = {k: asdict(v) if is_dataclass(v) else v for k, v in unset.items()}
-        return {k: v for k, v in asdict(self).items() if k in always or v != unset[k]}
+        as_read = self.read_model is not None and model_config(self.read_model) == self.model
+        written = {**asdict(self), "model": self.read_model if as_read else self.model.to_dict()}
+        return {k: v for k, v in written.items() if k != "read_model" and (k in always or v != unset[k])}
 
     @property
     def causal(self) -> bool:
-        return bool(self.model.get("causal"))
+        return bool(self.model.causal)
 
 
 SECTIONS = {

@@ -54,7 +54,7 @@ def write_command_inputs(root: Path) -> None:
     tok.save(gpt / "tokenizer.json")
     save_weights(gpt / "model.safetensors", {"backbone." + k: v for k, v in sesame.models.Transformer(cfg)
                                              .state_dict().items()})
-    write_config(gpt, RunConfig(kind="pretrained", family="gpt", size="tiny", seq_len=32, model=cfg.to_dict(),
+    write_config(gpt, RunConfig(kind="pretrained", family="gpt", size="tiny", seq_len=32, model=cfg,
                                 objective="clm", pooling="last"))
     (root / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
     for split, seed, n in (("train", 10, 48), ("dev", 11, 16)):

@@ -353,6 +353,9 @@ ROWS = {
                                         "config.json", "not UTF-8"),
     "evaluate: config.json's additions garbled": (["evaluate", "--model", "{root}/garbled-additions", "--data",
                                                    "{root}/dev.csv"], "config.json", "broken additions record [4]"),
+    "evaluate: a model config of no backbone": (["evaluate", "--model", "{root}/odd-model", "--data",
+                                                 "{root}/corpus.txt"], "odd-model/config.json",
+                                                "hidden 64 is not divisible by heads 3"),
     "generate: prompts not UTF-8": (["generate", "--model", "{root}/pre", "--prompts", "{root}/latin1.csv"],
                                     "latin1.csv:3", "UTF-8"),
     "generate: a folder of prompts": (["generate", "--model", "{root}/pre", "--prompts", "{root}/empty"],
@@ -414,6 +417,9 @@ def root(tmp_path_factory) -> Iterator[Path]:
     shutil.copytree(root / "pre", root / "latin1-run")
     config = root / "latin1-run" / "config.json"
     config.write_bytes(config.read_bytes().replace(b'"kind"', '"k\u00efnd"'.encode("latin-1"), 1))
+    shutil.copytree(root / "pre", root / "odd-model")
+    odd = json.loads((root / "odd-model" / "config.json").read_text())
+    (root / "odd-model" / "config.json").write_text(json.dumps({**odd, "model": {**odd["model"], "heads": 3}}))
     from sesame.data.shards import prepare_corpus
     from sesame.run import load_tokenizer
     from sesame.tokenizer import train_tokenizer
@@ -481,10 +487,10 @@ def random_run(folder: Path, family: str, text: str) -> None:
     folder.mkdir()
     tok = train_tokenizer([text], "unigram", 100)
     tok.save(folder / "tokenizer.json")
-    model = backbone_config(family, "tiny", tok.vocab_size, tok.specials.pad, specials=tok.specials).to_dict()
-    weights = build_model({"arch": "encoder_decoder", **model}).state_dict()
+    model = backbone_config(family, "tiny", tok.vocab_size, tok.specials.pad, specials=tok.specials)
+    weights = build_model(model).state_dict()
     save_weights(folder / "model.safetensors", {"backbone." + k: v for k, v in weights.items()})
-    write_config(folder, RunConfig(kind="pretrained", family=family, model={"arch": "encoder_decoder", **model}))
+    write_config(folder, RunConfig(kind="pretrained", family=family, model=model))
 
 
 def test_the_table_covers_every_command():

@@ -389,7 +389,8 @@ def test_prior_training_sums_the_runs_a_run_continued(tmp_path):
     def fake_run(name, config, step, batch, elapsed):
         run = tmp_path / name
         (run / "checkpoint").mkdir(parents=True)
-        (run / "config.json").write_text(json.dumps({"kind": "pretrained", "family": "ulmfit", "model": {}, **config}))
+        config = {"kind": "pretrained", "family": "ulmfit", "model": {"arch": "recurrent", "vocab_size": 8}, **config}
+        (run / "config.json").write_text(json.dumps(config))
         (run / "checkpoint" / "trainer_state.json").write_text(json.dumps(
             {"step": step, "elapsed": elapsed, "config": {"batch_size": batch}}))
         return str(run)

@@ -48,7 +48,7 @@ def test_finetune_evaluate_and_predict_through_the_cli(family, task, files, tmp_
           "--dev", str(dev), "--out", str(run), "--epochs", "1", "--batch-size", "8", "--max-length", "24", "--json"])
     tuned = json.loads(capsys.readouterr().out)
     config = read_config(run, "--model", ("finetuned",))
-    assert (config.family, config.task, config.pooling, config.model["arch"]) == (family, task, "last",
+    assert (config.family, config.task, config.pooling, config.model.arch) == (family, task, "last",
                                                                                   "encoder_decoder")
     tok = load_tokenizer(run)  # T5 reads "a </s>", as its pre-training's inputs end, never <s>; BART "<s> a </s>"
     ids = tok.encode(["a dog"])[0]
@@ -69,8 +69,8 @@ def test_finetune_evaluate_and_predict_through_the_cli(family, task, files, tmp_
 
 def test_other_tasks_still_refuse_an_encoder_decoder(files, tmp_path):
     with pytest.raises(SesameError, match="--task tag's head reads one stack's states"):
-        make_task("tag").check_model({"arch": "encoder_decoder"})
-    make_task("pair").check_model({"arch": "encoder_decoder"})  # classify, pair and regress read one
+        make_task("tag").check_model(EncoderDecoderConfig(vocab_size=8))
+    make_task("pair").check_model(EncoderDecoderConfig(vocab_size=8))  # classify, pair and regress read one
 
 
 def small_model(family: str, tok) -> dict:
@@ -185,7 +185,7 @@ def sesame_classifier(family: str, folder, task: str = "classify"):
         write_json(folder / "labels.json", labels)
     job = make_task(task)
     write_config(folder, RunConfig(kind="finetuned", family=family, task=task, task_options=job.options(),
-                                   pooling="last", model=head.backbone.config.to_dict(), max_length=40,
+                                   pooling="last", model=head.backbone.config, max_length=40,
                                    select=job.select))
     return head, tok
 

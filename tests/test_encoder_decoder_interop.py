@@ -183,7 +183,7 @@ def sesame_run(model_type: str, folder: Path, **fields) -> tuple[EncoderDecoder,
     tok.save(folder / "tokenizer.json")
     save_weights(folder / "model.safetensors", {"backbone." + k: v for k, v in model.state_dict().items()})
     write_config(folder, RunConfig(kind="pretrained", family=model_type,
-                                   model={"arch": "encoder_decoder", **model.config.to_dict()}))
+                                   model=model.config))
     return model.eval(), tok
 
 

@@ -54,9 +54,9 @@ def test_a_converted_t5_run_continues_pre_training_and_is_not_resumed(corpus, tm
                               seq_len=32, batch_size=4, max_steps=2, eval_every=2, progress=False)
     assert math.isfinite(metrics["loss"])
     config = read_config(tmp_path / "more", "--model")
-    assert (config.objective, config.base, config.model["hidden"]) == ("span_corruption", str(tmp_path / "run"), 32)
+    assert (config.objective, config.base, config.model.hidden) == ("span_corruption", str(tmp_path / "run"), 32)
     # T5's table is wider than its tokenizer (unused rows): continuing keeps it, as it adds no words
-    assert config.model["vocab_size"] == read_config(tmp_path / "run", "--model").model["vocab_size"] > len(
+    assert config.model.vocab_size == read_config(tmp_path / "run", "--model").model.vocab_size > len(
         json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"])
     assert config.added_words == 0
     refused(["pretrain", "--resume", "--out", str(tmp_path / "run"), "--corpus", str(corpus), "--family", "t5"],
@@ -122,7 +122,7 @@ def test_final_seq_len_past_max_positions_is_t5s_but_not_barts(corpus, tmp_path,
     metrics = sesame.pretrain([str(corpus)], str(tmp_path / "t5"), family="t5", size="tiny", vocab_size=400,
                               seq_len=32, final_seq_len=600, batch_size=2, max_steps=10, eval_every=10, progress=False)
     assert math.isfinite(metrics["loss"])
-    assert read_config(tmp_path / "t5", "--model").model["max_positions"] == 512
+    assert read_config(tmp_path / "t5", "--model").model.max_positions == 512
     assert 512 < max(widths) <= 600  # 600 less the </s> a window held, which T5's joined documents drop
     refused(["pretrain", "--family", "bart", "--size", "tiny", "--corpus", str(corpus), "--seq-len", "32",
              "--final-seq-len", "1025", "--out", str(tmp_path / "bart")], capsys, tmp_path,
@@ -142,7 +142,7 @@ def runs(corpus, tmp_path_factory):
 
 def test_evaluate_reads_t5_past_max_positions_with_its_relative_positions(runs, corpus):
     config = read_config(runs["t5"], "--model")
-    longer = config.model["max_positions"] + 88  # 600 positions: 33 noise spans, within the 40 sentinels
+    longer = config.model.max_positions + 88  # 600 positions: 33 noise spans, within the 40 sentinels
     assert SpanCorruption.sentinels_needed(longer) <= 40
     report = sesame.evaluate(str(runs["t5"]), [str(corpus)], seq_len=longer)
     assert math.isfinite(report["loss"]) and report["tokens"] > 0
@@ -151,7 +151,7 @@ def test_evaluate_reads_t5_past_max_positions_with_its_relative_positions(runs, 
 
 
 def test_evaluate_caps_bart_at_its_learned_positions(runs, corpus, capsys):
-    positions = read_config(runs["bart"], "--model").model["max_positions"]
+    positions = read_config(runs["bart"], "--model").model.max_positions
     assert sesame.evaluate(str(runs["bart"]), [str(corpus)], seq_len=positions)["tokens"] > 0
     refused(["evaluate", "--model", str(runs["bart"]), "--data", str(corpus), "--seq-len", str(positions + 1)],
             capsys, runs["bart"], f"--seq-len {positions + 1}: ", f"has {positions} positions")

@@ -152,16 +152,18 @@ def test_int8_export_agrees_with_fp32_and_predict_runs_exports(runs: Path, tmp_p
 
 def test_refusals_name_the_flag_and_the_fix(runs: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     from sesame.interop.onnx_export import refusal
+    from sesame.models import EncoderDecoderConfig, RecurrentConfig, TransformerConfig
 
     refused(["export", "--model", str(runs / "pre"), "--out", str(tmp_path / "x")], capsys, runs, "--model",
             "pretrained")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine")
     refused(["export", "--model", str(runs / "clf"), "--out", str(tmp_path / "full")], capsys, tmp_path, "--out")
-    assert "bidirectional" in refusal({"arch": "recurrent", "causal": False})
-    assert "feature extractor" in refusal({"arch": "recurrent", "causal": False, "features": {"arch": "elmo"}})
-    assert "encoder_decoder" in refusal({"arch": "encoder_decoder"})
-    assert refusal({"arch": "transformer", "causal": True}) is None and refusal({"arch": "recurrent"}) is None
+    assert "bidirectional" in refusal(RecurrentConfig(vocab_size=8, causal=False))
+    assert "feature extractor" in refusal(RecurrentConfig(vocab_size=8, causal=False, features={"arch": "elmo"}))
+    assert "encoder_decoder" in refusal(EncoderDecoderConfig(vocab_size=8))
+    assert refusal(TransformerConfig(vocab_size=8, causal=True)) is None and refusal(
+        RecurrentConfig(vocab_size=8)) is None
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed: importing it fails
     line = refused(["export", "--model", str(runs / "clf"), "--out", str(tmp_path / "y")], capsys, tmp_path,
                    "pip install 'sesame-nlp[onnx]'")

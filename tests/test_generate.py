@@ -207,7 +207,7 @@ def test_generate_refuses_an_encoder_naming_the_families_it_reads(tmp_path, caps
     run = tmp_path / "bert"
     run.mkdir()
     write_config(run, RunConfig(kind="pretrained", family="bert", size="tiny", objective="mlm", pooling="cls",
-                                model=backbone_config("bert", "tiny", 64, 0).to_dict()))
+                                model=backbone_config("bert", "tiny", 64, 0)))
     assert cli.main(["generate", "--model", str(run), "--prompt", "The cat"]) == 2
     err = capsys.readouterr().err
     assert f"--model {run}: a bidirectional bert model" in err

@@ -13,6 +13,7 @@ from sesame.pipelines.finetune import load_pretrained as _load_pretrained
 from sesame.errors import SesameError
 from sesame.families import get_family
 from sesame.inputs import INPUT_TOKENS, grow_token_embedding
+from sesame.models import TransformerConfig
 from sesame.run import RunConfig, build_backbone, load_tokenizer, read_config
 from sesame.tasks import make_task
 from sesame.tasks.classify import SequenceModel
@@ -25,8 +26,11 @@ FAST = dict(epochs=1, batch_size=8, max_length=24, lr=1e-3, progress=False)
 
 
 def add_input_tokens(config: RunConfig, tok) -> bool:
-    """What fine-tuning does to a new task model's tokenizer: its family's input format frames it."""
-    return get_family(config.family).inputs.frame(config, tok)
+    """What fine-tuning does to a new task model's tokenizer: its family's input format frames it, and ``config``
+    takes the backbone config framed for it; whether its vocabulary grew."""
+    framed = get_family(config.family).inputs.frame(config.model, tok)
+    grew, config.model = framed.vocab_size != config.model.vocab_size, framed
+    return grew
 
 
 @pytest.fixture(scope="module")
@@ -60,28 +64,28 @@ def test_gpt_fine_tuning_adds_the_three_tokens_and_reloads(data, tmp_path, one_t
     assert tok.encode(["The cat sleeps."], ["A dog runs."]) == [[start, *a, delim, *b, extract]]
     assert tok.encode(["The cat sleeps."], ["A dog runs."], max_length=5)[0][-1] == extract  # kept when truncating
     config = read_config(run, "--model", ("finetuned",))
-    assert config.model["vocab_size"] == base_vocab + 3
+    assert config.model.vocab_size == base_vocab + 3
     assert load_weights(run / "model.safetensors")["backbone.embed.tokens.weight"].shape[0] == base_vocab + 3
     tokenizer_json = (run / "tokenizer.json").read_text()
 
     sesame.finetune(str(data / "gpt"), str(data / "train.csv"), str(data / "dev.csv"), str(run), task="pair",
                     task_options={"symmetric": True}, lm_weight=0.5, resume=True, **{**FAST, "epochs": 2})
     assert (run / "tokenizer.json").read_text() == tokenizer_json  # --resume adds nothing
-    assert read_config(run, "--model", ("finetuned",)).model["vocab_size"] == base_vocab + 3
+    assert read_config(run, "--model", ("finetuned",)).model.vocab_size == base_vocab + 3
     predictions = sesame.load(run).predict([{"text": "The cat sleeps.", "pair": "The dog runs."}])
     assert set(predictions[0]["probabilities"]) == {"longer", "not"}
 
     again = tmp_path / "again"  # a fine-tuned gpt run fine-tuned again already has the tokens
     sesame.finetune(str(run), str(data / "train.csv"), str(data / "dev.csv"), str(again), task="pair", **FAST)
     assert load_tokenizer(again).vocab_size == base_vocab + 3
-    assert read_config(again, "--model", ("finetuned",)).model["vocab_size"] == base_vocab + 3
+    assert read_config(again, "--model", ("finetuned",)).model.vocab_size == base_vocab + 3
 
 
 def test_pretrained_rows_are_copied_and_the_new_rows_are_fresh(data, tmp_path):
     config = read_config(data / "gpt", "--from", ("pretrained",))
     tok = load_tokenizer(data / "gpt")
     vocab = tok.vocab_size
-    assert add_input_tokens(config, tok) and config.model["vocab_size"] == vocab + 3
+    assert add_input_tokens(config, tok) and config.model.vocab_size == vocab + 3
     assert not add_input_tokens(config, tok)  # once only
     model = SequenceModel(build_backbone(config), 2, "last")
     _load_pretrained(model, data / "gpt")
@@ -117,16 +121,17 @@ def test_the_classifier_reads_the_extract_token(data):
 def test_other_families_keep_their_encoding(family):
     tok = train_tokenizer(sentences(100), "wordpiece" if family == "bert" else "bpe", 200)
     before = tok.backend.to_str()
-    config = RunConfig(kind="pretrained", family=family, model={"vocab_size": tok.vocab_size})
+    config = RunConfig(kind="pretrained", family=family, model=TransformerConfig(vocab_size=tok.vocab_size))
     assert not add_input_tokens(config, tok)
-    assert tok.backend.to_str() == before and config.model["vocab_size"] == tok.vocab_size
+    assert tok.backend.to_str() == before and config.model.vocab_size == tok.vocab_size
 
 
 def test_a_tokenizer_holding_one_of_the_tokens_is_refused():
     tok = train_tokenizer(sentences(100), "bpe", 200)
     tok.backend.add_tokens(["<delim>"])
     with pytest.raises(SesameError, match="already holds some of <start>, <delim>, <extract>"):
-        add_input_tokens(RunConfig(kind="pretrained", family="gpt", model={"vocab_size": tok.vocab_size}), tok)
+        add_input_tokens(RunConfig(kind="pretrained", family="gpt",
+                                   model=TransformerConfig(vocab_size=tok.vocab_size)), tok)
 
 
 def test_scratch_gpt_multiple_choice_uses_the_tokens(tmp_path, one_thread):
@@ -138,7 +143,7 @@ def test_scratch_gpt_multiple_choice_uses_the_tokens(tmp_path, one_thread):
                     task="multiple_choice", **FAST)
     tok = load_tokenizer(run)
     start, delim, extract = (tok.backend.token_to_id(t) for t in INPUT_TOKENS)
-    assert read_config(run, "--model", ("finetuned",)).model["vocab_size"] == tok.vocab_size == extract + 1
+    assert read_config(run, "--model", ("finetuned",)).model.vocab_size == tok.vocab_size == extract + 1
     task = make_task("multiple_choice")
     feature = task.features(task.read(str(tmp_path / "dev.jsonl"))[:1], tok, 24, [], causal=True)[0]
     assert all(ids[0] == start and ids[-1] == extract and ids.count(delim) == 1 for ids in feature["ids"])

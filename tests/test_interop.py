@@ -478,7 +478,7 @@ def test_sesame_family_exports(tmp_path: Path, one_thread) -> None:
     run.mkdir()
     tok.save(run / "tokenizer.json")
     save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in backbone.state_dict().items()})
-    write_config(run, RunConfig(kind="pretrained", family="gpt2", size="tiny", pooling="last", model=cfg.to_dict()))
+    write_config(run, RunConfig(kind="pretrained", family="gpt2", size="tiny", pooling="last", model=cfg))
     to_hf(run, tmp_path / "out")
     hf = loaded(tmp_path / "out")
     ids, mask = batch(tok.vocab_size, tok.specials.pad)

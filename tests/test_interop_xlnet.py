@@ -217,13 +217,13 @@ def sesame_run(folder: Path, finetuned: bool = False) -> tuple[XLNet, object]:
                 p.add_(torch.randn_like(p) * 0.05)
         save_weights(folder / "model.safetensors", model.state_dict())
         write_json(folder / "labels.json", LABELS)
-        config = RunConfig(kind="finetuned", family="xlnet", model=net.config.to_dict(), pooling="last", task="pair",
+        config = RunConfig(kind="finetuned", family="xlnet", model=net.config, pooling="last", task="pair",
                            task_options=job.options(), select=job.select, max_length=64)
     else:
         bias = torch.randn(tok.vocab_size) * 0.1
         save_weights(folder / "model.safetensors", {**{"backbone." + k: v for k, v in net.state_dict().items()},
                                                     "bias": bias})
-        config = RunConfig(kind="pretrained", family="xlnet", model=net.config.to_dict(), pooling="last",
+        config = RunConfig(kind="pretrained", family="xlnet", model=net.config, pooling="last",
                            objective="plm", seq_len=16)
     write_config(folder, config)
     return net.eval(), tok

@@ -32,7 +32,7 @@ def make_run(run: Path, family: str, seq_len: int = 48) -> Path:
     run.mkdir(parents=True)
     tok.save(run / "tokenizer.json")
     save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in backbone.state_dict().items()})
-    write_config(run, RunConfig(kind="pretrained", family=family, size="tiny", seq_len=seq_len, model=cfg.to_dict(),
+    write_config(run, RunConfig(kind="pretrained", family=family, size="tiny", seq_len=seq_len, model=cfg,
                                 objective="clm" if cfg.causal else "mlm", pooling="last" if cfg.causal else "cls"))
     return run
 

@@ -10,7 +10,7 @@ import sesame
 from sesame.cli import main
 from sesame.data.shards import Shards
 from sesame.families import head_dropouts
-from sesame.models import Recurrent, RecurrentConfig
+from sesame.models import Recurrent, RecurrentConfig, TransformerConfig
 from sesame.models.recurrent import embedding_dropout, locked_dropout
 from sesame.objectives.clm import AwdLM
 from sesame.tasks import TASKS
@@ -164,7 +164,7 @@ def test_word_vectors_initialise_the_embedding(tmp_path):
                              lr=1e-9)
     assert 0 < result["vectors_coverage"] < 0.5
     run = read_config(tmp_path / "run", "--model", ("finetuned",))
-    assert run.model["embedding_size"] == 3
+    assert run.model.embedding_size == 3
     tok = load_tokenizer(tmp_path / "run")
     weights = sesame.train.checkpoint.load_weights(tmp_path / "run" / "model.safetensors")
     row = weights["backbone.embed.tokens.weight"][tok.backend.token_to_id("awful")]
@@ -200,7 +200,7 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     assert added == ["again", "crew", "late", "plane", "rude", "was"]  # "once" is seen once: still <unk>
     assert all(new.backend.token_to_id(w) == i for w, i in old.backend.get_vocab().items())  # old ids kept
     config = read_config(tmp_path / "target", "--model", ("pretrained",))
-    assert config.added_words == 6 and config.model["vocab_size"] == old.vocab_size + 6
+    assert config.added_words == 6 and config.model.vocab_size == old.vocab_size + 6
     before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
                      ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
     assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved
@@ -221,7 +221,7 @@ def test_the_command_line_offers_vectors_and_every_pooling(tmp_path, capsys):
                  "--dev", str(tmp_path / "dev.csv"), "--out", str(tmp_path / "run"), "--epochs", "1",
                  "--vectors", str(tmp_path / "vectors.txt"), "--pooling", "concat", "--batch-size", "8"]) == 0
     run = read_config(tmp_path / "run", "--model", ("finetuned",))
-    assert run.model["embedding_size"] == 3 and run.pooling == "concat" and run.recipe["vectors"]
+    assert run.model.embedding_size == 3 and run.pooling == "concat" and run.recipe["vectors"]
 
 
 def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
@@ -234,11 +234,11 @@ def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
     common = dict(batch_size=4, progress=False, max_steps=1)
     sesame.pretrain([str(tmp_path / "general.txt")], str(tmp_path / "lm"), family="ulmfit", size="tiny", seq_len=8,
                     drop_mult=0.5, **common)
-    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model
+    lm = read_config(tmp_path / "lm", "--model", ("pretrained",)).model.to_dict()
     assert {n: lm[n] for n in names} == {n: row[n] * 0.5 for n in names}
     sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                     str(tmp_path / "clf"), epochs=1, dropout=0.4, drop_mult=0.3, **common)
-    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model
+    clf = read_config(tmp_path / "clf", "--model", ("finetuned",)).model.to_dict()
     inside = names[1:]  # the output dropout is the concat head's (fastai's get_text_classifier), applied once
     assert {n: clf[n] for n in inside} == pytest.approx({n: row[n] * 0.3 for n in inside})  # not 0.5 × 0.3
     assert clf["dropout"] == 0.0
@@ -278,14 +278,14 @@ def test_a_recurrent_baselines_output_dropout_is_applied_once_by_the_head(family
     airline_like(tmp_path / "train.csv", 20, 0)
     sesame.finetune(f"scratch:{family}:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                     str(tmp_path / "clf"), epochs=1, dropout=0.3, batch_size=4, progress=False, max_steps=1)
-    assert read_config(tmp_path / "clf", "--model", ("finetuned",)).model["dropout"] == 0.0
+    assert read_config(tmp_path / "clf", "--model", ("finetuned",)).model.dropout == 0.0
     again = FinetuneSpec.of(f"scratch:{family}:tiny", str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                             str(tmp_path / "clf"), dropout=0.3, resume=True)
     assert resumed_finetuning(again).head_dropout == 0.3  # the head's SequenceModel dropout
 
 
 def test_a_head_without_dropout_of_its_own_leaves_the_encoders():
-    recurrent = {"arch": "recurrent", "dropout": 0.3}
+    recurrent = RecurrentConfig(vocab_size=8, dropout=0.3)
     assert not TASKS["span_qa"].head_drops and head_dropouts(recurrent, head_drops=False) == {}
     assert head_dropouts(recurrent, head_drops=True) == {"dropout": 0.0}
-    assert head_dropouts({"arch": "transformer", "dropout": 0.1}, head_drops=True) == {}
+    assert head_dropouts(TransformerConfig(vocab_size=8, dropout=0.1), head_drops=True) == {}

@@ -166,7 +166,7 @@ def test_an_old_run_whose_stack_config_held_its_adapters_or_mix_predicts_the_sam
     place move the probabilities by more than its tolerance."""
     expected = json.loads((FIXTURES / "expected_recipes.json").read_text())
     predictor = sesame.load(run)
-    assert predictor.config.additions == additions and "adapter_size" not in predictor.config.model
+    assert predictor.config.additions == additions and "adapter_size" not in predictor.config.model.to_dict()
     assert_close(predictor.predict(expected["texts"]), expected[run.name]["predictions"], run.name)
     assert_close(sesame.evaluate(str(run), str(DEV_CSV)), expected[run.name]["dev"], run.name)
     additions.insert(predictor.model.backbone)  # fresh adapters or mix in place of the trained ones

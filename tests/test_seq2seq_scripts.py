@@ -70,7 +70,8 @@ def test_text_and_head_fine_tunes_get_the_same_budget(tmp_path, monkeypatch):
 def test_scratch_twins_start_from_the_runs_family_size_and_tokenizer(tmp_path):
     run = tmp_path / "t5-mini"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"kind": "pretrained", "family": "t5", "size": "mini", "model": {}}))
+    (run / "config.json").write_text(json.dumps({"kind": "pretrained", "family": "t5", "size": "mini",
+                                                        "model": {"arch": "encoder_decoder", "vocab_size": 8}}))
     rows = text_vs_head.starts({"t5": str(run)}, twins=True)
     assert rows == {"t5": [str(run)], "t5-scratch": ["scratch:t5:mini", "--tokenizer", str(run / "tokenizer.json")]}
     assert text_vs_head.starts({"t5": str(run)}, twins=False) == {"t5": [str(run)]}

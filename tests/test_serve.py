@@ -46,7 +46,7 @@ def write_run(root: Path, name: str, task: str, options: dict, labels: list[str]
     tok.save(run / "tokenizer.json")
     if task is None:
         weights = {"backbone." + k: v for k, v in Transformer(cfg).state_dict().items()}
-        config = RunConfig(kind="pretrained", family=family, size="tiny", seq_len=32, model=cfg.to_dict(),
+        config = RunConfig(kind="pretrained", family=family, size="tiny", seq_len=32, model=cfg,
                            objective="clm", pooling="last")
     else:
         model = make_task(task, options).build(Transformer(cfg), len(labels), "mean", 0.0)
@@ -54,7 +54,7 @@ def write_run(root: Path, name: str, task: str, options: dict, labels: list[str]
             if not name_.startswith("backbone."):
                 p.data.normal_(0, 1.0)
         weights = model.state_dict()
-        config = RunConfig(kind="finetuned", family=family, size="tiny", model=cfg.to_dict(), task=task,
+        config = RunConfig(kind="finetuned", family=family, size="tiny", model=cfg, task=task,
                            task_options=make_task(task, options).options(), pooling="mean", max_length=max_length)
         if labels:
             (run / "labels.json").write_text(json.dumps(labels))

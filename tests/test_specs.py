@@ -20,6 +20,7 @@ from sesame.families import FAMILIES
 from sesame.models.additions import Additions
 from sesame.objectives import OBJECTIVES
 from sesame.options import RATE, add_flags, given, parse_value
+from sesame.models import TransformerConfig
 from sesame.run import RunConfig, SCHEMA_VERSION, read_config
 from sesame.sources import resolve_source
 from sesame.specs import FinetuneSpec, PretrainSpec
@@ -119,7 +120,8 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
         (run / "config.json").write_text(json.dumps(data))
         with pytest.raises(SesameError, match=message):
             read_config(run, "--model")
-    written = RunConfig(kind="finetuned", family="bert", model={}, task="classify").to_json()
+    written = RunConfig(kind="finetuned", family="bert", model=TransformerConfig(vocab_size=8),
+                        task="classify").to_json()
     assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
 
 
@@ -128,7 +130,7 @@ def test_what_a_recipe_inserts_is_recorded_apart_from_the_backbone_config(tmp_pa
     written when the stack's config held them (``adapter_size``, ``scalar_mix``) reads with them moved out, and
     ELMo's own ``scalar_mix``, part of its model, stays."""
     old = read_config(FIXTURES / "adapters", "--model")
-    assert old.additions == Additions(adapter_size=4) and not {"adapter_size", "scalar_mix"} & set(old.model)
+    assert old.additions == Additions(adapter_size=4) and not {"adapter_size", "scalar_mix"} & set(old.model.to_dict())
     written = old.to_json()
     assert written["additions"] == {"adapter_size": 4, "scalar_mix": False}
     run = tmp_path / "run"
@@ -136,9 +138,9 @@ def test_what_a_recipe_inserts_is_recorded_apart_from_the_backbone_config(tmp_pa
     (run / "config.json").write_text(json.dumps(written))
     assert read_config(run, "--model") == old
     assert "additions" not in read_config(FIXTURES / "classifier", "--model").to_json()
-    elmo = RunConfig.parse({"kind": "pretrained", "family": "elmo", "model": {"arch": "elmo", "scalar_mix": True}},
-                           "config.json")
-    assert elmo.model == {"arch": "elmo", "scalar_mix": True} and not elmo.additions
+    model = {"arch": "elmo", "vocab_size": 8, "scalar_mix": True}
+    elmo = RunConfig.parse({"kind": "pretrained", "family": "elmo", "model": model}, "config.json")
+    assert elmo.to_json()["model"] == model and elmo.model.scalar_mix and not elmo.additions
 
 
 def test_what_from_names_is_resolved_once(tmp_path):
@@ -155,7 +157,8 @@ def test_what_from_names_is_resolved_once(tmp_path):
 def test_a_run_whose_objective_another_command_scores_is_pointed_there(tmp_path):
     (tmp_path / "cove").mkdir()
     (tmp_path / "cove" / "config.json").write_text(json.dumps(
-        {"kind": "pretrained", "family": "cove", "objective": "translation", "model": {"arch": "cove"}}))
+        {"kind": "pretrained", "family": "cove", "objective": "translation",
+         "model": {"arch": "cove", "vocab_size": 8, "target_vocab_size": 8}}))
     with pytest.raises(SesameError, match="score it with `sesame translate --model RUN"):
         api.evaluate(str(tmp_path / "cove"), [str(tmp_path / "text.txt")])
     with pytest.raises(SesameError, match="train it with `sesame cove`"):

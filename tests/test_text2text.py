@@ -14,6 +14,7 @@ from sesame.decoding import GenerationConfig
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
 from sesame.metrics import bleu, regression_report
+from sesame.models import TransformerConfig
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
 from sesame.tasks import infer, make_task
 from sesame.seq2seq import generate_seq2seq
@@ -362,9 +363,9 @@ def test_squad_answers_score_with_the_official_normalisation(tok):
 
 def test_only_an_encoder_decoder_serves_the_task(tok):
     task = make_task("text2text", {"max_target_length": 64})
-    task.check_model(tiny_model(tok).config.to_dict())
+    task.check_model(tiny_model(tok).config)
     with pytest.raises(SesameError, match="needs an encoder-decoder .* not a transformer model"):
-        task.check_model({"arch": "transformer"})
+        task.check_model(TransformerConfig(vocab_size=8))
 
 
 def test_targets_longer_than_the_decoders_positions_are_refused(tok):
@@ -373,8 +374,8 @@ def test_targets_longer_than_the_decoders_positions_are_refused(tok):
     max_target_length is refused by the task's check_model, before a run directory is written, not at the first
     dev evaluation."""
     bart = EncoderDecoderConfig(vocab_size=tok.vocab_size, hidden=32, layers=1, heads=2, intermediate=64,
-                                max_positions=64, pad_id=tok.specials.pad, **STYLES["bart"]).to_dict()
-    t5 = tiny_model(tok).config.to_dict()
+                                max_positions=64, pad_id=tok.specials.pad, **STYLES["bart"])
+    t5 = tiny_model(tok).config
     for model in (bart, t5):
         make_task("text2text", {"max_target_length": 64}).check_model(model)
         with pytest.raises(SesameError, match="max_target_length=65 exceeds the model's 64 positions"):

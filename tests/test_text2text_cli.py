@@ -109,12 +109,12 @@ def test_max_length_past_max_positions_is_t5s_but_not_barts(pretrained, tmp_path
     long = " ".join(sentences(60, 3))
     train.write_text(train.read_text() + f'"{long}","tree"\n', encoding="utf-8")
     t5 = pretrained["t5"]
-    positions = read_config(t5, "--model").model["max_positions"]
+    positions = read_config(t5, "--model").model.max_positions
     assert len(load_tokenizer(t5).encode([long], special=False)[0]) > positions + 100
     argv = finetune_argv(str(t5), train, dev, tmp_path / "t5", epochs=1, options=("max_target_length=2",))
     assert main(argv + ["--max-length", str(positions + 100), "--batch-size", "25", "--json"]) == 0
     assert read_config(tmp_path / "t5", "--model").max_length == positions + 100
-    bart = read_config(pretrained["bart"], "--model").model["max_positions"]
+    bart = read_config(pretrained["bart"], "--model").model.max_positions
     refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart") + ["--max-length", str(bart + 1)],
             capsys, tmp_path, f"--max-length {bart + 1} exceeds the model's {bart} positions")
     refused(finetune_argv(str(pretrained["bart"]), train, dev, tmp_path / "bart",

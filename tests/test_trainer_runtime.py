@@ -26,10 +26,12 @@ def test_bf16_on_the_cpu_trains_with_finite_loss_and_resumes_exactly_keeping_its
 def test_older_runs_precision_in_their_training_config_is_the_one_resume_takes():
     from sesame.resume import _runtime
     from sesame.specs import PretrainSpec
+    from sesame.models import TransformerConfig
     from sesame.run import RunConfig
 
     spec = PretrainSpec(corpus="c", out="o")
-    old = RunConfig(kind="pretrained", family="bert", model={}, train={"precision": "bf16"})
+    old = RunConfig(kind="pretrained", family="bert", model=TransformerConfig(vocab_size=8),
+                    train={"precision": "bf16"})
     assert _runtime(spec, old).precision == "bf16"
     given = PretrainSpec(corpus="c", out="o", runtime=Runtime(precision="fp32"))
     assert _runtime(given, old).precision == "fp32"  # the runtime may change on resume (sesame.runtime)

@@ -249,7 +249,7 @@ def _create(run: Path, spec: CoveSpec, cfg: TrainConfig, src: list[str], tgt: li
     target.save(run / TARGET_TOKENIZER)
     write_config(run, RunConfig(
         kind="pretrained", family=FAMILY, size=spec.size, objective="translation", pooling=get_family(FAMILY).pooling,
-        model=model_cfg.to_dict(), max_length=spec.max_length, lowercase=True, vectors=spec.vectors,
+        model=model_cfg, max_length=spec.max_length, lowercase=True, vectors=spec.vectors,
         vector_coverage=coverage, train_src=str(spec.train_src), train_tgt=str(spec.train_tgt),
         valid_src=str(spec.valid_src), valid_tgt=str(spec.valid_tgt), train=asdict(cfg)))
     return model
@@ -270,7 +270,7 @@ def train_cove(spec: CoveSpec) -> dict:
         if config.objective != "translation":
             raise SesameError(f"--out {spec.out}: a {config.family} run; --resume needs a run of `sesame cove`")
         spec = resumed_spec(spec, config, {
-            "size": config.size, "max_length": config.max_length, "dropout": config.model.get("dropout"),
+            "size": config.size, "max_length": config.max_length, "dropout": config.model.dropout,
             "vectors": config.vectors, "train_src": config.train_src, "train_tgt": config.train_tgt,
             "valid_src": config.valid_src, "valid_tgt": config.valid_tgt})
     spec.validate()
@@ -288,7 +288,7 @@ def train_cove(spec: CoveSpec) -> dict:
         max_length = config.max_length
         if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
             vectors = load_vectors(config.vectors) if config.vectors and not resumed else None
-            model, _ = _new_model(CoveConfig(**config.model), source, seed=cfg.seed, vectors=vectors)
+            model, _ = _new_model(config.model, source, seed=cfg.seed, vectors=vectors)
         objective = build_objective(config.objective, model, source)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),

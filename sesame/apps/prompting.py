@@ -55,6 +55,7 @@ from ..errors import SesameError
 from ..language_model import continuation_logprobs, load_language_model
 from ..metrics import accuracy, spread
 from ..options import option, split_known
+from ..run import RunConfig
 from ..runtime import Runtime, given_runtime
 
 DEFAULT_TEMPLATE = "{text}\nSentiment: {label}\n\n"
@@ -232,9 +233,9 @@ def _verbalizers(given: dict[str, str] | None, rows: list[dict]) -> dict[str, st
     return dict(given)
 
 
-def _context(config: dict, model: str, max_length: int | None) -> int:
+def _context(config: RunConfig, model: str, max_length: int | None) -> int:
     """The prompt length: ``max_length``, or the length the model was pre-trained on."""
-    positions = config.model["max_positions"]
+    positions = config.model.max_positions
     if max_length is None:
         trained = max(config.seq_len or 0, config.final_seq_len or 0)
         return positions if config.hf or not trained else min(trained, positions)

@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..errors import SesameError
-from ..models import Transformer, TransformerConfig
+from ..models import Transformer
 from ..objectives import build_objective
 from ..run import RunConfig, load_tokenizer, read_config
 from ..tokenizer import TextTokenizer
@@ -122,7 +122,7 @@ def _generator_run(config: RunConfig, weights: dict[str, torch.Tensor], tok: Tex
     objective builds it with, the discriminator's embeddings, its layers and head under an mlm run's
     names, and the checkpoint config it was imported from (if it was)."""
     with torch.device("meta"):
-        objective = build_objective("electra", Transformer(TransformerConfig(**config.model)), tok,
+        objective = build_objective("electra", Transformer(config.model), tok,
                                     config.objective_options)
     state = {k: v for k, v in weights.items() if k.startswith("backbone.embed.")}
     for name, tensor in weights.items():
@@ -132,7 +132,7 @@ def _generator_run(config: RunConfig, weights: dict[str, torch.Tensor], tok: Tex
     record = config.hf
     if record:
         record = {**record, "config": (record.get("generator") or {}).get("config", {})}
-    return replace(config, objective="mlm", model=objective.generator.config.to_dict(), hf=record), state
+    return replace(config, objective="mlm", model=objective.generator.config, hf=record), state
 
 
 def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextTokenizer, run: Path, out: Path,
@@ -147,7 +147,7 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
         raise SesameError(f"{where}: family {config.family!r} has no transformers architecture here; exportable "
                           f"families: {', '.join(FAMILY_MODEL_TYPES)}")
     arch = ARCHITECTURES[model_type]
-    model = TransformerConfig(**config.model).to_dict()  # older runs: today's defaults for new fields
+    model = config.model.to_dict()
     _check_exportable(model, arch, where)
     backbone = {k.removeprefix("backbone."): v for k, v in weights.items() if k.startswith("backbone.")}
     tokens = backbone["embed.tokens.weight"]
@@ -214,7 +214,7 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
         raise SesameError(f"--to-hf {run}: its recipe inserted adapters or a scalar mix (config.json's additions), "
                           "which transformers models lack; export the run it was fine-tuned from")
     check_new(out)
-    route = ROUTES.get(config.model.get("arch"))
+    route = ROUTES.get(config.model.arch)
     if route is not None:
         return route(config, run, out)
     tok = load_tokenizer(run, "--to-hf")

@@ -240,9 +240,10 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
                 type_rows=given.get("type_vocab_size", 0), vocab=model["vocab_size"], aliases=tuple(aliases.values()))
     model.update(vocab_size=model["vocab_size"] + len(aliases), pad_id=tok.specials.pad)
     try:
-        model = TransformerConfig(**model).to_dict()
+        backbone = TransformerConfig(**model)
     except ValueError as err:
         raise SesameError(f"{config_path}: {err}") from None
+    model = backbone.to_dict()
     weights, path = read_weights(src, flag)
     weights = _backbone_names(weights, arch)
     if arch.always_projects and model["embedding_size"] is None:
@@ -279,11 +280,12 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     if task:
         job = make_task(task)
         config = RunConfig(kind="finetuned", task=task, task_options=job.options(), family=arch.family,
-                           pooling="cls", model=model, max_length=classifier_max_length(src, model), select=job.select,
+                           pooling="cls", model=backbone, max_length=classifier_max_length(src, model),
+                           select=job.select,
                            hf=origin)
     else:
         config = RunConfig(kind="pretrained", family=arch.family, objective=objective,
-                           pooling=FAMILIES[arch.family].pooling, model=model, hf=origin)
+                           pooling=FAMILIES[arch.family].pooling, model=backbone, hf=origin)
         if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
             config.seq_len = min(EVAL_SEQ_LEN, model["max_positions"])
     summary = {"model_type": arch.model_type, "family": arch.family, "kind": config.kind, "task": task,
@@ -309,9 +311,9 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
         why = "".join(f" ({n})" for n in g["notes"] if n.startswith("ElectraForMaskedLM's"))  # its head's reason
         raise SesameError(f"{where}: the generator is {found}, not an ElectraForMaskedLM whose head imports{why}; "
                           "give the generator checkpoint of this discriminator")
-    model, got = run.config.model, dict(gen.config.model)
-    fraction = got["hidden"] / model["hidden"]
-    needed = generator_config(TransformerConfig(**model), fraction).to_dict()
+    got = gen.config.model.to_dict()
+    fraction = got["hidden"] / run.config.model.hidden
+    needed = generator_config(run.config.model, fraction).to_dict()
     for m in (needed, got):
         m["embedding_size"] = m["embedding_size"] or m["hidden"]
     differ = [f"{k} {got[k]!r} (needs {v!r})" for k, v in needed.items() if got[k] != v]

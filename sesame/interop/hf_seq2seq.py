@@ -172,7 +172,7 @@ def seq2seq_run(src: Path, out: Path) -> dict:
     classifier's is a fine-tuned run of its task, with its head (:func:`_classifier_run`)."""
     c = import_encoder_decoder(src)
     fam = hf_family(c.model_type, c.model)
-    config = RunConfig(kind="pretrained", family=fam.name, model={"arch": "encoder_decoder", **c.model}, hf=c.hf,
+    config = RunConfig(kind="pretrained", family=fam.name, model=EncoderDecoderConfig(**c.model), hf=c.hf,
                        objective=fam.objective, objective_options=dict(fam.objective_options), pooling=fam.pooling,
                        seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
     head = c.head.weights if c.head else {}
@@ -232,7 +232,7 @@ def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
     if others:
         raise SesameError(f"{where}: weights outside the encoder-decoder ({', '.join(others[:3])}, ...), which "
                           f"{TYPES[model_type].base_class} cannot hold")
-    model = EncoderDecoderConfig(**config.model).to_dict()  # with the fields a run written before them lacks
+    model = config.model.to_dict()
     try:
         check_style(model, model_type)
     except SesameError as err:

@@ -38,6 +38,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ..errors import SesameError
+from ..models import ModelConfig
 from ..outputs import check_dir, claim_dir
 from ..pipelines.evaluate import Predictor
 from ..sources import opened
@@ -52,12 +53,12 @@ OPSET = 17
 PARITY = 1e-4  # the largest difference from the eager model on the example batch that export accepts (fp32)
 
 
-def refusal(model: dict) -> str | None:
+def refusal(model: ModelConfig) -> str | None:
     """Why a backbone of the run's model config ``model`` cannot be exported (None: it can)."""
-    arch = model.get("arch", "transformer")
-    if arch == "recurrent" and model.get("features"):
+    arch = model.arch
+    if arch == "recurrent" and model.features:
         return "its task model reads a frozen feature extractor (ELMo, CoVe), which is not exported"
-    if arch == "recurrent" and not model.get("causal", True):
+    if arch == "recurrent" and not model.causal:
         return ("a bidirectional recurrent model packs its padded rows (pack_padded_sequence), which an ONNX graph "
                 "does not express")
     if arch not in ("transformer", "xlnet", "recurrent"):

@@ -210,7 +210,7 @@ def xlnet_run(src: Path, out: Path) -> dict:
                   "max_length": classifier_max_length(src, model)}
     elif head == "plm":  # the segment `sesame evaluate` reads by default (--seq-len overrides it)
         fields = {"objective": fam.objective, "objective_options": dict(fam.objective_options), "seq_len": EVAL_SEQ_LEN}
-    config = RunConfig(**{"kind": "pretrained", "family": fam.name, "model": model, "hf": origin,
+    config = RunConfig(**{"kind": "pretrained", "family": fam.name, "model": XLNetConfig(**model), "hf": origin,
                           "pooling": fam.pooling, **fields})
     with new_run(out, config.kind, resume=False) as run:
         tok.save(run / "tokenizer.json")
@@ -231,7 +231,7 @@ def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
     """``convert --to-hf`` of an xlnet run: ``XLNetLMHeadModel`` (objective plm), ``XLNetModel`` (none), or a
     fine-tuned classify, pair or regress run's ``XLNetForSequenceClassification``. Returns the summary."""
     where = f"--to-hf {run}"
-    model = XLNetConfig(**config.model).to_dict()
+    model = config.model.to_dict()
     if not model["mem_len"]:
         raise SesameError(f"{where}: mem_len 0, which transformers reads as keeping every state; set the run's "
                           "mem_len to the memory it should keep")

@@ -1,4 +1,5 @@
-"""Backbones: token ids in, hidden states out. A run's ``config.model["arch"]`` names the architecture."""
+"""Backbones: token ids in, hidden states out. A run's ``config.model`` is its architecture's config (a
+:data:`ModelConfig`), whose ``arch`` names the architecture; config.json holds its ``to_dict()``."""
 from __future__ import annotations
 
 from torch import nn
@@ -18,9 +19,11 @@ ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
     "encoder_decoder": (EncoderDecoderConfig, EncoderDecoder),
     "xlnet": (XLNetConfig, XLNet),
 }
+# a run's backbone config: one of ARCHITECTURES' config classes (EncoderDecoderConfig and XLNetConfig are Transformer's)
+ModelConfig = TransformerConfig | RecurrentConfig | ElmoConfig | CoveConfig
 
 
-def model_config(config: dict):
+def model_config(config: dict) -> ModelConfig:
     """The config object of a run's model config dict (configs written before ``arch`` existed are Transformers)."""
     config = dict(config)
     return ARCHITECTURES[config.pop("arch", "transformer")][0](**config)
@@ -33,14 +36,14 @@ def position_limit(config) -> int | None:
     return config.max_positions if getattr(config, "learned_positions", False) else None
 
 
-def build_model(config: dict) -> nn.Module:
-    """The backbone a run's model config describes, without weights."""
-    cfg = model_config(config)
+def build_model(config: ModelConfig | dict) -> nn.Module:
+    """The backbone a model config (or its config.json dict) describes, without weights."""
+    cfg = model_config(config) if isinstance(config, dict) else config
     extractor = getattr(cfg, "features", None)  # a recurrent model reading ELMo's or CoVe's features
     parts = {"features": build_model(extractor)} if extractor else {}
-    return ARCHITECTURES[config.get("arch", "transformer")][1](cfg, **parts)
+    return ARCHITECTURES[cfg.arch][1](cfg, **parts)
 
 
 __all__ = ["ARCHITECTURES", "CoveConfig", "MTLSTM", "Elmo", "ElmoConfig", "EncoderDecoder", "EncoderDecoderConfig",
-           "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "XLNet", "XLNetConfig", "build_model", "model_config",
-           "position_limit"]
+           "ModelConfig", "Recurrent", "RecurrentConfig", "Transformer", "TransformerConfig", "XLNet", "XLNetConfig",
+           "build_model", "model_config", "position_limit"]

@@ -84,6 +84,12 @@ class TransformerConfig:
             raise ValueError(f"attention_window {self.attention_window}: must be at least 1")
 
     @property
+    def arch(self) -> str:
+        """Its name in :data:`sesame.models.ARCHITECTURES`; not written to config.json, where a model config without
+        ``arch`` is a Transformer's (the subclasses' is a field, written)."""
+        return "transformer"
+
+    @property
     def embedding_width(self) -> int:
         return self.embedding_size or self.hidden
 

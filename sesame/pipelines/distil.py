@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..models import model_config, position_limit
+from ..models import position_limit
 from ..objectives.distillation import LOSSES, LayerMatching, uniform_layer_map
 from ..resume import resolved, resumed_finetuning
 from ..run import RunConfig, read_config
@@ -181,11 +181,11 @@ class Distillation:
             return {}
         teacher = self.teacher.predictor
         for flag, model in (("--student", config.model), ("--teacher", teacher.config.model)):
-            if model.get("arch") == "encoder_decoder":
+            if model.arch == "encoder_decoder":
                 raise SesameError(f"--hidden-weight: {flag} is an encoder-decoder (T5, BART), whose layers form two "
                                   "stacks; match the layers of an encoder, a decoder or a recurrent model, or give "
                                   "--hidden-weight 0")
-        positions = position_limit(model_config(teacher.config.model))
+        positions = position_limit(teacher.config.model)
         if positions is not None and self.spec.max_length > positions:
             raise SesameError(f"--max-length {self.spec.max_length}: the teacher reads the student's inputs for "
                               f"--hidden-weight, and it has {positions} positions; give --max-length {positions}")
@@ -196,7 +196,7 @@ class Distillation:
             raise SesameError(f"--hidden-weight: states are matched token by token, but --student {self.spec.base} "
                               f"reads other token ids than --teacher {self.spec.teacher}; give a scratch student the "
                               f"teacher's tokenizer (--tokenizer {self.spec.teacher}), or a student that has it")
-        layers = model_config(config.model).layers, model_config(teacher.config.model).layers
+        layers = config.model.layers, teacher.config.model.layers
         pairs = self.spec.layer_pairs() or uniform_layer_map(*layers)
         wrong = [f"{s}:{t}" for s, t in pairs if s > layers[0] or t > layers[1]]
         if wrong:

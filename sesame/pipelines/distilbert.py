@@ -18,7 +18,7 @@ import torch
 from ..data.shards import Shards
 from ..data.windows import Corpus
 from ..errors import SesameError
-from ..models import TransformerConfig, model_config
+from ..models import TransformerConfig
 from ..objectives import OBJECTIVES, MaskedLM, build_objective
 from ..objectives.distillation import MaskedLMDistillation, every_other_layer, frozen_teacher, student_weights
 from ..run import build_backbone, load_backbone, load_tokenizer, read_config
@@ -44,7 +44,7 @@ class PretrainTeacher:
         self.given = given
         with opened(given, "--teacher") as (_, run):
             config = read_config(run, "--teacher")
-            model = model_config(config.model)  # a student copies the layers of a plain Transformer encoder
+            model = config.model  # a student copies the layers of a plain Transformer encoder
             what = (f"a {config.kind} run" if config.kind != "pretrained" else
                     f"its model is {type(model).__name__.removesuffix('Config')}, not a Transformer" if type(model) is not TransformerConfig else
                     "causal" if model.causal else
@@ -66,7 +66,7 @@ class PretrainTeacher:
 
     @property
     def layers(self) -> int:
-        return self.config.model["layers"]
+        return self.config.model.layers
 
     def taught(self, spec: PretrainSpec) -> PretrainSpec:
         """``spec`` as the teacher makes it: the teacher's family, the ``mlm`` objective and the student's layers
@@ -86,8 +86,8 @@ class PretrainTeacher:
             raise SesameError(f"--student-layers {' '.join(map(str, layers))}: --teacher {self.given} has layers 0 "
                               f"to {self.layers - 1}")
         length, flag = spec.longest_examples()
-        if length > self.config.model["max_positions"]:
-            raise SesameError(f"{flag} {length}: --teacher {self.given} has {self.config.model['max_positions']} "
+        if length > self.config.model.max_positions:
+            raise SesameError(f"{flag} {length}: --teacher {self.given} has {self.config.model.max_positions} "
                               "positions, which the student copies; give at most that")
         masking = spec.objective_options.get("masking", "token")
         if spec.mlm_smoothing and masking != "token":
@@ -102,19 +102,19 @@ class PretrainTeacher:
                               "BertForMaskedLM directory)")
         return replace(spec, family=self.config.family, objective=STUDENT_OBJECTIVE, student_layers=layers)
 
-    def student_model(self, spec: PretrainSpec, dropout: float) -> dict:
+    def student_model(self, spec: PretrainSpec, dropout: float) -> TransformerConfig:
         """The student's backbone config: the teacher's with ``spec.student_layers`` layers and ``dropout``."""
-        return {**self.config.model, "layers": len(spec.student_layers), "dropout": dropout}
+        return replace(self.config.model, layers=len(spec.student_layers), dropout=dropout)
 
     # the pre-training pipeline's Start (sesame.pipelines.starts): the teacher's tokenizer and its student
 
     def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
         return self.tok, spec.tokenizer
 
-    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> TransformerConfig:
         return self.student_model(spec, dropout(spec))
 
-    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+    def origin(self, spec: PretrainSpec, model: TransformerConfig) -> dict:
         return {"size": None, "base": spec.teacher, "added_words": 0}
 
     def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:

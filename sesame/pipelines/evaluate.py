@@ -6,6 +6,7 @@ pretrained run is scored by its own objective on text (loss, perplexity, bits pe
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -163,7 +164,7 @@ def evaluate(model: str, data: Sequence[str] | str, *, text_column: str | None =
     with opened(model, "--model") as (_, run):
         config = read_config(run, "--model")
         if mem_len is not None:
-            config.model = {**config.model, "mem_len": _memory(mem_len, config, model)}
+            config = replace(config, model=replace(config.model, mem_len=_memory(mem_len, config, model)))
         if config.kind == "finetuned":
             if not isinstance(data, str):
                 data = _one_file(data)
@@ -218,9 +219,8 @@ def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], 
 
 def _memory(mem_len: int, config: RunConfig, model: str) -> int:
     """``--mem-len``, checked: a language model with Transformer-XL memory (XLNet's) and a count of states."""
-    if config.kind != "pretrained" or "mem_len" not in config.model:
-        arch = config.model.get("arch", "transformer")
-        what = "a fine-tuned run" if config.kind != "pretrained" else f"a {arch} model"
+    if config.kind != "pretrained" or not hasattr(config.model, "mem_len"):
+        what = "a fine-tuned run" if config.kind != "pretrained" else f"a {config.model.arch} model"
         raise SesameError(f"--mem-len {mem_len}: --model {model} is {what}, which reads no memory of earlier "
                           "segments; --mem-len is for an XLNet language model: drop it")
     if mem_len < 0:

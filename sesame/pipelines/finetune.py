@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import SesameError
 from ..families import Family, backbone_config, head_dropouts
 from ..inputs import grow_token_embedding
-from ..models import model_config, position_limit
+from ..models import ModelConfig, position_limit
 from ..models.additions import Additions, inserted
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
@@ -120,24 +120,24 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
     input tokens, ULMFiT's documents, XLNet's ``<cls>`` last) and the recipe's techniques, checked against the task,
     the positions and what the task model learns from (``data.teaching``)."""
     config, tok = starting_point(source, base_dir, spec, _texts(data.train))
-    config.model.update(spec.recurrent_dropouts(config.family, spec.dropout, what=f"{source.flag} {source.given}",
-                                                arch=config.model.get("arch", "transformer")))
+    model = replace(config.model, **spec.recurrent_dropouts(config.family, spec.dropout, arch=config.model.arch,
+                                                            what=f"{source.flag} {source.given}"))
     pooling = spec.pooling or config.pooling
-    config.model.update(head_dropouts(config.model, head_drops=data.job.head_drops))  # recurrent: the head's, once
+    model = replace(model, **head_dropouts(model, head_drops=data.job.head_drops))  # recurrent: the head's, once
     fam = source.family
-    fam.inputs.frame(config, tok)  # gpt's input tokens; ulmfit: after </s>; xlnet: <sep> <cls>; t5: no <s>
-    data.job.check_model(config.model)
+    model = fam.inputs.frame(model, tok)  # gpt's input tokens; ulmfit: after </s>; xlnet: <sep> <cls>; t5: no <s>
+    data.job.check_model(model)
     data.for_family(fam)  # the task options left to the family, recorded below
     recipe = spec.recipe.with_defaults(fam.finetune_recipe)
     techniques = recipe.techniques()
-    techniques.configure(config.model, source=f"{source.flag} {source.given} is a {config.family} model")
-    _word_vectors(config, recipe, source)
-    positions = position_limit(model_config(config.model))  # None: any length (T5's relative positions)
+    model = techniques.configure(model, source=f"{source.flag} {source.given} is a {config.family} model")
+    model = _word_vectors(model, recipe, source)
+    positions = position_limit(model)  # None: any length (T5's relative positions)
     if positions is not None and spec.max_length > positions:
         raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
     return Plan(RunConfig(
         kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
-        pooling=pooling, model=config.model, additions=techniques.insert(Additions()), base=spec.base,
+        pooling=pooling, model=model, additions=techniques.insert(Additions()), base=spec.base,
         max_length=spec.max_length, select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train,
         dev_file=spec.dev, mixture=data.record(), epochs=spec.epochs, batching=spec.batching,
         train=_as_given(cfg, spec), setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
@@ -344,26 +344,26 @@ def starting_point(source: Source, base_dir: Path | None, spec: FinetuneSpec, tr
             raise SesameError(f"--tokenizer {spec.tokenizer}: a {tok.kind} tokenizer, but {fam.name} uses "
                               f"{fam.tokenizer}")
         model = backbone_config(fam.name, source.size, tok.vocab_size, tok.specials.pad, spec.dropout,
-                                specials=tok.specials).to_dict()
+                                specials=tok.specials)
         return RunConfig(kind="pretrained", family=fam.name, size=source.size, pooling=fam.pooling, model=model), tok
     if spec.tokenizer or spec.cased:
         flag = "--tokenizer" if spec.tokenizer else "--cased"
         raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
     config = source.config or read_config(base_dir, source.flag)  # a run's, read when resolved; an import's converted
-    config = replace(config, model={**config.model, "dropout": spec.dropout})
+    config = replace(config, model=replace(config.model, dropout=spec.dropout))
     return fam.reader.task_model(fam, config, dropout=spec.dropout), load_tokenizer(base_dir, source.flag)
 
 
-def _word_vectors(config: RunConfig, recipe: Recipe, source: Source) -> None:
-    """A new recurrent task model's word embedding made as wide as ``recipe.vectors`` (GloVe/word2vec text),
-    which it starts from (:func:`_embed_vectors`); refused for models whose embedding is already trained
-    (:meth:`sesame.families.Reader.vectors_refusal`)."""
+def _word_vectors(model: ModelConfig, recipe: Recipe, source: Source) -> ModelConfig:
+    """A new recurrent task model's backbone config ``model`` with a word embedding as wide as ``recipe.vectors``
+    (GloVe/word2vec text), which it starts from (:func:`_embed_vectors`); refused for models whose embedding is
+    already trained (:meth:`sesame.families.Reader.vectors_refusal`)."""
     if not recipe.vectors:
-        return
+        return model
     refusal = source.family.reader.vectors_refusal(source.family, scratch=source.scratch)
     if refusal:
         raise SesameError(f"--vectors {recipe.vectors}: {refusal}")
-    config.model["embedding_size"] = load_vectors(recipe.vectors).dim
+    return replace(model, embedding_size=load_vectors(recipe.vectors).dim)
 
 
 def load_pretrained(model: TaskModel, run: Path, *, flag: str = "--from") -> None:

@@ -93,8 +93,8 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
     if sizing is not None:
         print(f"sesame: {sizing.line()}", file=sys.stderr, flush=True)
         spec, cfg = replace(spec, size=sizing.size), replace(cfg, batch_size=sizing.batch_size)
-    model = {**start.backbone(spec, tok),
-             **spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}")}
+    model = replace(start.backbone(spec, tok),
+                    **spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}"))
     config = RunConfig(
         kind="pretrained", family=spec.family, **start.origin(spec, model), objective=spec.objective_name,
         objective_options=spec.objective_settings(), static_masks=spec.static_masks,

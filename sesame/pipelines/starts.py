@@ -17,6 +17,7 @@ from ..data.shards import Shards
 from ..data.windows import Corpus
 from ..errors import SesameError
 from ..families import backbone_config
+from ..models import ModelConfig
 from ..objectives import Objective
 from ..run import read_config
 from ..specs import PretrainSpec
@@ -30,10 +31,10 @@ class Start(Protocol):
     def tokenizer(self, corpus: Corpus, spec: PretrainSpec) -> tuple[TextTokenizer, str | None]:
         """The run's tokenizer, and the file it was read from (None: trained on the corpus, or a teacher's)."""
 
-    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> ModelConfig:
         """The backbone's configuration, before the spec's recurrent dropouts."""
 
-    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
         """config.json's fields of where the model came from: ``size``, ``base`` and ``added_words``."""
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
@@ -61,14 +62,14 @@ class NewModel:
         return corpus.tokenizer(file, fam.tokenizer, spec.vocab_size, spec.progress, cased=spec.cased,
                                 sentinels=fam.sentinels), file
 
-    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> ModelConfig:
         config = backbone_config(spec.family, spec.size, tok.vocab_size, tok.specials.pad, dropout(spec),
                                  max(spec.fam.context, spec.seq_len), specials=tok.specials)
         if spec.attention_window is not None:
             config = replace(config, attention_window=spec.attention_window)
-        return config.to_dict()
+        return config
 
-    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
         return {"size": spec.size, "base": spec.base, "added_words": 0}
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
@@ -100,15 +101,15 @@ class Continued(NewModel):
             tok = spec.fam.continued_words(tok, corpus.texts, spec.vocab_size)
         return tok, file
 
-    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> dict:
+    def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> ModelConfig:
         # the words continued pre-training added, if any (a converted T5's table may also have unused rows beyond its
         # tokenizer's ids, which it keeps)
-        return {**self.config.model, "vocab_size": max(tok.vocab_size, self.config.model["vocab_size"]),
-                **({"dropout": spec.dropout} if spec.dropout is not None else {})}
+        return replace(self.config.model, vocab_size=max(tok.vocab_size, self.config.model.vocab_size),
+                       **({"dropout": spec.dropout} if spec.dropout is not None else {}))
 
-    def origin(self, spec: PretrainSpec, model: dict) -> dict:
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
         return {"size": self.config.size, "base": spec.base,
-                "added_words": model["vocab_size"] - self.config.model["vocab_size"]}
+                "added_words": model.vocab_size - self.config.model.vocab_size}
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         obj.load_state_dict(with_new_words(load_weights(Path(spec.base) / "model.safetensors"),

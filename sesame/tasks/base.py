@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import SesameError
-from ..models import Transformer
+from ..models import ModelConfig, Transformer
 from ..options import typed_value
 from ..runtime import device_of, to_device
 from ..tokenizer import TextTokenizer
@@ -105,11 +105,11 @@ class Task:
     def check(self, examples: list[dict], labels: list[str], path: str) -> None:
         """Fail, naming file and line, on gold answers the model cannot represent (an unknown label)."""
 
-    def check_model(self, model: dict) -> None:
-        """Fail, naming the flag, when the backbone (its config dict, before any weights exist) cannot
+    def check_model(self, model: ModelConfig) -> None:
+        """Fail, naming the flag, when the backbone (its config, before any weights exist) cannot
         serve this task; fine-tuning calls it before writing the run directory. An encoder-decoder (T5, BART) is
         refused unless the task's head reads one (``reads_encoder_decoders``: classify, pair, regress)."""
-        if model.get("arch") == "encoder_decoder" and not self.reads_encoder_decoders:
+        if model.arch == "encoder_decoder" and not self.reads_encoder_decoders:
             raise SesameError(f"--from: an encoder-decoder (T5, BART) model; --task {self.name}'s head reads one "
                               "stack's states, which it does not give: fine-tune it with --task classify, pair, "
                               "regress or text2text, or fine-tune an encoder or decoder family (bert, gpt2, ...)")

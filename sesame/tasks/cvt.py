@@ -18,7 +18,7 @@ from torch import nn
 
 from ..data.labeled import read_text
 from ..errors import SesameError
-from ..models import Recurrent, Transformer, model_config
+from ..models import ModelConfig, Recurrent, Transformer
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 from .base import Batches, TaskModel
@@ -121,11 +121,10 @@ class CrossViewModel(TaskModel):
         return {view: (self.auxiliary[view](h), valid) for view, (h, valid) in states.items()}
 
 
-def check_backbone(model: dict) -> None:
-    """Fail, naming --from, unless the backbone (its config dict) is a bidirectional recurrent stack of
+def check_backbone(cfg: ModelConfig) -> None:
+    """Fail, naming --from, unless the backbone (its config) is a bidirectional recurrent stack of
     two or more layers: the views split the first layer by direction and the primary also reads a
     higher one (§3.2)."""
-    cfg = model_config(model)
     directions = getattr(cfg, "directions", None)  # a stack whose states split into a forward and a backward run
     if directions != 2 or cfg.layers < 2:
         kind = (f"a {'causal' if cfg.causal else 'bidirectional'} {cfg.layers}-layer recurrent one" if directions

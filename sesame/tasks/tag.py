@@ -40,7 +40,7 @@ from torch import nn
 from ..data.labeled import read_text
 from ..errors import SesameError
 from ..metrics import conll_report
-from ..models import Transformer
+from ..models import ModelConfig, Transformer
 from ..tokenizer import TextTokenizer
 from . import cvt
 from .base import Batches, Task, TaskModel, label_vocabulary, pad, register, shown, texts_of
@@ -244,7 +244,7 @@ class Tag(Task):
         self.check_model(backbone.config.to_dict())
         return cvt.CrossViewModel(backbone, n_labels, dropout)
 
-    def check_model(self, model: dict) -> None:
+    def check_model(self, model: ModelConfig) -> None:
         """With ``cvt_unlabeled``, fail (naming --from) on a backbone cross-view training cannot use
         (:func:`.cvt.check_backbone`)."""
         super().check_model(model)

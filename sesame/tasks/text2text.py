@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ..data.labeled import read_fields
 from ..errors import SesameError
-from ..models import model_config
+from ..models import ModelConfig
 from ..models.encoder_decoder import EncoderDecoder
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, register
@@ -196,14 +196,14 @@ class Text2Text(Task):
                 raise SesameError(f"{path}:{row['line']}: label {row['gold']!r} never occurs in the training data; "
                                   f"the known labels are {labels}")
 
-    def check_model(self, model: dict) -> None:
+    def check_model(self, model: ModelConfig) -> None:
         """An encoder-decoder whose decoder reads ``max_target_length`` positions, at most its ``max_positions``:
         its table's for learned positions (BART: 1024), T5's ``n_positions`` (512) for its relative position bias, as
         generation holds every decoder (:meth:`sesame.decoding.GenerationConfig.check_room`)."""
-        if model.get("arch") != "encoder_decoder":
+        if model.arch != "encoder_decoder":
             raise SesameError(f"--task text2text needs an encoder-decoder (the t5 or bart family), not a "
-                              f"{model.get('arch', 'transformer')} model: give --from a t5 or bart run")
-        positions = model_config(model).max_positions
+                              f"{model.arch} model: give --from a t5 or bart run")
+        positions = model.max_positions
         if self.max_target_length > positions:
             raise SesameError(f"--task-option max_target_length={self.max_target_length} exceeds the model's "
                               f"{positions} positions; give at most {positions}")

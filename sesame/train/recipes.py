@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from torch import nn
 
 from ..errors import SesameError
-from ..models import model_config
+from ..models import ModelConfig
 from ..models.additions import Adapter, Additions, ScalarMix, takes_additions
 from ..options import option
 from .auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
@@ -92,9 +92,11 @@ class Technique:
     """One technique of a fine-tuning recipe. The fine-tuning pipeline calls every hook of every technique at
     its moment, knowing none by name; a hook a technique does not need does nothing."""
 
-    def configure(self, model: dict, *, source: str) -> None:
-        """Before the task model is built: check, or change, its backbone configuration ``model`` (config.json's
-        ``model``); ``source`` names the starting model in errors."""
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
+        """Before the task model is built: check its backbone configuration ``model`` (config.json's ``model``) and
+        return it as the technique needs it (changed with ``dataclasses.replace``); ``source`` names the starting
+        model in errors."""
+        return model
 
     def insert(self, additions: Additions) -> Additions:
         """What the backbone gets inserted once built (config.json's ``additions``, :mod:`sesame.models.additions`),
@@ -121,9 +123,10 @@ class Techniques(Technique):
     (:meth:`Recipe.validate` lets at most one technique give them)."""
     parts: list[Technique] = field(default_factory=list)
 
-    def configure(self, model: dict, *, source: str) -> None:
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
         for part in self.parts:
-            part.configure(model, source=source)
+            model = part.configure(model, source=source)
+        return model
 
     def insert(self, additions: Additions) -> Additions:
         for part in self.parts:
@@ -147,10 +150,10 @@ class Techniques(Technique):
             part.count(batch)
 
 
-def _check_additions(model: dict, source: str) -> None:
+def _check_additions(model: ModelConfig, source: str) -> None:
     """Refuse inserting adapters or a scalar mix into a backbone of configuration ``model`` that is no Transformer
     stack."""
-    if not takes_additions(model_config(model)):
+    if not takes_additions(model):
         raise SesameError(f"--adapters/--features: recipes for Transformer backbones, and {source} (ELMo and "
                           "CoVe runs are read as frozen features already)")
 
@@ -184,8 +187,9 @@ class Adapters(Technique):
     feed-forward sublayer; only the adapters, the LayerNorms and the task head train."""
     size: int
 
-    def configure(self, model: dict, *, source: str) -> None:
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
         _check_additions(model, source)
+        return model
 
     def insert(self, additions: Additions) -> Additions:
         return replace(additions, adapter_size=self.size)
@@ -198,9 +202,9 @@ class Features(Technique):
     """ELMo-style frozen features (Peters et al. 2018, §3.3, eq. 1): the backbone frozen and run without
     dropout, as at inference; only a scalar mix of its layers and the task head train."""
 
-    def configure(self, model: dict, *, source: str) -> None:
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
         _check_additions(model, source)
-        model["dropout"] = 0.0
+        return replace(model, dropout=0.0)
 
     def insert(self, additions: Additions) -> Additions:
         return replace(additions, scalar_mix=True)
@@ -214,8 +218,9 @@ class AuxiliaryLM(Technique):
     """GPT's auxiliary LM loss, weighted ``weight`` (λ; Radford et al. 2018, §3.2, eq. 5)."""
     weight: float
 
-    def configure(self, model: dict, *, source: str) -> None:
-        check_auxiliary_lm(model_config(model))
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
+        check_auxiliary_lm(model)
+        return model
 
     def prepare(self, model: nn.Module) -> None:
         add_auxiliary_lm(model, self.weight)
