@@ -230,13 +230,13 @@ def peer(job: str, record: Recording, run: Path, args) -> Loop:
     config, tok = read_config(run, "--out"), load_tokenizer(run)
     m, placement = config.model, record.trainer.placement
     names = dict(zip(("config", "model"), PEERS[job]))
-    shape = ({"hidden_size": m["hidden"], "num_hidden_layers": m["layers"], "num_attention_heads": m["heads"],
-              "intermediate_size": m["intermediate"], "max_position_embeddings": m["max_positions"]} if job == "bert" else
-             {"n_embd": m["hidden"], "n_layer": m["layers"], "n_head": m["heads"], "n_inner": m["intermediate"],
-              "n_positions": m["max_positions"]})
+    shape = ({"hidden_size": m.hidden, "num_hidden_layers": m.layers, "num_attention_heads": m.heads,
+              "intermediate_size": m.intermediate, "max_position_embeddings": m.max_positions} if job == "bert" else
+             {"n_embd": m.hidden, "n_layer": m.layers, "n_head": m.heads, "n_inner": m.intermediate,
+              "n_positions": m.max_positions})
     torch.manual_seed(args.seed)
     model = getattr(transformers, names["model"])(getattr(transformers, names["config"])(
-        vocab_size=m["vocab_size"], **shape))
+        vocab_size=m.vocab_size, **shape))
     model = placement.model(model)
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend, **{
         f"{role}_token": token for role, token in SPECIAL_TOKENS[tok.kind].items()})

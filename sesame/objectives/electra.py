@@ -24,6 +24,7 @@ L_MLM(x, θ_G) + λ·L_Disc(x, θ_D) with λ = 50 (Appendix A), and no gradient 
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +64,12 @@ class Electra(Objective):
     options = ("disc_weight", "generator_fraction", "rate", "two_stage")
     part_names = ("mlm", "disc")
 
+    @cached_property
+    def pool(self) -> torch.Tensor:
+        """The ids a replacement is drawn from, a plain attribute (see Objective.__init__) made at the first batch:
+        never for an objective built on the meta device to name its weights (an export), where it cannot be."""
+        return replacement_pool(self.backbone.config.vocab_size, self.special_ids)
+
     def __init__(self, backbone: Transformer, specials: SpecialIds, generator_fraction: float = 0.25,
                  disc_weight: float = 50.0, two_stage: float = 0.0, rate: float = 0.15):
         super().__init__(backbone, specials)
@@ -72,7 +79,6 @@ class Electra(Objective):
             raise ValueError(f"two_stage is a fraction of the run in [0, 1), got {two_stage}")
         cfg = backbone.config
         self.two_stage, self.rate = two_stage, rate
-        self.pool = replacement_pool(cfg.vocab_size, self.special_ids)  # a plain attribute: see Objective.__init__
         self.part_weights = {"disc": disc_weight}
         self.progress = 0.0
         self.generator = Transformer(generator_config(cfg, generator_fraction))

@@ -241,7 +241,7 @@ class Tag(Task):
             if self.head == "mlp":
                 return cvt.CrossViewModel(backbone, n_labels, dropout, views=False)
             return TokenModel(backbone, n_labels, dropout)
-        self.check_model(backbone.config.to_dict())
+        self.check_model(backbone.config)
         return cvt.CrossViewModel(backbone, n_labels, dropout)
 
     def check_model(self, model: ModelConfig) -> None:
