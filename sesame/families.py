@@ -263,6 +263,11 @@ def get_family(name: str, *, flag: str = "--family") -> Family:
     return FAMILIES[name]
 
 
+def run_family(config: RunConfig, where: str) -> Family:
+    """The registry row of the family a run's config.json names, ``where`` naming the run if none does."""
+    return get_family(config.family, flag=f"{where}: its config.json's family")
+
+
 def hf_family(model_type: str, model: dict) -> Family | None:
     """The family a transformers ``model_type`` checkpoint imports as (None: no row names that type): of the rows
     whose ``hf_model_type`` it is, the one whose ``model_options`` differ from the checkpoint's model fields ``model``

@@ -44,7 +44,7 @@ import torch
 from . import decoding
 from .decoding import GenerationConfig, next_tokens, penalise_repetition, stop_strings, uniform_draws
 from .errors import SesameError
-from .families import FAMILIES
+from .families import FAMILIES, run_family
 from .interop import resolve
 from .language_model import LanguageModel
 from .models.encoder_decoder import EncoderDecoder
@@ -187,7 +187,7 @@ class Transducer:
         config = read_config(run, flag, ("pretrained", "finetuned"))
         bos = config.task_options.get("bos")  # text2text's, as fine-tuning recorded it; else the family's framing
         if bos is None:
-            bos = config.family in FAMILIES and FAMILIES[config.family].source_bos
+            bos = run_family(config, f"{flag} {run}").source_bos
         return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bool(bos), placement=placement)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:

@@ -4,7 +4,7 @@ into one typed :class:`Source`, which every pipeline and application asks instea
 * a sesame run directory (config.json with a ``kind``): ``kind == "run"``, with its :class:`RunConfig`;
 * a transformers model directory (config.json with a ``model_type``), or ``minilm`` (the installed
   all-MiniLM-L6-v2): ``kind == "transformers"``, converted into a temporary run by :meth:`Source.open`, of the family
-  its ``model_type`` imports as (:func:`sesame.interop.sources.transformers_family`);
+  its ``model_type`` imports as (:func:`sesame.interop.hf_import.transformers_family`);
 * ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size;
 * ``scratch:RUN``: ``kind == "scratch"`` with the pretrained run's directory and config, its twin: the run's family,
   shape and tokenizer with new weights, so that what pre-training bought can be measured.
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Iterator
 
 from .errors import SesameError
-from .families import Family, get_family, get_size
-from .interop.sources import MINILM, minilm_dir, resolve, transformers_config, transformers_family
+from .families import Family, get_family, get_size, run_family
+from .interop.hf_import import transformers_family
+from .interop.sources import MINILM, minilm_dir, resolve, transformers_config
 from .run import RunConfig, read_config
 
 SCRATCH = "scratch:"
@@ -79,11 +80,6 @@ def resolve_source(given: str | Path, flag: str) -> Source:
         raise SesameError(f"{flag} {given}: no such run directory")
     config = read_config(path, flag)
     return Source(given, flag, "run", run_family(config, f"{flag} {given}"), path, config, config.size)
-
-
-def run_family(config: RunConfig, where: str) -> Family:
-    """The registry row of the family a run's config.json names, ``where`` naming the run if none does."""
-    return get_family(config.family, flag=f"{where}: its config.json's family")
 
 
 def _twin(given: str, flag: str) -> Source:

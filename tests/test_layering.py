@@ -60,8 +60,7 @@ REGISTRY = PACKAGE / "families.py"
 # where a family's registry row is looked up by name: where a model is resolved (a --from/--model source, a pretrain
 # spec's family, a transformers checkpoint converted or exported, a run generated from) and the applications' own;
 # the pipelines get the row passed along
-LOOKUPS = {"sources.py": 2, "specs.py": 1, "generation.py": 1, "interop/sources.py": 2, "interop/hf_import.py": 1,
-           "interop/hf_seq2seq.py": 2, "interop/xlnet.py": 1, "apps/cove.py": 1, "apps/compare/approaches.py": 1}
+LOOKUPS = {"sources.py": 1, "specs.py": 1, "interop/hf_import.py": 2, "apps/cove.py": 1, "apps/compare/approaches.py": 1}
 
 
 def flags_read(source: str) -> list[str]:

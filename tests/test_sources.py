@@ -9,7 +9,7 @@ import pytest
 
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
-from sesame.interop.sources import transformers_family
+from sesame.interop.hf_import import transformers_family
 from sesame.sources import resolve_source
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "runs"

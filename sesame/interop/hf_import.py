@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SesameError
-from ..families import FAMILIES
+from ..families import Family, get_family, hf_family
 from ..models import TransformerConfig
 from ..objectives.electra import generator_config
 from ..run import RunConfig, write_config
@@ -49,10 +49,10 @@ from ..tasks import make_task
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import read_json, save_weights, write_json
 from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architecture
-from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
+from .encoder_decoder import TYPES as SEQ2SEQ_TYPES, model_config as seq2seq_model
 from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
-from .xlnet import MODEL_TYPE as XLNET, xlnet_run
+from .xlnet import MODEL_TYPE as XLNET, model_config as xlnet_model, xlnet_run
 from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, check_tensors, classifier_labels, classifier_max_length,
                      classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
                      import_tensors, is_sequence_classifier, lm_entries, meta_backbone, name_plan, pair_entries,
@@ -62,6 +62,17 @@ from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, check_tensors, cl
 ROUTES = {**dict.fromkeys(SEQ2SEQ_TYPES, seq2seq_run), XLNET: xlnet_run}
 LEGACY = {".gamma": ".weight", ".beta": ".bias"}  # LayerNorm names of TensorFlow-converted checkpoints
 BUFFERS = re.compile(r"(^|\.)(position_ids|token_type_ids)$|(^|\.)attn\.(masked_)?bias$")  # saved by old versions
+
+
+def transformers_family(hf: dict, where: str) -> Family:
+    """The family whose run the transformers config.json ``hf`` (read at ``where``) converts into, the one place an
+    imported checkpoint's family is resolved: its architecture's (:mod:`.architectures`), or for a type several rows
+    name (T5, T5 v1.1) the row its configuration matches (:func:`sesame.families.hf_family`); a type sesame does not
+    convert is refused, as converting it would be."""
+    model_type = hf.get("model_type")
+    if model_type not in ROUTES:  # the architectures' table
+        return get_family(architecture(model_type, where).family)
+    return hf_family(model_type, xlnet_model(hf, where) if model_type == XLNET else seq2seq_model(hf, model_type, where))
 
 
 def transformers_type(src: Path) -> str | None:
@@ -285,7 +296,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
                            hf=origin)
     else:
         config = RunConfig(kind="pretrained", family=arch.family, objective=objective,
-                           pooling=FAMILIES[arch.family].pooling, model=backbone, hf=origin)
+                           pooling=transformers_family(hf_config, str(config_path)).pooling, model=backbone,
+                           hf=origin)
         if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
             config.seq_len = min(EVAL_SEQ_LEN, model["max_positions"])
     summary = {"model_type": arch.model_type, "family": arch.family, "kind": config.kind, "task": task,
@@ -354,7 +366,8 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
         if generator is not None:
             raise SesameError(f"--generator: {src} is a {transformers_type(src)} model; --generator pairs an ELECTRA "
                               "discriminator with its generator. Drop --generator")
-        return route(src, out)
+        config_path = src / "config.json"
+        return route(src, out, family=transformers_family(read_json(config_path), str(config_path)))
     imported = _import(src, discriminator=generator is not None)
     if generator is not None:
         _add_generator(imported, _import(Path(generator), flag="--generator"),

@@ -6,7 +6,7 @@ tokenizer: tokenizer.json; for BART also vocab.json + merges.txt) into a :class:
 the record that gives the checkpoint back. :func:`export_encoder_decoder` writes one as a directory that
 ``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load. Neither reads or writes pickles. :func:`seq2seq_run` and
 :func:`seq2seq_export` are the ``convert --from-hf`` / ``--to-hf`` routes: a pretrained run of the family whose row
-names the ``model_type`` (:func:`sesame.families.hf_family`: t5, t5v1_1 or bart), with that row's objective,
+names the ``model_type`` (:func:`.hf_import.transformers_family`: t5, t5v1_1 or bart), with that row's objective,
 options and pooling, holding the model under ``backbone.``, and back.
 A ``T5ForSequenceClassification``
 or ``BartForSequenceClassification`` is a fine-tuned classify or regress run instead (:class:`SequenceHead`), whose
@@ -27,7 +27,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..errors import SesameError
-from ..families import FAMILIES, hf_family
+from ..families import FAMILIES, Family, run_family
 from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from ..run import RunConfig, load_tokenizer, write_config
 from ..rundir import new_run
@@ -165,15 +165,16 @@ def seq2seq_task(hf: dict) -> tuple[str | None, str]:
     return classifier_task(hf)
 
 
-def seq2seq_run(src: Path, out: Path) -> dict:
-    """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its family (:func:`hf_family`), with the
-    row's objective (span corruption, denoising), its options and pooling, so the run evaluates, continues
+def seq2seq_run(src: Path, out: Path, *, family: Family) -> dict:
+    """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its ``family`` (the row
+    :func:`.hf_import.transformers_family` resolved), with the row's objective (span corruption, denoising), its
+    options and pooling, so the run evaluates, continues
     pre-training and fine-tunes as one sesame made; its weights are the model's under ``backbone.``. A sequence
     classifier's is a fine-tuned run of its task, with its head (:func:`_classifier_run`)."""
     c = import_encoder_decoder(src)
-    fam = hf_family(c.model_type, c.model)
-    config = RunConfig(kind="pretrained", family=fam.name, model=EncoderDecoderConfig(**c.model), hf=c.hf,
-                       objective=fam.objective, objective_options=dict(fam.objective_options), pooling=fam.pooling,
+    config = RunConfig(kind="pretrained", family=family.name, model=EncoderDecoderConfig(**c.model), hf=c.hf,
+                       objective=family.objective, objective_options=dict(family.objective_options),
+                       pooling=family.pooling,
                        seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
     head = c.head.weights if c.head else {}
     if c.head:
@@ -219,8 +220,7 @@ def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
     ``BartForConditionalGeneration`` (the imported checkpoint's type, else its family's); a fine-tuned classify,
     pair or regress run as ``T5ForSequenceClassification`` or ``BartForSequenceClassification``."""
     where = f"--to-hf {run}"
-    fam = FAMILIES.get(config.family)
-    model_type = config.hf["model_type"] if config.hf else fam.hf_model_type if fam else None
+    model_type = config.hf["model_type"] if config.hf else run_family(config, where).hf_model_type
     if model_type not in TYPES:
         exportable = [f.name for f in FAMILIES.values() if f.hf_model_type in TYPES]
         raise SesameError(f"{where}: family {config.family!r} has no transformers encoder-decoder here; exportable: "

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import SesameError
-from ..families import Family, get_family, hf_family
 from ..train.checkpoint import read_json
 from .architectures import architecture
 from .hf_import import from_hf, sequence_task
-from .encoder_decoder import TYPES as SEQ2SEQ_TYPES, model_config as seq2seq_model
+from .encoder_decoder import TYPES as SEQ2SEQ_TYPES
 from .hf_seq2seq import seq2seq_task
-from .xlnet import MODEL_TYPE as XLNET, model_config as xlnet_model, xlnet_task
+from .xlnet import MODEL_TYPE as XLNET, xlnet_task
 
 # model types with a converter of their own: model_type → the task its config.json makes a checkpoint
 TASKS = {**dict.fromkeys(SEQ2SEQ_TYPES, seq2seq_task), XLNET: xlnet_task}
@@ -54,16 +53,6 @@ def transformers_config(path: Path) -> dict | None:
         return None
     config = read_json(config_path)
     return config if isinstance(config, dict) and "model_type" in config and "kind" not in config else None
-
-
-def transformers_family(hf: dict, where: str) -> Family:
-    """The family whose run the transformers config.json ``hf`` (read at ``where``) converts into: its architecture's
-    (:mod:`.architectures`), or for a type several rows name (T5, T5 v1.1) the row its configuration matches
-    (:func:`sesame.families.hf_family`); a type sesame does not convert is refused, as converting it would be."""
-    model_type = hf.get("model_type")
-    if model_type not in TASKS:  # the architectures' table
-        return get_family(architecture(model_type, where).family)
-    return hf_family(model_type, xlnet_model(hf, where) if model_type == XLNET else seq2seq_model(hf, model_type, where))
 
 
 @contextmanager

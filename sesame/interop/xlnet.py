@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ..errors import SesameError
-from ..families import hf_family
+from ..families import Family
 from ..models.xlnet import XLNet, XLNetConfig
 from ..run import RunConfig, load_tokenizer, write_config
 from ..rundir import new_run
@@ -176,10 +176,10 @@ def xlnet_task(hf: dict) -> tuple[str | None, str]:
     return classifier_task(hf)
 
 
-def xlnet_run(src: Path, out: Path) -> dict:
-    """``convert --from-hf`` of an XLNet directory: a pretrained run of the family whose row names ``xlnet``
-    (objective ``plm`` with an ``lm_loss`` head, else none), or a fine-tuned classify or regress run for a sequence
-    classifier (pooling ``last``). Returns the summary."""
+def xlnet_run(src: Path, out: Path, *, family: Family) -> dict:
+    """``convert --from-hf`` of an XLNet directory: a pretrained run of ``family`` (the row that names ``xlnet``,
+    :func:`.hf_import.transformers_family`; objective ``plm`` with an ``lm_loss`` head, else none), or a fine-tuned
+    classify or regress run for a sequence classifier (pooling ``last``). Returns the summary."""
     config_path = src / "config.json"
     hf = read_json(config_path)
     model = model_config(hf, str(config_path))
@@ -197,7 +197,6 @@ def xlnet_run(src: Path, out: Path) -> dict:
     dropped = sorted({n.split(".")[0] for n in weights if not n.startswith(PREFIX) and n not in taken})
     base = {n.removeprefix(PREFIX): t for n, t in weights.items() if n.startswith(PREFIX)}
     state = {"backbone." + k: v for k, v in import_weights(base, model, str(path)).items()} | head_state
-    fam = hf_family(MODEL_TYPE, model)
     origin = {"model_type": MODEL_TYPE, "source": str(src.resolve()), "config": hf, "tokenizer": record}
     labels, task, fields = [], None, {}
     if head == "classifier":
@@ -209,9 +208,9 @@ def xlnet_run(src: Path, out: Path) -> dict:
         fields = {"kind": "finetuned", "task": task, "task_options": job.options(), "select": job.select,
                   "max_length": classifier_max_length(src, model)}
     elif head == "plm":  # the segment `sesame evaluate` reads by default (--seq-len overrides it)
-        fields = {"objective": fam.objective, "objective_options": dict(fam.objective_options), "seq_len": EVAL_SEQ_LEN}
-    config = RunConfig(**{"kind": "pretrained", "family": fam.name, "model": XLNetConfig(**model), "hf": origin,
-                          "pooling": fam.pooling, **fields})
+        fields = {"objective": family.objective, "objective_options": dict(family.objective_options), "seq_len": EVAL_SEQ_LEN}
+    config = RunConfig(**{"kind": "pretrained", "family": family.name, "model": XLNetConfig(**model), "hf": origin,
+                          "pooling": family.pooling, **fields})
     with new_run(out, config.kind, resume=False) as run:
         tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", state)
@@ -221,7 +220,7 @@ def xlnet_run(src: Path, out: Path) -> dict:
     notes = [] if _bounded(hf) else [
         f"mem_len {hf.get('mem_len')!r} keeps every earlier state in transformers; the run keeps "
         f"{model['mem_len']} (sesame evaluate --mem-len changes it)"]
-    return {"model_type": MODEL_TYPE, "family": fam.name, "kind": config.kind, "task": task,
+    return {"model_type": MODEL_TYPE, "family": family.name, "kind": config.kind, "task": task,
             "objective": config.objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
             "vocab_size": model["vocab_size"], "pooler": head == "classifier", "dropped_heads": dropped,
             "renamed_tokens": record["renamed"], "appended_tokens": record["spare"], "notes": notes}

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..families import Family, backbone_config, head_dropouts
+from ..families import Family, backbone_config, head_dropouts, run_family
 from ..inputs import grow_token_embedding
 from ..models import ModelConfig, position_limit
 from ..models.additions import Additions, inserted
@@ -29,7 +29,7 @@ from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
-from ..sources import SCRATCH, Source, resolve_source, run_family
+from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
