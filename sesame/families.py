@@ -359,4 +359,4 @@ def reading_features(features: ModelConfig, size: str, dropout: float) -> Recurr
     task = backbone_config(DOWNSTREAM, size, features.vocab_size, features.pad_id, dropout)
     # CoVe's task model starts from the MT-LSTM's own word vectors, [GloVe(x); CoVe(x)]
     return replace(task, embedding_size=getattr(features, "embedding_size", RECURRENT_SIZES[size][0]),
-                   features=features.to_dict())
+                   features=features)

@@ -53,10 +53,11 @@ class RunConfigs:
     """Which expressions of one scope (a module or a function, nested ones included) are RunConfigs: a name annotated
     so, or bound to one (``RunConfig(...)``, ``replace(<one>, ...)``, a call of a function annotated to return one, as
     ``read_config``, or one of the tuple it returns), and any ``<x>.config`` (a source's, a predictor's, a teacher's: a
-    TrainConfig or a model config has no ``model``)."""
+    TrainConfig or a model config has no ``model``). A name bound to a RunConfig's ``model`` is followed too
+    (``aliases``: ``m = config.model; m["layers"]``)."""
 
     def __init__(self, scope: ast.AST, makers: dict[str, tuple[int, ...] | None]):
-        self.makers, self.names = makers, set()
+        self.makers, self.names, self.aliases = makers, set(), set()
         arguments = [a for node in ast.walk(scope) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                      for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs]
         self.names |= {a.arg for a in arguments if a.annotation is not None and self.typed(a.annotation)}
@@ -76,6 +77,8 @@ class RunConfigs:
     def bind(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Name) and self.holds(value):
             self.names.add(target.id)
+        elif isinstance(target, ast.Name) and self.model(value):
+            self.aliases.add(target.id)
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
             for t, v in zip(target.elts, value.elts):
                 self.bind(t, v)
@@ -100,7 +103,9 @@ class RunConfigs:
         return name == "RunConfig" or name in self.makers and self.makers[name] is None
 
     def model(self, node: ast.AST) -> bool:
-        """Whether ``node`` is ``<a RunConfig>.model``."""
+        """Whether ``node`` is ``<a RunConfig>.model``, or a name bound to one."""
+        if isinstance(node, ast.Name):
+            return node.id in self.aliases
         return isinstance(node, ast.Attribute) and node.attr == "model" and self.holds(node.value)
 
 
@@ -125,7 +130,8 @@ def dict_uses(source: str, makers: dict[str, tuple[int, ...] | None]) -> list[st
                                                    or called(node) in ("dict", "model_config")
                                                    and any(configs.model(a) for a in node.args))
                 or isinstance(node, (ast.Assign, ast.AugAssign)) and any(
-                    configs.model(t) or isinstance(t, ast.Attribute) and configs.model(t.value)
+                    configs.model(t) and not isinstance(t, ast.Name)  # binding an alias is no edit
+                    or isinstance(t, ast.Attribute) and configs.model(t.value)
                     for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))
             if wrong:
                 found.add(node.lineno)
@@ -157,8 +163,14 @@ def teacher(self, run, given: RunConfig | None):
     config.model.dropout = 0.0
     if "mem_len" in config.model:
         return self.config.model["layers"], model_config(config.model), dict(read_config(run, "--model").model)
+
+def alias(config: RunConfig):
+    model = config.model
+    model["layers"] = 2
+    return model.get("hidden")
 '''
-    assert [line.split(":")[0] for line in dict_uses(source, makers)] == ["4", "5", "6", "10", "11", "12", "13"]
+    assert [line.split(":")[0] for line in dict_uses(source, makers)] == ["4", "5", "6", "10", "11", "12", "13", "17",
+                                                                          "18"]
 
 
 def test_the_scan_leaves_other_models_and_typed_access_alone(makers):

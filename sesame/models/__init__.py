@@ -24,8 +24,11 @@ ModelConfig = TransformerConfig | RecurrentConfig | ElmoConfig | CoveConfig
 
 
 def model_config(config: dict) -> ModelConfig:
-    """The config object of a run's model config dict (configs written before ``arch`` existed are Transformers)."""
+    """The config object of a run's model config dict (configs written before ``arch`` existed are Transformers); a
+    recurrent model's nested ``features`` (ELMo's or CoVe's config) is parsed too."""
     config = dict(config)
+    if isinstance(config.get("features"), dict):
+        config["features"] = model_config(config["features"])
     return ARCHITECTURES[config.pop("arch", "transformer")][0](**config)
 
 
@@ -40,7 +43,7 @@ def build_model(config: ModelConfig | dict) -> nn.Module:
     """The backbone a model config (or its config.json dict) describes, without weights."""
     cfg = model_config(config) if isinstance(config, dict) else config
     extractor = getattr(cfg, "features", None)  # a recurrent model reading ELMo's or CoVe's features
-    parts = {"features": build_model(extractor)} if extractor else {}
+    parts = {"features": build_model(extractor)} if extractor is not None else {}
     return ARCHITECTURES[cfg.arch][1](cfg, **parts)
 
 

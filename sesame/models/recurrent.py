@@ -53,7 +53,9 @@ class RecurrentConfig:
     input_dropout: float = 0.0  # locked dropout on the embeddings (dropouti)
     hidden_dropout: float = 0.0  # locked dropout between layers (dropouth)
     weight_dropout: float = 0.0  # DropConnect on W_hh (wdrop)
-    features: dict | None = None  # a frozen feature extractor's model config (ELMo, CoVe), read beside the embeddings
+    # a frozen feature extractor's own config (an ElmoConfig or CoveConfig: ELMo, CoVe), read beside the embeddings;
+    # config.json nests its to_dict(), which models.model_config parses back
+    features: ElmoConfig | CoveConfig | None = None
 
     def __post_init__(self) -> None:
         if self.cell not in CELLS:
