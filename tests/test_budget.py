@@ -13,6 +13,7 @@ from sesame.budget import (MIN_STEPS, SMALLEST_BATCH, TOKENS_PER_PARAMETER, Cand
                            measured_candidates, sizing)
 from sesame.cli import main
 from sesame.data.shards import Shards
+from sesame.data.windows import training_windows
 from sesame.errors import SesameError
 from sesame.run import build_backbone, load_tokenizer, read_config
 from sesame.runtime import Runtime
@@ -75,7 +76,7 @@ STUB_RATES = {128: 100_000.0, 256: 20_000.0, 512: 5_000.0}  # tokens/s by width:
 def stub_timing(monkeypatch):
     calls = []
 
-    def rate(spec, backbone, *args):
+    def rate(spec, backbone, *args, **kwargs):
         calls.append(backbone.config.hidden)
         return STUB_RATES[backbone.config.hidden]
 
@@ -102,7 +103,7 @@ def test_size_auto_records_its_choice_prints_it_and_resume_measures_nothing(tiny
     assert record["affordable_tokens"] == 100_000 * 60 * 2 >= TOKENS_PER_PARAMETER * record["parameters"]
     assert record["batch_size"] == config["train"]["batch_size"] and "Hoffmann" in record["rule"]
 
-    monkeypatch.setattr(sizing_pipeline, "tokens_per_second", lambda *args: pytest.fail("resume measured again"))
+    monkeypatch.setattr(sizing_pipeline, "tokens_per_second", lambda *args, **kwargs: pytest.fail("resume measured again"))
     for given_size in ([], ["--size", "auto"]):
         before = json.loads((run / "config.json").read_text())["train"]["max_steps"]
         assert pretrain(tiny_runs / "corpus.txt", run, "--resume", *given_size, "--max-minutes", "2",
@@ -122,8 +123,10 @@ def test_the_measurement_times_real_training_steps(tiny_runs):
     config = read_config(pre, "--from")
     spec = PretrainSpec(corpus=[str(tiny_runs / "corpus.txt")], out="unused", size="tiny", seq_len=32,
                         training={"max_minutes": 1, "batch_size": 4})
-    rate = sizing_pipeline.tokens_per_second(spec, build_backbone(config), load_tokenizer(pre), Shards(config.shards),
-                                             spec.train_config(), Runtime().place(), 32)
+    shards = Shards(config.shards)
+    windows = (32, training_windows(shards, None, length=32, seq_len=32)[0])
+    rate = sizing_pipeline.tokens_per_second(spec, build_backbone(config), load_tokenizer(pre), shards,
+                                             spec.train_config(), Runtime().place(), windows=windows)
     assert math.isfinite(rate) and rate > 0
 
 

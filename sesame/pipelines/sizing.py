@@ -29,23 +29,25 @@ def auto_size(spec: PretrainSpec, tok: TextTokenizer, shards: Shards, cfg: Train
     """What ``--size auto`` picks for the spec's ``--max-minutes`` (:func:`sesame.budget.sizing`), timing the
     family's sizes on ``shards`` as :func:`tokens_per_second` does."""
     window = OBJECTIVES[spec.objective_name].window_length(spec.seq_len, **spec.objective_settings())
+    windows, _, _ = training_windows(shards, None, length=window, seq_len=spec.seq_len)  # once, for every size
 
     def measure(size: str) -> Candidate:
         backbone = build_model(NewModel().backbone(replace(spec, size=size), tok))
         parameters = sum(p.numel() for name, p in backbone.named_parameters() if not name.startswith("embed"))
-        return Candidate(size, parameters, tokens_per_second(spec, backbone, tok, shards, cfg, placement, window))
+        timed = tokens_per_second(spec, backbone, tok, shards, cfg, placement, windows=(window, windows))
+        return Candidate(size, parameters, timed)
 
     return sizing(SIZES, measure, minutes=cfg.max_minutes, batch_size=cfg.batch_size, window=window,
                   accumulate=cfg.accumulate, keep_batch=bool({"batch_size", "accumulate"} & set(spec.training)))
 
 
 def tokens_per_second(spec: PretrainSpec, backbone: nn.Module, tok: TextTokenizer, shards: Shards,
-                      cfg: TrainConfig, placement: Placement, window: int) -> float:
+                      cfg: TrainConfig, placement: Placement, *, windows: tuple[int, list]) -> float:
     """Input tokens per second (wall clock, as the budget counts) of :data:`TIMED_STEPS` optimizer steps of
-    ``backbone`` under the spec's objective: the trainer's batches, forward, backward and AdamW step."""
+    ``backbone`` under the spec's objective on ``windows`` (their length and the training windows of ``shards``):
+    the trainer's batches, forward, backward and AdamW step."""
     obj = placement.model(build_objective(spec.objective_name, backbone, tok, spec.objective_settings()))
-    windows, _, _ = training_windows(shards, None, length=window, seq_len=spec.seq_len)  # (or: too little text)
-    batches = window_batches(obj, shards, [(window, windows)], cfg, spec.static_masks)
+    batches = window_batches(obj, shards, [windows], cfg, spec.static_masks)
     optimizer = adamw(obj, cfg.lr, cfg.weight_decay)
     obj.train()
 
