@@ -53,9 +53,9 @@ def test_masking_uses_mask_only_and_is_per_example():
     assert (flat[selected] == SPECIALS.mask).all() and torch.equal(flat[~selected], full[~selected])
     assert torch.equal(masked_entries(batch, "targets"), full[selected])
     assert abs(selected.float().sum().item() / rows.numel() - 0.15) < 0.03
-    assert batch["seeds"].shape == (64,)
+    assert batch["draws"].shape == batch["ids"].shape
     alone = batch_of(obj, rows[3:4], first=3)
-    assert torch.equal(alone["ids"][0], batch["ids"][3]) and alone["seeds"][0] == batch["seeds"][3]
+    assert torch.equal(alone["ids"][0], batch["ids"][3]) and torch.equal(alone["draws"][0], batch["draws"][3])
 
 
 def test_labels_mark_exactly_the_replaced_tokens():
@@ -76,19 +76,31 @@ def test_labels_mark_exactly_the_replaced_tokens():
     assert not labels.flatten()[positions[targets == 7]].any()
 
 
-def test_sampling_is_repeatable_and_follows_the_seeds():
+def test_sampling_is_repeatable_and_follows_the_draws():
     obj = electra()
     batch = batch_of(obj, windows())
     predicted = obj.predict(batch)
     first = obj.sample(predicted, batch)
     assert torch.equal(first, obj.sample(predicted, batch))
-    assert not torch.equal(first, obj.sample(predicted, {**batch, "seeds": batch["seeds"] + 1}))
+    assert not torch.equal(first, obj.sample(predicted, {**batch, "draws": 1 - batch["draws"]}))
     # an example draws the same replacements alone as in the batch
     alone = batch_of(obj, windows()[2:3], first=2)
     mine = (masked_entries(batch, "positions") // batch["ids"].shape[1]) == 2
     assert torch.equal(obj.sample(obj.predict(alone), alone), first[mine])
     first, second = obj(batch), obj(batch)
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_sampling_reads_nothing_back_to_the_host():
+    """The whole sampling runs on the meta device, where reading any value back to the host (``.item()``, ``int()``,
+    ``.tolist()``, as the per-row sampler did) raises: on an accelerator the step never waits for it."""
+    obj = electra()
+    batch = batch_of(obj, windows())
+    predicted = obj.predict(batch)
+    obj.to("meta")
+    on_meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    samples = obj.sample(predicted.to("meta"), on_meta)
+    assert samples.device.type == "meta" and samples.shape == (batch["masked"],)
 
 
 def test_embeddings_are_one_shared_tensor_stored_once(tmp_path):

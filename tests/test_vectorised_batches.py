@@ -155,16 +155,51 @@ def test_distilbert_weighted_masking_is_the_per_row_algorithm():
     assert same_states(new, old)
 
 
-def test_electra_masking_and_seeds_are_the_per_row_algorithm():
+def reference_electra_samples(obj, predicted, batch, seeds):
+    """G's samples as the per-row sampler drew them: a generator per example, seeded by its row's draw, and
+    ``torch.multinomial`` on that example's masked positions alone."""
+    weight = obj.backbone.embed.tokens.weight
+    rows = masked_entries(batch, "positions") // batch["ids"].shape[1]
+    per_example = torch.bincount(rows, minlength=len(seeds))
+    return torch.cat([
+        torch.multinomial(torch.softmax(torch.addmm(obj.generator_bias, h, weight.t()), 1), 1,
+                          generator=torch.Generator(h.device).manual_seed(int(seed))).squeeze(1)
+        for h, seed in zip(predicted.split(per_example.tolist()), seeds)])
+
+
+def test_electra_masking_is_the_per_row_algorithm():
     obj = Electra(backbone(), SPECIALS, generator_fraction=0.5)
     new, old = generators(2), generators(2)
     batch = obj.make_batch(windows(2), new)
     ids = torch.cat([torch.full((ROWS, 1), SPECIALS.cls), windows(2), torch.full((ROWS, 1), SPECIALS.sep)], 1)
     want = [reference_mask(row, g, mask_frac=1.0, random_frac=0.0) for row, g in zip(ids, old)]
-    seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in old])
     assert torch.equal(batch["ids"], torch.stack([w[0] for w in want]))
     assert torch.equal(selected_of(batch), torch.stack([w[1] for w in want]))
-    assert torch.equal(batch["seeds"], seeds)
+    # the samples' uniforms are the rows' next draws, where the per-row code drew its seeds
+    assert torch.equal(batch["draws"], torch.stack([torch.rand(WIDTH + 2, generator=g) for g in old]))
+
+
+def test_electra_samples_follow_the_softmax_as_the_per_row_sampler_did():
+    """The batched sampler draws other tokens than the per-row one (no batched operation reproduces a generator per
+    example; docs/run_formats.md), from the same distribution: every masked position here has the same softmax,
+    spread over ten tokens, and each sampler's frequencies are within sampling noise of it."""
+    obj = Electra(backbone(), SPECIALS, generator_fraction=0.5)
+    with torch.no_grad():
+        obj.generator_bias.copy_(torch.full((VOCAB,), -1e4))
+        obj.generator_bias[10:20] = torch.linspace(0.0, 2.0, 10)
+    new, old = generators(6), generators(6)
+    batch = obj.make_batch(windows(6), new)
+    ids = torch.cat([torch.full((ROWS, 1), SPECIALS.cls), windows(6), torch.full((ROWS, 1), SPECIALS.sep)], 1)
+    for row, g in zip(ids, old):  # the masks' draws, then the per-row code's seed
+        reference_mask(row, g, mask_frac=1.0, random_frac=0.0)
+    seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in old])
+    predicted = torch.zeros(batch["masked"], obj.backbone.config.embedding_width)
+    p = torch.softmax(obj.generator_bias, 0)
+    n = batch["masked"]
+    for samples in (obj.sample(predicted, batch), reference_electra_samples(obj, predicted, batch, seeds)):
+        frequencies = torch.bincount(samples, minlength=VOCAB).double() / n
+        chi_square = (n * (frequencies - p) ** 2 / p)[10:20].sum().item()
+        assert ((samples >= 10) & (samples < 20)).all() and chi_square < 27.9  # 9 degrees of freedom, p = 0.001
 
 
 @pytest.mark.parametrize("kind", [BertPretraining, AlbertPretraining])

@@ -14,6 +14,10 @@ L_MLM(x, θ_G) + λ·L_Disc(x, θ_D) with λ = 50 (Appendix A), and no gradient 
   reads D's token, position and segment embeddings (§3.2, "Weight sharing": all embeddings tied)
   through its own E→width projection, so each tensor is stored once. Its head is BERT's MLM head
   (dense → GELU → LayerNorm → decoder tied to the token embeddings, + bias).
+* G's samples are drawn for the whole batch at once by inverse transform: each masked position takes the first
+  token whose cumulative softmax probability exceeds its own uniform draw, made in ``make_batch`` by its example's
+  generator (so a sample is a function of (seed, step, example), however the batch is split, and the training step
+  reads nothing back to the host). Up to float32 rounding of the cumulative sums this is exact sampling from p_G.
 * A sample equal to the original counts as original (label 0, §2). D's head is the official one:
   dense → GELU → Linear(H, 1); L_Disc is the sigmoid cross-entropy over all non-padding positions.
 * ``two_stage`` = p > 0 (§3.2, "Training algorithms") trains only G, with L_MLM, for the first
@@ -33,7 +37,7 @@ from torch import nn
 from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
 from .base import Objective
-from .masking import mask_rows, replacement_pool
+from .masking import mask_rows, replacement_pool, uniforms
 from .mlm import gather_selected, masked_entries
 from .projection import Workspace, linear_cross_entropy
 
@@ -55,7 +59,8 @@ class Electra(Objective):
     ``make_batch`` returns ``ids`` (G's masked input), ``positions`` (the masked positions of the
     flattened batch), ``targets`` (the original tokens there), both padded to a fixed count as MaskedLM's
     (:func:`~sesame.objectives.mlm.gather_selected`; ``masked`` real ones, the loss count), and
-    ``seeds`` (one per row, from the row's generator, which seed G's sampling in ``forward``).
+    ``draws`` (a uniform per position, from the row's generator, which G's sampling in ``forward`` reads at the
+    masked positions).
     ``forward`` returns the summed losses ``{"mlm": ..., "disc": ...}`` and the batch counts their terms
     (masked tokens, positions), so the trainer minimises mean L_MLM + λ·mean L_Disc (``part_weights``).
     """
@@ -117,8 +122,8 @@ class Electra(Objective):
         masked, selected = mask_rows(ids, self.special_ids, self.specials.mask, self.pool, generators, rate=self.rate,
                                      mask_frac=1.0, random_frac=0.0)
         selection = gather_selected(ids, selected, self.rate)
-        seeds = torch.stack([torch.randint(2 ** 31, (), generator=g) for g in generators])
-        return {"ids": masked, **selection, "seeds": seeds, "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
+        draws = uniforms(generators, ids.shape[1:])
+        return {"ids": masked, **selection, "draws": draws, "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
 
     def generator_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """G's hidden states at the padded masked positions, (len(positions), G's width): a shape fixed by the
@@ -134,16 +139,15 @@ class Electra(Objective):
 
     @torch.no_grad()
     def sample(self, predicted: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One token per row of ``predicted`` from G's softmax, row by row of the batch, each example's
-        draws from a generator seeded by its own ``seeds`` entry (so an example is corrupted the same
-        way however it is batched); no gradient flows through them."""
-        weight = self.backbone.embed.tokens.weight
-        rows = masked_entries(batch, "positions") // batch["ids"].shape[1]
-        per_example = torch.bincount(rows, minlength=len(batch["seeds"]))
-        return torch.cat([
-            torch.multinomial(torch.softmax(torch.addmm(self.generator_bias, h, weight.t()), 1), 1,
-                              generator=torch.Generator(h.device).manual_seed(int(seed))).squeeze(1)
-            for h, seed in zip(predicted.split(per_example.tolist()), batch["seeds"])])
+        """One token per row of ``predicted`` from G's softmax, by inverse transform on the whole batch at once: the
+        first token whose cumulative probability exceeds the position's uniform in ``batch["draws"]`` (drawn by its
+        example's generator, so an example is corrupted the same way however it is batched). Nothing is read back
+        to the host; no gradient flows through the samples."""
+        logits = torch.addmm(self.generator_bias, predicted, self.backbone.embed.tokens.weight.t()).float()
+        cumulative = logits.sub_(logits.amax(1, keepdim=True)).exp_().cumsum_(1)  # unnormalised, in place
+        draws = batch["draws"].flatten().index_select(0, masked_entries(batch, "positions"))
+        chosen = torch.searchsorted(cumulative, (draws * cumulative[:, -1]).unsqueeze(1), right=True).squeeze(1)
+        return chosen.clamp_(max=logits.shape[1] - 1)  # a draw rounded up to the total
 
     def corrupt(self, batch: dict[str, torch.Tensor], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D's input: the masked positions filled with ``samples``, labels: 1.0 where it differs from the original)."""
