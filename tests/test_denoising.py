@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, noise, span_lengths
+from sesame.objectives.denoising import DenoisingOptions, denoise, some, span_lengths
+from sesame.objectives.masking import budget
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
 
@@ -171,9 +172,54 @@ def test_mistakes_are_named():
         run(windows(1), [[30, 20]])
 
 
+# -- the per-row algorithm (issue 35), kept as the reference the batched one must draw as -----------------------------
+
+def old_infill(ids, word, options, *, mask, pool, generator):
+    n_words = int(word.max()) + 1
+    if n_words <= 0:
+        return ids
+    masked = budget(n_words, options.mask_ratio)
+    lengths = span_lengths(masked, options.poisson_lambda, generator)
+    spans = len(lengths)
+    sizes = torch.cat([lengths, torch.ones(n_words - masked, dtype=torch.long)])  # spans, then unmasked words
+    order = torch.randperm(len(sizes), generator=generator)
+    sizes, owner = sizes[order], torch.where(order < spans, order, -1)  # the span of each item (−1: a kept word)
+    ends = sizes.cumsum(0)
+    span_of_word = owner[torch.searchsorted(ends, torch.arange(n_words), right=True)]
+    random = torch.rand(spans, generator=generator) < options.random_ratio
+    picks = pool[torch.randint(len(pool), (spans,), generator=generator)]
+    token = torch.where(random, picks, mask).to(ids.dtype)  # what each span collapses to
+
+    inside = word >= 0
+    span = torch.where(inside, span_of_word[word.clamp(min=0)], -1)
+    first = (span >= 0) & (span != torch.cat([span.new_full((1,), -1), span[:-1]]))
+    keep = (span < 0) | first
+    positions = torch.arange(len(ids))
+    # a zero-length span before word w goes before w's first token; before word n_words, after the last word
+    begins = torch.full((n_words + 1,), int(positions[inside].max()) + 1)
+    begins[:n_words] = begins[:n_words].scatter_reduce(0, word[inside], positions[inside], "amin")
+    inserts = (sizes == 0) & (owner >= 0)
+    merged = torch.cat([torch.where(first, token[span.clamp(min=0)], ids)[keep], token[owner[inserts]]])
+    keys = torch.cat([2 * positions[keep] + 1, 2 * begins[(ends - sizes)[inserts]]])  # an insert goes first
+    return merged[keys.sort(stable=True).indices]
+
+
+def old_row_noise(ids, word, options, *, specials, special_ids, pool, generator):
+    if options.mask_ratio:
+        ids = old_infill(ids, word, options, mask=specials.mask, pool=pool, generator=generator)
+    if options.token_mask_ratio:
+        ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), specials.mask)
+    if options.delete_ratio:
+        ids = ids[~some(ids, special_ids, options.delete_ratio, generator)]
+    if options.rotate_ratio and float(torch.rand(1, generator=generator)) < options.rotate_ratio:
+        ids = ids.roll(-int(torch.randint(len(ids), (1,), generator=generator)))
+    return ids
+
+
 def old_noise(ids, ends, options, g):
-    """The per-row algorithm before sentence permutation and words were worked out for the whole batch (issue 35),
-    kept as the reference its draws must match: the permutation and the words of one row, then its noising."""
+    """The per-row algorithm before sentence permutation, words and infilling were worked out for the whole batch
+    (issue 35), kept as the reference its draws must match: the permutation and the words of one row, then its
+    noising."""
     if options.permute_ratio:
         length = len(ids)
         ends = [e for e in ends if e != length] + [length]
@@ -183,14 +229,19 @@ def old_noise(ids, ends, options, g):
         place[chosen[torch.randperm(len(chosen), generator=g)]] = chosen
         sentence = torch.zeros(length, dtype=torch.long).index_fill_(0, torch.tensor(ends[:-1], dtype=torch.long), 1)
         ids = ids[(place[sentence.cumsum(0)] * length + torch.arange(length)).argsort()]
-    return noise(ids, word_index(ids, SPECIAL_IDS, STARTS), options, specials=SPECIALS, special_ids=SPECIAL_IDS,
-                 pool=POOL, generator=g)  # the row's own noising, which did not change
+    return old_row_noise(ids, word_index(ids, SPECIAL_IDS, STARTS), options, specials=SPECIALS,
+                         special_ids=SPECIAL_IDS, pool=POOL, generator=g)
 
 
 @pytest.mark.parametrize("options", [{}, {"permute_ratio": 0.5, "token_mask_ratio": 0.1, "delete_ratio": 0.1,
-                                          "rotate_ratio": 0.5}, {"permute_ratio": 0.0}])
+                                          "rotate_ratio": 0.5}, {"permute_ratio": 0.0},
+                                     {"poisson_lambda": 0.3, "mask_ratio": 0.5, "random_ratio": 0.5},
+                                     {"poisson_lambda": 8.0, "mask_ratio": 1.0}])
 def test_a_batch_draws_what_each_row_drew_alone_before(options):
     rows = windows(n_rows=40)
+    rows[3] = SPECIALS.sep  # a row without words
+    rows[5, 1:] = SPECIALS.sep  # a row of one word
+    rows[7, ::2] = SPECIALS.sep  # words between separators
     ends = [sorted({10 + i % 7, 30, 61, 90 + i % 5}) for i in range(len(rows))]
     sources = run(rows, ends, **options)
     for row, row_ends, source, g in zip(rows, ends, sources, generators(len(rows))):

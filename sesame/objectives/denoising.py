@@ -40,6 +40,7 @@ from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 from ..errors import SesameError
@@ -112,36 +113,66 @@ def span_lengths(total: int, lam: float, generator: torch.Generator) -> torch.Te
     return lengths
 
 
-def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
-           generator: torch.Generator) -> torch.Tensor:
-    """Text infilling of one sequence whose words are ``word`` (:func:`.masking.word_index`, −1 at specials)."""
-    n_words = int(word.max()) + 1
-    if n_words <= 0:
-        return ids
+def infill_draws(n_words: int, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
+                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One sequence's draws for text infilling of its ``n_words`` words (> 0): its items in their random order (a
+    span's length in words, or 1 for an unmasked word), the span each item is (−1: an unmasked word) and the token
+    each span collapses to."""
     masked = budget(n_words, options.mask_ratio)
     lengths = span_lengths(masked, options.poisson_lambda, generator)
     spans = len(lengths)
     sizes = torch.cat([lengths, torch.ones(n_words - masked, dtype=torch.long)])  # spans, then unmasked words
     order = torch.randperm(len(sizes), generator=generator)
-    sizes, owner = sizes[order], torch.where(order < spans, order, -1)  # the span of each item (−1: a kept word)
-    ends = sizes.cumsum(0)
-    span_of_word = owner[torch.searchsorted(ends, torch.arange(n_words), right=True)]
     random = torch.rand(spans, generator=generator) < options.random_ratio
     picks = pool[torch.randint(len(pool), (spans,), generator=generator)]
-    token = torch.where(random, picks, mask).to(ids.dtype)  # what each span collapses to
+    return sizes[order], torch.where(order < spans, order, -1), torch.where(random, picks, mask)
 
+
+NO_DRAWS = (torch.zeros(0, dtype=torch.long),) * 3  # a row without words: nothing to infill
+
+
+def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
+           generators: Sequence[torch.Generator], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Text infilling of a batch ``ids`` (batch, L) whose words are ``word`` (:func:`.masking.word_index`, −1 at
+    specials), row ``i`` drawing from ``generators[i]`` alone (:func:`infill_draws`), the spans laid out on the whole
+    batch at once. Returns ``(rows, lengths)``: the infilled rows, padded with ``pad`` on the right, and their
+    lengths."""
+    b, length = ids.shape
+    n_words = word.amax(1) + 1  # 0 for a row without words
+    draws = [infill_draws(n, options, mask=mask, pool=pool, generator=g) if n else NO_DRAWS
+             for n, g in zip(n_words.tolist(), generators)]
+    sizes, owner, token = (torch.cat(parts) for parts in zip(*draws))
+    token = token.to(ids.dtype)
+    item_row = torch.repeat_interleave(torch.tensor([len(d[0]) for d in draws]))
+    spans = torch.tensor([len(d[2]) for d in draws])
+    owner = torch.where(owner >= 0, owner + (spans.cumsum(0) - spans)[item_row], -1)  # spans numbered in the batch
+    # the items of all rows end to end: row i's words are numbered from first_word[i] on
+    first_word = n_words.cumsum(0) - n_words
+    ends = sizes.cumsum(0)
     inside = word >= 0
-    span = torch.where(inside, span_of_word[word.clamp(min=0)], -1)
-    first = (span >= 0) & (span != torch.cat([span.new_full((1,), -1), span[:-1]]))
+    batch_word = torch.where(inside, word + first_word[:, None], 0)
+    span_of_word = owner[torch.searchsorted(ends, torch.arange(int(n_words.sum())), right=True)]
+    span = torch.where(inside, span_of_word[batch_word] if len(span_of_word) else -1, -1)
+    first = (span >= 0) & (span != F.pad(span[:, :-1], (1, 0), value=-1))
     keep = (span < 0) | first
-    positions = torch.arange(len(ids))
-    # a zero-length span before word w goes before w's first token; before word n_words, after the last word
-    begins = torch.full((n_words + 1,), int(positions[inside].max()) + 1)
-    begins[:n_words] = begins[:n_words].scatter_reduce(0, word[inside], positions[inside], "amin")
+    positions = torch.arange(length).expand(b, length)
+    # a zero-length span before word w goes before w's first token; before a row's last word, after that word
+    begins = torch.full_like(span_of_word, length).scatter_reduce(0, batch_word[inside], positions[inside], "amin")
+    after_last = torch.where(inside, positions, -1).amax(1) + 1
     inserts = (sizes == 0) & (owner >= 0)
-    merged = torch.cat([torch.where(first, token[span.clamp(min=0)], ids)[keep], token[owner[inserts]]])
-    keys = torch.cat([2 * positions[keep] + 1, 2 * begins[(ends - sizes)[inserts]]])  # an insert goes first
-    return merged[keys.sort(stable=True).indices]
+    at = (ends - sizes)[inserts]  # the word the insert goes before, numbered in the batch
+    row = item_row[inserts]
+    before = torch.where(at < first_word[row] + n_words[row], begins[at.clamp(max=max(len(begins) - 1, 0))],
+                         after_last[row])
+    values = torch.cat([torch.where(first, token[span.clamp(min=0)], ids)[keep], token[owner[inserts]]])
+    rows = torch.cat([keep.nonzero()[:, 0], row])
+    keys = torch.cat([2 * positions[keep] + 1, 2 * before])  # an insert goes first
+    order = (rows * (2 * length + 2) + keys).sort(stable=True).indices
+    lengths = keep.sum(1) + torch.bincount(row, minlength=b)
+    rows = rows[order]
+    out = ids.new_full((b, int(lengths.max())), pad)
+    out[rows, torch.arange(len(rows)) - (lengths.cumsum(0) - lengths)[rows]] = values[order]
+    return out, lengths
 
 
 def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: torch.Generator) -> torch.Tensor:
@@ -151,14 +182,11 @@ def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: 
     return torch.zeros(len(ids), dtype=torch.bool).index_fill_(0, picked, True)
 
 
-def noise(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, specials: SpecialIds,
-          special_ids: torch.Tensor, pool: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One window's noised tokens (without ``<s>`` and ``</s>``) after sentence permutation, from its words ``word``
-    (:func:`.masking.word_index`)."""
-    if options.mask_ratio:
-        ids = infill(ids, word, options, mask=specials.mask, pool=pool, generator=generator)
+def noise_tokens(ids: torch.Tensor, options: DenoisingOptions, *, mask: int, special_ids: torch.Tensor,
+                 generator: torch.Generator) -> torch.Tensor:
+    """One window's token masking, token deletion and rotation (without ``<s>`` and ``</s>``), after infilling."""
     if options.token_mask_ratio:
-        ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), specials.mask)
+        ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), mask)
     if options.delete_ratio:
         ids = ids[~some(ids, special_ids, options.delete_ratio, generator)]
     if options.rotate_ratio and float(torch.rand(1, generator=generator)) < options.rotate_ratio:
@@ -169,8 +197,9 @@ def noise(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, s
 def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
             sentence_ends: Sequence[Sequence[int]] | None, specials: SpecialIds, word_starts: torch.Tensor,
             pool: torch.Tensor, options: DenoisingOptions = DenoisingOptions()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only: sentence
-    permutation for the whole batch, then each row's other noising.
+    """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only, in the order one
+    row alone drew: sentence permutation and text infilling laid out for the whole batch, then each row's token
+    masking, deletion and rotation (off by default).
 
     ``sentence_ends[i]``: the end offsets of window ``i``'s sentences (needed for sentence permutation);
     ``specials``: ``cls`` and ``sep`` are BART's ``<s>`` and ``</s>``; ``pool``: the tokens a random
@@ -186,9 +215,16 @@ def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
         if sentence_ends is None:
             raise ValueError("sentence permutation needs the windows' sentence ends (or permute_ratio=0)")
         permuted = permute_sentences(windows, sentence_ends, options.permute_ratio, generators)
-    words = word_index(permuted, special_ids, word_starts)
-    rows = [noise(ids, word, options, specials=specials, special_ids=special_ids, pool=pool, generator=g)
-            for ids, word, g in zip(permuted, words, generators)]
-    inputs = pad_sequence([torch.cat([bos[0], r, eos[0]]) for r in rows], batch_first=True,
-                          padding_value=specials.pad)
+    rows, lengths = permuted, torch.full((b,), permuted.shape[1])
+    if options.mask_ratio:
+        rows, lengths = infill(permuted, word_index(permuted, special_ids, word_starts), options, mask=specials.mask,
+                               pool=pool, generators=generators, pad=specials.pad)
+    if options.token_mask_ratio or options.delete_ratio or options.rotate_ratio:
+        noised = [noise_tokens(r[:n], options, mask=specials.mask, special_ids=special_ids, generator=g)
+                  for r, n, g in zip(rows, lengths.tolist(), generators)]
+        rows = pad_sequence(noised, batch_first=True, padding_value=specials.pad)
+        lengths = torch.tensor([len(r) for r in noised])
+    inputs = F.pad(rows, (1, 1), value=specials.pad)
+    inputs[:, 0] = specials.cls
+    inputs[torch.arange(b), lengths + 1] = specials.sep
     return inputs, torch.cat([bos, windows, eos], 1)
