@@ -3,6 +3,12 @@
 `time.process_time` after one warm-up batch, on a prepared shard directory (`sesame prepare`).
 
     python benchmarks/batch_building.py --corpus SHARDS --batch-size 128 --steps 10
+
+The encoder objectives (mlm, mlm_nsp, mlm_sop, electra, distilbert's weighted masking) run around one small
+Transformer; the span families (spanbert, bart, xlnet, t5) build their objective as `sesame pretrain --family F
+--size tiny` does, from the family's row (its backbone, its objective's options), on the shards' own tokenizer
+(whatever its kind: a batch's cost is in its ids and word starts). t5 needs a tokenizer with sentinels
+(`sesame tokenizer train --sentinels 100`).
 """
 from __future__ import annotations
 
@@ -14,13 +20,32 @@ import torch
 
 from sesame.data.shards import Shards
 from sesame.data.windows import training_windows, window_batches
-from sesame.models import Transformer, TransformerConfig
-from sesame.objectives import OBJECTIVES
+from sesame.families import backbone_config, get_family
+from sesame.models import Transformer, TransformerConfig, build_model
+from sesame.objectives import OBJECTIVES, Objective
 from sesame.objectives.masking import smoothed_weights
 from sesame.run import load_tokenizer
+from sesame.tokenizer import TextTokenizer
 from sesame.train import TrainConfig
 
-OBJECTIVE_NAMES = ("mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert")  # distilbert: mlm with its weighted masking
+ENCODER_OBJECTIVES = ("mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert")  # distilbert: mlm with its weighted masking
+SPAN_FAMILIES = ("spanbert", "bart", "xlnet", "t5")  # built from their family rows, at --size tiny
+OBJECTIVE_NAMES = ENCODER_OBJECTIVES + SPAN_FAMILIES
+
+
+def objective(name: str, shards: Shards, tok: TextTokenizer, seq_len: int) -> tuple[Objective, dict]:
+    """The objective ``name`` of :data:`OBJECTIVE_NAMES` on the shards' tokenizer, and its options."""
+    if name in SPAN_FAMILIES:
+        family = get_family(name)
+        backbone = build_model(backbone_config(name, "tiny", tok.vocab_size, tok.specials.pad, specials=tok.specials))
+        return OBJECTIVES[family.objective].build(backbone, tok, **family.objective_options), family.objective_options
+    backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=128, layers=2, heads=2,
+                                             intermediate=512, max_positions=seq_len))
+    obj = OBJECTIVES["mlm" if name == "distilbert" else name].build(backbone, tok)
+    if name == "distilbert":
+        counts = sum(np.bincount(tokens, minlength=tok.vocab_size) for tokens in shards.arrays)
+        obj.token_weights = smoothed_weights(torch.from_numpy(counts), 0.7, obj.special_ids)
+    return obj, {}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,14 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--objectives", nargs="+", default=OBJECTIVE_NAMES, choices=OBJECTIVE_NAMES)
     args = parser.parse_args(argv)
     shards, tok = Shards(args.corpus), load_tokenizer(args.corpus, "--corpus")
-    backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=128, layers=2, heads=2,
-                                             intermediate=512, max_positions=args.seq_len))
+    if "t5" in args.objectives and not len(tok.sentinels()):
+        parser.error(f"--objectives t5: the tokenizer of {args.corpus} has no sentinels; prepare the shards with one "
+                     "that has (sesame tokenizer train --sentinels 100), or leave t5 out")
     for name in args.objectives:
-        obj = OBJECTIVES["mlm" if name == "distilbert" else name].build(backbone, tok)
-        if name == "distilbert":
-            counts = sum(np.bincount(tokens, minlength=tok.vocab_size) for tokens in shards.arrays)
-            obj.token_weights = smoothed_weights(torch.from_numpy(counts), 0.7, obj.special_ids)
-        length = obj.window_length(args.seq_len)
+        obj, options = objective(name, shards, tok, args.seq_len)
+        length = obj.window_length(args.seq_len, **options)
         windows, _, _ = training_windows(shards, None, length=length, seq_len=args.seq_len)
         batches = window_batches(obj, shards, [(length, windows)], TrainConfig(batch_size=args.batch_size, seed=0))
         batches(0, 0.0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, some, span_lengths
+from sesame.objectives.denoising import DenoisingOptions, denoise, infill_draws, some
 from sesame.objectives.masking import budget
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
@@ -101,10 +101,15 @@ def test_zero_length_spans_insert_a_mask():
 
 
 def test_span_lengths_are_poisson_cut_to_cover_the_budget_exactly():
-    g = torch.Generator().manual_seed(0)
-    for total in (1, 2, 7, 36):
-        assert span_lengths(total, 3.0, g).sum() == total
-    lengths = span_lengths(30000, 3.0, g)[:-1]
+    words = [1, 2, 0, 7, 36, 100_000]  # budgets 1, 1, none, 2, 11, 30,000
+    sizes, span, row, token = infill_draws(words, DenoisingOptions(), mask=SPECIALS.mask, pool=POOL,
+                                           generators=generators(len(words)))
+    for i, n in enumerate(words):
+        assert sizes[row == i].sum() == n and sizes[(row == i) & (span >= 0)].sum() == budget(n, 0.3)
+        assert (sizes[(row == i) & (span < 0)] == 1).all()  # each unmasked word an item of its own
+    assert torch.equal(span[span >= 0].sort().values, torch.arange(len(token)))  # each span once, numbered in turn
+    lengths = sizes[(row == 5) & (span >= 0)]
+    lengths = lengths[span[(row == 5) & (span >= 0)].argsort()][:-1]  # in drawn order, the cut last one left out
     assert abs(lengths.float().mean() - 3) < 0.05 and abs((lengths == 0).float().mean() - math.exp(-3)) < 0.005
 
 
@@ -174,12 +179,23 @@ def test_mistakes_are_named():
 
 # -- the per-row algorithm (issue 35), kept as the reference the batched one must draw as -----------------------------
 
+def old_span_lengths(total, lam, generator):
+    lengths = torch.zeros(0, dtype=torch.long)
+    while lengths.sum() < total:
+        lengths = torch.cat([lengths, torch.poisson(torch.full((total,), lam), generator=generator).long()])
+    covered = lengths.cumsum(0)
+    last = int(torch.searchsorted(covered, total))  # the first span reaching the total
+    lengths = lengths[:last + 1].clone()
+    lengths[last] -= covered[last] - total
+    return lengths
+
+
 def old_infill(ids, word, options, *, mask, pool, generator):
     n_words = int(word.max()) + 1
     if n_words <= 0:
         return ids
     masked = budget(n_words, options.mask_ratio)
-    lengths = span_lengths(masked, options.poisson_lambda, generator)
+    lengths = old_span_lengths(masked, options.poisson_lambda, generator)
     spans = len(lengths)
     sizes = torch.cat([lengths, torch.ones(n_words - masked, dtype=torch.long)])  # spans, then unmasked words
     order = torch.randperm(len(sizes), generator=generator)

@@ -100,35 +100,42 @@ def permute_sentences(windows: torch.Tensor, ends: Sequence[Sequence[int]], rati
     return windows.gather(1, order)
 
 
-def span_lengths(total: int, lam: float, generator: torch.Generator) -> torch.Tensor:
-    """Span lengths ~ Poisson(``lam``) drawn until they cover ``total`` words, the last cut to fit exactly
-    (some may be 0)."""
-    lengths = torch.zeros(0, dtype=torch.long)
-    while lengths.sum() < total:
-        lengths = torch.cat([lengths, torch.poisson(torch.full((total,), lam), generator=generator).long()])
-    covered = lengths.cumsum(0)
-    last = int(torch.searchsorted(covered, total))  # the first span reaching the total
-    lengths = lengths[:last + 1].clone()
-    lengths[last] -= covered[last] - total
-    return lengths
-
-
-def infill_draws(n_words: int, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
-                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One sequence's draws for text infilling of its ``n_words`` words (> 0): its items in their random order (a
-    span's length in words, or 1 for an unmasked word), the span each item is (−1: an unmasked word) and the token
-    each span collapses to."""
-    masked = budget(n_words, options.mask_ratio)
-    lengths = span_lengths(masked, options.poisson_lambda, generator)
-    spans = len(lengths)
-    sizes = torch.cat([lengths, torch.ones(n_words - masked, dtype=torch.long)])  # spans, then unmasked words
-    order = torch.randperm(len(sizes), generator=generator)
-    random = torch.rand(spans, generator=generator) < options.random_ratio
-    picks = pool[torch.randint(len(pool), (spans,), generator=generator)]
-    return sizes[order], torch.where(order < spans, order, -1), torch.where(random, picks, mask)
-
-
-NO_DRAWS = (torch.zeros(0, dtype=torch.long),) * 3  # a row without words: nothing to infill
+def infill_draws(n_words: Sequence[int], options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
+                 generators: Sequence[torch.Generator]) -> tuple[torch.Tensor, ...]:
+    """Each row's draws for text infilling of its ``n_words[i]`` words, from ``generators[i]`` in the order one row
+    alone made them (a row without words makes none): span lengths ~ Poisson(λ) until they cover round(ratio·words),
+    the last cut to fit exactly (some may be 0); a random order of the spans and the unmasked words; which spans
+    become a random token, and which. Returns, for the rows' items end to end, each in its order: its size in words
+    (a span's length, 1 for an unmasked word), its span, numbered in the batch (−1: an unmasked word), and its row;
+    and the token each span collapses to."""
+    rows = [(i, n, budget(n, options.mask_ratio), g) for i, (n, g) in enumerate(zip(n_words, generators)) if n]
+    if not rows:
+        return (torch.zeros(0, dtype=torch.long),) * 4
+    rates = torch.full((max(m for _, _, m, _ in rows),), options.poisson_lambda)
+    drawn = []
+    for _, _, masked, g in rows:
+        lengths = torch.poisson(rates[:masked], generator=g)
+        while lengths.sum() < masked:
+            lengths = torch.cat([lengths, torch.poisson(rates[:masked], generator=g)])
+        drawn.append(lengths)
+    drawn = pad_sequence(drawn, batch_first=True)
+    covered, masked = drawn.cumsum(1), torch.tensor([m for _, _, m, _ in rows])
+    last = (covered < masked[:, None]).sum(1)  # the first span reaching the total
+    column = torch.arange(drawn.shape[1])
+    cut = torch.where(column == last[:, None], masked[:, None] - (covered - drawn), drawn)
+    span_length = cut[column <= last[:, None]].long()
+    spans = last + 1
+    orders, randoms, picks = [], [], []
+    for (_, n, m, g), s in zip(rows, spans.tolist()):
+        orders.append(torch.randperm(s + n - m, generator=g))  # the spans, then the unmasked words, shuffled
+        randoms.append(torch.rand(s, generator=g))
+        picks.append(torch.randint(len(pool), (s,), generator=g))
+    order = torch.cat(orders)
+    item = torch.repeat_interleave(torch.tensor([len(o) for o in orders]))  # its row among ``rows``
+    span = torch.where(order < spans[item], order + (spans.cumsum(0) - spans)[item], -1)
+    sizes = torch.where(span >= 0, span_length[span.clamp(min=0)], 1)
+    token = torch.where(torch.cat(randoms) < options.random_ratio, pool[torch.cat(picks)], mask)
+    return sizes, span, torch.tensor([i for i, _, _, _ in rows])[item], token
 
 
 def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
@@ -139,13 +146,9 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     lengths."""
     b, length = ids.shape
     n_words = word.amax(1) + 1  # 0 for a row without words
-    draws = [infill_draws(n, options, mask=mask, pool=pool, generator=g) if n else NO_DRAWS
-             for n, g in zip(n_words.tolist(), generators)]
-    sizes, owner, token = (torch.cat(parts) for parts in zip(*draws))
+    sizes, owner, item_row, token = infill_draws(n_words.tolist(), options, mask=mask, pool=pool,
+                                                 generators=generators)
     token = token.to(ids.dtype)
-    item_row = torch.repeat_interleave(torch.tensor([len(d[0]) for d in draws]))
-    spans = torch.tensor([len(d[2]) for d in draws])
-    owner = torch.where(owner >= 0, owner + (spans.cumsum(0) - spans)[item_row], -1)  # spans numbered in the batch
     # the items of all rows end to end: row i's words are numbered from first_word[i] on
     first_word = n_words.cumsum(0) - n_words
     ends = sizes.cumsum(0)
@@ -156,7 +159,7 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     first = (span >= 0) & (span != F.pad(span[:, :-1], (1, 0), value=-1))
     keep = (span < 0) | first
     positions = torch.arange(length).expand(b, length)
-    # a zero-length span before word w goes before w's first token; before a row's last word, after that word
+    # a zero-length span before word w goes before w's first token; one after a row's last word, after its last token
     begins = torch.full_like(span_of_word, length).scatter_reduce(0, batch_word[inside], positions[inside], "amin")
     after_last = torch.where(inside, positions, -1).amax(1) + 1
     inserts = (sizes == 0) & (owner >= 0)
