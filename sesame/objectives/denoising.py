@@ -123,19 +123,26 @@ def infill_draws(n_words: Sequence[int], options: DenoisingOptions, *, mask: int
     last = (covered < masked[:, None]).sum(1)  # the first span reaching the total
     column = torch.arange(drawn.shape[1])
     cut = torch.where(column == last[:, None], masked[:, None] - (covered - drawn), drawn)
-    span_length = cut[column <= last[:, None]].long()
+    span_length = cut.masked_select(column <= last[:, None]).long()
     spans = last + 1
     orders, randoms, picks = [], [], []
     for (_, n, m, g), s in zip(rows, spans.tolist()):
         orders.append(torch.randperm(s + n - m, generator=g))  # the spans, then the unmasked words, shuffled
         randoms.append(torch.rand(s, generator=g))
         picks.append(torch.randint(len(pool), (s,), generator=g))
+    # (index_select and masked_select, not t[index] and t[mask]: on busy cores those cost 10-100 times more)
     order = torch.cat(orders)
-    item = torch.repeat_interleave(torch.tensor([len(o) for o in orders]))  # its row among ``rows``
-    span = torch.where(order < spans[item], order + (spans.cumsum(0) - spans)[item], -1)
-    sizes = torch.where(span >= 0, span_length[span.clamp(min=0)], 1)
-    token = torch.where(torch.cat(randoms) < options.random_ratio, pool[torch.cat(picks)], mask)
-    return sizes, span, torch.tensor([i for i, _, _, _ in rows])[item], token
+    item = row_of_items([len(o) for o in orders])  # its row among ``rows``
+    span = torch.where(order < spans.index_select(0, item), order + (spans.cumsum(0) - spans).index_select(0, item), -1)
+    sizes = torch.where(span >= 0, span_length.index_select(0, span.clamp(min=0)), 1)
+    token = torch.where(torch.cat(randoms) < options.random_ratio, pool.index_select(0, torch.cat(picks)), mask)
+    return sizes, span, torch.tensor([i for i, _, _, _ in rows]).index_select(0, item), token
+
+
+def row_of_items(counts: Sequence[int]) -> torch.Tensor:
+    """``i`` repeated ``counts[i]`` times (each count above 0), as a cumulative sum of row starts."""
+    starts = torch.tensor(counts[:-1]).cumsum(0)
+    return torch.zeros(sum(counts), dtype=torch.long).index_fill_(0, starts, 1).cumsum(0)
 
 
 def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, mask: int, pool: torch.Tensor,
@@ -146,6 +153,8 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     lengths."""
     b, length = ids.shape
     n_words = word.amax(1) + 1  # 0 for a row without words
+    if not n_words.any():
+        return ids, torch.full((b,), length)
     sizes, owner, item_row, token = infill_draws(n_words.tolist(), options, mask=mask, pool=pool,
                                                  generators=generators)
     token = token.to(ids.dtype)
@@ -154,28 +163,31 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     ends = sizes.cumsum(0)
     inside = word >= 0
     batch_word = torch.where(inside, word + first_word[:, None], 0)
-    span_of_word = owner[torch.searchsorted(ends, torch.arange(int(n_words.sum())), right=True)]
-    span = torch.where(inside, span_of_word[batch_word] if len(span_of_word) else -1, -1)
+    span_of_word = owner.index_select(0, torch.searchsorted(ends, torch.arange(int(n_words.sum())), right=True))
+    span = torch.where(inside, span_of_word.index_select(0, batch_word.flatten()).view(b, length), -1)
     first = (span >= 0) & (span != F.pad(span[:, :-1], (1, 0), value=-1))
     keep = (span < 0) | first
     positions = torch.arange(length).expand(b, length)
     # a zero-length span before word w goes before w's first token; one after a row's last word, after its last token
-    begins = torch.full_like(span_of_word, length).scatter_reduce(0, batch_word[inside], positions[inside], "amin")
+    begins = torch.full_like(span_of_word, length).scatter_reduce(0, batch_word.masked_select(inside),
+                                                                  positions.masked_select(inside), "amin")
     after_last = torch.where(inside, positions, -1).amax(1) + 1
     inserts = (sizes == 0) & (owner >= 0)
-    at = (ends - sizes)[inserts]  # the word the insert goes before, numbered in the batch
-    row = item_row[inserts]
-    before = torch.where(at < first_word[row] + n_words[row], begins[at.clamp(max=max(len(begins) - 1, 0))],
-                         after_last[row])
-    values = torch.cat([torch.where(first, token[span.clamp(min=0)], ids)[keep], token[owner[inserts]]])
-    rows = torch.cat([keep.nonzero()[:, 0], row])
-    keys = torch.cat([2 * positions[keep] + 1, 2 * before])  # an insert goes first
+    at = (ends - sizes).masked_select(inserts)  # the word the insert goes before, numbered in the batch
+    row = item_row.masked_select(inserts)
+    before = torch.where(at < (first_word + n_words).index_select(0, row), begins.index_select(0, at.clamp(
+        max=len(begins) - 1)), after_last.index_select(0, row))
+    collapsed = token.index_select(0, span.clamp(min=0).flatten()).view(b, length)
+    values = torch.cat([torch.where(first, collapsed, ids).masked_select(keep),
+                        token.index_select(0, owner.masked_select(inserts))])
+    rows = torch.cat([torch.arange(b)[:, None].expand(b, length).masked_select(keep), row])
+    keys = torch.cat([2 * positions.masked_select(keep) + 1, 2 * before])  # an insert goes first
     order = (rows * (2 * length + 2) + keys).sort(stable=True).indices
     lengths = keep.sum(1) + torch.bincount(row, minlength=b)
-    rows = rows[order]
-    out = ids.new_full((b, int(lengths.max())), pad)
-    out[rows, torch.arange(len(rows)) - (lengths.cumsum(0) - lengths)[rows]] = values[order]
-    return out, lengths
+    width = int(lengths.max())
+    rows = rows.index_select(0, order)
+    places = rows * width + torch.arange(len(rows)) - (lengths.cumsum(0) - lengths).index_select(0, rows)
+    return ids.new_full((b * width,), pad).index_copy_(0, places, values.index_select(0, order)).view(b, width), lengths
 
 
 def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: torch.Generator) -> torch.Tensor:
