@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 from train_step_contenders import clm_contenders, mlm_contenders  # noqa: E402
-from train_step_core import PEAK_N, Variant, bench_config  # noqa: E402
+from train_step_core import SIZES, Variant, bench_config  # noqa: E402
 
 CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders}
 
@@ -29,7 +29,7 @@ CONTENDERS = {"mlm": mlm_contenders, "clm": clm_contenders}
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--which", nargs="+", default=["clm", "mlm"], choices=sorted(CONTENDERS))
-    parser.add_argument("--size", default="mini", choices=sorted(PEAK_N))
+    parser.add_argument("--size", default="mini", choices=SIZES)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--steps", type=int, default=5, help="profiled steps (after three warm-up steps)")
     parser.add_argument("--rows", type=int, default=8, help="operators listed per contender")

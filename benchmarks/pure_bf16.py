@@ -54,7 +54,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from train_step_contenders import first_plain_id, sesame_model  # noqa: E402
-from train_step_core import (LR, PEAK_N, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
+from train_step_core import (LR, WEIGHT_DECAY, BenchConfig, Contender, Variant, bench_config,  # noqa: E402
                              generators, make_step)
 from train_step_timing import cpu_clock, matmul_peak, measure, others_share  # noqa: E402
 
@@ -160,8 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds <= args.warmup:
         parser.error("--rounds must exceed --warmup")
     torch.set_num_threads(args.threads)
-    peaks = {p: matmul_peak(PEAK_N[args.size], dtype=dtype) for p, dtype in (("fp32", torch.float32),
-                                                                              ("bf16", torch.bfloat16))}
+    peaks = {p: matmul_peak(dtype=dtype) for p, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
     if not args.json_only:
         print(f"matmul peak: fp32 {peaks['fp32'] / 1e9:.0f}, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s with "
               f"{args.threads} torch thread(s); native bf16: {native_bf16_cpu()}")

@@ -26,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).parent))
 from pure_bf16 import contenders  # noqa: E402
-from train_step_core import PEAK_N, bench_config  # noqa: E402
+from train_step_core import bench_config  # noqa: E402
 from train_step_timing import matmul_peak  # noqa: E402
 
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps < 1:
         parser.exit(2, f"error: --steps {args.steps}: at least 1\n")
     torch.set_num_threads(args.threads)
-    n = PEAK_N[args.size]
-    peak_ratio = matmul_peak(n, dtype=torch.bfloat16) / matmul_peak(n)
+    peak_ratio = matmul_peak(dtype=torch.bfloat16) / matmul_peak()
     for step in args.which:
         print(json.dumps(run(step, args.size, args.steps, args.seed, peak_ratio)), flush=True)
 

@@ -58,7 +58,7 @@ from sesame.runtime import DTYPES, check_precision, resolve_device
 
 sys.path.insert(0, str(Path(__file__).parent))
 from train_step_contenders import clm_contenders, mlm_contenders, seq2seq_contenders  # noqa: E402
-from train_step_core import PEAK_N, PRECISIONS, Variant, bench_config  # noqa: E402
+from train_step_core import PRECISIONS, Variant, bench_config  # noqa: E402
 from train_step_report import compare  # noqa: E402
 from train_step_timing import matmul_peak, native_bf16  # noqa: E402
 from train_step_xlnet import xlnet_contenders  # noqa: E402
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     precisions = list(dict.fromkeys(["fp32", *args.precision]))  # fp32's peak is the peak ratio's reference
-    peaks = {p: matmul_peak(PEAK_N[args.size], dtype=DTYPES.get(p, torch.float32), device=device)
+    peaks = {p: matmul_peak(dtype=DTYPES.get(p, torch.float32), device=device)
              for p in precisions}
     if not args.json_only:
         print(", ".join(f"{p} matmul peak {peaks[p] / 1e9:.0f} GFLOP/s" for p in precisions)

@@ -18,7 +18,7 @@ both sides is fair: transformers' models support torch.compile.
 
 Model FLOPs utilisation (MFU) = model FLOPs per second / peak, where the peak is the best ``torch.mm``
 rate measured on this machine in the variant's precision (``train_step_timing.matmul_peak``: float32 or
-bfloat16 matrices; 2n^3 FLOPs for n x n times n x n, n = 2048 at mini) and the model FLOPs of one step are
+bfloat16 matrices; 2n^3 FLOPs for n x n times n x n, the best over a few sizes n up to 2048 on a CPU) and the model FLOPs of one step are
 counted analytically (multiply-add = 2 FLOPs; backward = 2 x forward, so training = 3 x forward):
 
     6 * L * (4h^2 + 2hI) * tokens       the blocks' matrices (QKV, attention output, feed-forward)
@@ -52,7 +52,7 @@ from sesame.train.optim import adamw
 
 LR, WEIGHT_DECAY = 1e-4, 0.01
 PRECISIONS = ("fp32", "bf16")  # the CPU's (fp16 autocast is CUDA-only in sesame)
-PEAK_N = {"base": 4096, "mini": 2048, "tiny": 256}  # the matrix size of the matmul peak
+SIZES = ("tiny", "mini", "base")  # bench_config's
 MODELS = {"mlm": "bert", "clm": "gpt2", "t5": "t5", "bart": "bart", "xlnet": "xlnet"}
 # bert-base-uncased's, GPT-2's, T5's, BART's and xlnet-base-cased's vocabulary
 VOCABULARIES = {"mlm": 30522, "clm": 50257, "t5": 32128, "bart": 50265, "xlnet": 32000}

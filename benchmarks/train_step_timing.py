@@ -32,6 +32,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_step_core import Contender  # noqa: E402
 
 PRIMING_STEPS = 3  # untimed steps of a compiled contender: sesame's model compiles on its first two calls
+# the matmul peak's square products: a CPU's from cache-sized to memory-bound, an accelerator's large enough to keep
+# every unit busy (an H200 read 677-743 bf16 TFLOP/s at 4096)
+PEAK_SIZES = {"cpu": (512, 1024, 2048), "accelerator": (4096, 8192)}
+PEAK_REPEATS, PEAK_SECONDS = 3, 0.3  # timed products of each size, at least so many and for at least so long
 
 
 def synchronize(device: torch.device) -> None:
@@ -40,20 +44,28 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32,
-                device: torch.device = torch.device("cpu")) -> float:
-    """Best ``torch.mm`` rate on ``device`` for ``dtype`` matrices, in FLOP/s."""
-    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
-    out = torch.empty(n, n, dtype=dtype, device=device)
-    torch.mm(a, b, out=out)
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
+def matmul_peak(*, dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+                seconds: float = PEAK_SECONDS) -> float:
+    """Best ``torch.mm`` rate on ``device`` for ``dtype`` matrices, in FLOP/s: the fastest single product of square
+    matrices of each size of :data:`PEAK_SIZES` (a device's own, whatever the model's size), each size repeated
+    :data:`PEAK_REPEATS` times and for ``seconds`` at least after a warm-up product. A product too small to fill the
+    machine misreads it (a 256 x 256 one read 3 GFLOP/s on two loaded cores, against 84 for 2048 x 2048), and the
+    best of many repeats skips those a descheduled thread slowed."""
+    best = 0.0
+    for n in PEAK_SIZES["cpu" if device.type == "cpu" else "accelerator"]:
+        a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+        out = torch.empty(n, n, dtype=dtype, device=device)
         torch.mm(a, b, out=out)
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best
+        fastest, spent, repeats = float("inf"), 0.0, 0
+        while repeats < PEAK_REPEATS or spent < seconds:
+            synchronize(device)
+            start = time.perf_counter()
+            torch.mm(a, b, out=out)
+            synchronize(device)
+            took = time.perf_counter() - start
+            fastest, spent, repeats = min(fastest, took), spent + took, repeats + 1
+        best = max(best, 2 * n ** 3 / fastest)
+    return best
 
 
 def native_bf16(device: torch.device) -> bool:

@@ -29,7 +29,7 @@ def test_smoke_times_the_command_its_bare_step_and_the_peer(capsys, one_thread):
             r = row[side]
             assert r["steps"] == 2 and r["tokens"] > 0 and r["wall"] > 0 and r["tokens_per_s"] > 0, side
             assert 0 <= r["batches_wall_share"] <= 1 and r["batch_wall"] <= r["wall"], side
-            assert r["flops_per_token"] > 0 and r["mfu"] > 0, side
+            assert r["flops_per_token"] > 0 and 0 < r["mfu"] <= 1, side  # the peak beats what a model reaches
         assert row["command"]["batch_wall"] > 0  # the trainer's batches were timed: sesame builds them there
         assert row["command_vs_bare"] == pytest.approx(row["command"]["tokens_per_s"] / row["bare"]["tokens_per_s"],
                                                        rel=1e-2)

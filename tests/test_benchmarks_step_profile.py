@@ -35,7 +35,7 @@ def test_one_line_per_step_whose_share_and_bound_follow_from_its_times(capsys, m
     the peak ratio is set so here, whatever this machine is, and must still be reported (it once rounded to 0)."""
     bench = step_profile()
     slow_bf16 = {torch.float32: 1e11, torch.bfloat16: 2e8}  # FLOP/s: a peak ratio of 0.002
-    monkeypatch.setattr(bench, "matmul_peak", lambda n, dtype=torch.float32: slow_bf16[dtype])
+    monkeypatch.setattr(bench, "matmul_peak", lambda dtype=torch.float32: slow_bf16[dtype])
     bench.main(["--size", "tiny", "--steps", "1", "--threads", "1"])
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["bench"] for r in rows] == ["mlm-profile", "clm-profile"]
