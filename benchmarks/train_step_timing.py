@@ -49,8 +49,8 @@ def matmul_peak(*, dtype: torch.dtype = torch.float32, device: torch.device = to
     """Best ``torch.mm`` rate on ``device`` for ``dtype`` matrices, in FLOP/s: the fastest single product of square
     matrices of each size of :data:`PEAK_SIZES` (a device's own, whatever the model's size), each size repeated
     :data:`PEAK_REPEATS` times and for ``seconds`` at least after a warm-up product. A product too small to fill the
-    machine misreads it (a 256 x 256 one read 3 GFLOP/s on two loaded cores, against 84 for 2048 x 2048), and the
-    best of many repeats skips those a descheduled thread slowed."""
+    machine misreads it (a 256 x 256 one read 4 GFLOP/s in one run and 101 in another on two loaded cores,
+    docs/results/speed.md), and the best of many repeats skips those a descheduled thread slowed."""
     best = 0.0
     for n in PEAK_SIZES["cpu" if device.type == "cpu" else "accelerator"]:
         a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
