@@ -33,5 +33,6 @@ def test_t5_without_sentinels_is_refused_in_one_line(tmp_path, capsys) -> None:
     tok = train_tokenizer([corpus.read_text()], "wordpiece", vocab_size=100)
     prepare_corpus([corpus], tok, tmp_path / "shards", "text", False)
     with pytest.raises(SystemExit) as exit:
-        load_script(SCRIPT, "benchmark_batch_building").main(["--corpus", str(tmp_path / "shards"), "--objectives", "t5"])
+        load_script(SCRIPT, "benchmark_batch_building").main(["--corpus", str(tmp_path / "shards"),
+                                                              "--objectives", "t5"])
     assert exit.value.code == 2 and "has no sentinels" in capsys.readouterr().err
