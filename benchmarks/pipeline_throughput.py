@@ -22,9 +22,10 @@ first when not asked for). Three sides per job, in one process, on ``--device`` 
 
 MFU = the FLOPs of one step × steps/s / the best ``torch.mm`` rate in the precision (``train_step_timing.
 matmul_peak``: the best of products up to 2048 x 2048 on a CPU, 8192 x 8192 on a GPU, whatever the model's size). A
-step's FLOPs are counted by ``torch.utils.flop_counter`` on one bare step (one peer step): what each side executes, so sesame's masked-LM head counts only its masked positions,
-as ``train_step_core``'s analytic count does. On a machine shared with other work the seconds are noise in absolute
-terms: read the ratios, taken in one process, and the CPU shares.
+step's FLOPs are counted by ``torch.utils.flop_counter`` on one bare step (one peer step): what each side executes, so
+sesame's masked-LM head counts only its masked positions, as ``train_step_core``'s analytic count does. On a machine
+shared with other work the seconds are noise in absolute terms: read the ratios, taken in one process, and the CPU
+shares.
 
     python benchmarks/pipeline_throughput.py --size tiny --batch-size 128 --which bert gpt t5   # CPU, minutes
     python benchmarks/pipeline_throughput.py --device cuda --size base --precision bf16 --batch-size 128

@@ -19,7 +19,8 @@ both sides is fair: transformers' models support torch.compile.
 Model FLOPs utilisation (MFU) = model FLOPs per second / peak, where the peak is the best ``torch.mm``
 rate measured on this machine in the variant's precision (``train_step_timing.matmul_peak``: float32 or
 bfloat16 matrices; 2n^3 FLOPs for n x n times n x n, the best over a few sizes n up to 2048 on a CPU) and the
-model FLOPs of one step are counted analytically (multiply-add = 2 FLOPs; backward = 2 x forward, so training = 3 x forward):
+model FLOPs of one step are counted analytically (multiply-add = 2 FLOPs; backward = 2 x forward, so training = 3 x
+forward):
 
     6 * L * (4h^2 + 2hI) * tokens       the blocks' matrices (QKV, attention output, feed-forward)
   + 12 * L * h * T * tokens             attention scores and weighted sum (QK^T and AV)
