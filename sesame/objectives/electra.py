@@ -39,7 +39,7 @@ from ..tokenizer import SpecialIds
 from .base import Objective
 from .masking import mask_rows, replacement_pool, uniforms
 from .mlm import gather_selected, masked_entries
-from .projection import Workspace, linear_cross_entropy
+from .projection import Workspace, default_chunk_size, linear_cross_entropy, product_dtype
 
 
 def generator_config(cfg: TransformerConfig, fraction: float) -> TransformerConfig:
@@ -142,12 +142,27 @@ class Electra(Objective):
         """One token per row of ``predicted`` from G's softmax, by inverse transform on the whole batch at once: the
         first token whose cumulative probability exceeds the position's uniform in ``batch["draws"]`` (drawn by its
         example's generator, so an example is corrupted the same way however it is batched). Nothing is read back
-        to the host; no gradient flows through the samples."""
-        logits = torch.addmm(self.generator_bias, predicted, self.backbone.embed.tokens.weight.t()).float()
-        cumulative = logits.sub_(logits.amax(1, keepdim=True)).exp_().cumsum_(1)  # unnormalised, in place
+        to the host; no gradient flows through the samples. The logits are made in chunks of rows as the fused
+        projection's (:func:`~sesame.objectives.projection.default_chunk_size`), in the workspace's buffers."""
+        low = product_dtype(predicted)
+        weight, bias = self.backbone.embed.tokens.weight.to(low), self.generator_bias.to(low)
         draws = batch["draws"].flatten().index_select(0, masked_entries(batch, "positions"))
+        chunk = default_chunk_size(len(predicted), len(weight), predicted.device)
+        return torch.cat([self.inverse_transform(h.to(low), weight, bias, u)
+                          for h, u in zip(predicted.split(chunk), draws.split(chunk))])
+
+    def inverse_transform(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, draws: torch.Tensor
+                          ) -> torch.Tensor:
+        """For each row of ``hidden``, the first token whose cumulative softmax of ``hidden @ weight.T + bias``
+        exceeds that row's ``draws`` share of its total (float32 sums, unnormalised)."""
+        rows, vocab = len(hidden), len(weight)
+        logits = torch.addmm(bias, hidden, weight.t(), out=self.workspace.matrix(
+            "sample logits", rows, vocab, hidden.dtype, hidden.device))
+        cumulative = logits if logits.dtype == torch.float32 else self.workspace.matrix(
+            "sample sums", rows, vocab, torch.float32, hidden.device).copy_(logits)
+        cumulative.sub_(cumulative.amax(1, keepdim=True)).exp_().cumsum_(1)
         chosen = torch.searchsorted(cumulative, (draws * cumulative[:, -1]).unsqueeze(1), right=True).squeeze(1)
-        return chosen.clamp_(max=logits.shape[1] - 1)  # a draw rounded up to the total
+        return chosen.clamp_(max=vocab - 1)  # a draw rounded up to the total
 
     def corrupt(self, batch: dict[str, torch.Tensor], samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(D's input: the masked positions filled with ``samples``, labels: 1.0 where it differs from the original)."""
@@ -158,11 +173,12 @@ class Electra(Objective):
         return corrupted, labels.view_as(ids)
 
     def discriminate(self, ids: torch.Tensor, labels: torch.Tensor, padding: torch.Tensor | None = None
-                     ) -> tuple[torch.Tensor, int]:
-        """(D's sigmoid cross-entropy summed over the non-padding positions, their number)."""
+                     ) -> torch.Tensor:
+        """D's sigmoid cross-entropy summed over the non-padding positions (masked, not selected: selecting them
+        would read their count back to the host)."""
         logits = self.discriminator_head(self.backbone(ids, padding=padding)).squeeze(-1)
-        real = padding.bool() if padding is not None else torch.ones_like(ids, dtype=torch.bool)
-        return F.binary_cross_entropy_with_logits(logits[real], labels[real], reduction="sum"), int(real.sum())
+        losses = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+        return (losses if padding is None else losses.masked_fill(~padding.bool(), 0.0)).sum()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The summed generator MLM loss and discriminator loss (each only in its stage when two-stage)."""
@@ -170,7 +186,7 @@ class Electra(Objective):
             states = self.generator_states(batch)
         losses, ids, labels = self.generate(states, batch)
         if ids is not None:
-            losses["disc"] = self.discriminate(ids, labels, batch.get("padding"))[0]
+            losses["disc"] = self.discriminate(ids, labels, batch.get("padding"))
         return losses
 
     @torch.compiler.disable
