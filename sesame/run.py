@@ -196,9 +196,9 @@ def _json(value: object) -> object:
 
 
 def _record(kind: type, value: object, key: str, where: str) -> object:
-    """config.json's ``key``, a JSON object of the dataclass ``kind``, as one (anything else as it is)."""
-    if not isinstance(value, dict):
-        return value
+    """config.json's ``key``, a JSON object of the dataclass ``kind`` or null, as one."""
+    if value is None:
+        return None
     try:
         return kind(**value)
     except TypeError:
