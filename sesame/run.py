@@ -20,8 +20,8 @@ from .errors import SesameError
 from .models import ModelConfig, build_model, model_config
 from .models.additions import Additions
 from .tokenizer import TextTokenizer
-from .train.recipes import Recipe
 from .train.checkpoint import TEMPORARY, load_weights, read_json, write_json
+from .train.recipes import Recipe
 from .version import __version__
 
 SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesame 0.1.0) read as version 0
@@ -147,8 +147,9 @@ class RunConfig:
         other field that is not at its default. ``model`` is its ``to_dict()``, or, unchanged since it was read, the
         JSON it was read from (an older run's, which may lack fields added since, keeps its JSON when rewritten)."""
         always = SECTIONS["common"] | SECTIONS[self.kind]
-        unset = {**_defaults(RunConfig), **{k: v for part in PARTS.values() for k, v in _defaults(part).items()}}
-        written = {**_values(self), **{k: v for name in PARTS for k, v in _values(getattr(self, name)).items()}}
+        unset = {k: v for schema in (RunConfig, *PARTS.values()) for k, v in _defaults(schema).items()}
+        records = (self, *(getattr(self, name) for name in PARTS))
+        written = {k: v for record in records for k, v in _values(record).items()}
         as_read = self.read_model is not None and model_config(self.read_model) == self.model
         written["model"] = self.read_model if as_read else self.model.to_dict()
         return {k: written[k] for k in KEYS if k in always or written[k] != unset[k]}
