@@ -241,8 +241,8 @@ def peer(job: str, record: Recording, run: Path, args) -> Loop:
     model = placement.model(model)
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.backend, **{
         f"{role}_token": token for role, token in SPECIAL_TOKENS[tok.kind].items()})
-    ids = np.concatenate(Shards(config.shards).arrays).astype(np.int64)
-    length = config.seq_len
+    ids = np.concatenate(Shards(config.pretrained.shards).arrays).astype(np.int64)
+    length = config.pretrained.seq_len
     blocks = torch.from_numpy(ids[: len(ids) // length * length].reshape(-1, length))  # group_texts
     loader = DataLoader([{"input_ids": b} for b in blocks], batch_size=args.batch_size, shuffle=True, drop_last=True,
                         collate_fn=transformers.DataCollatorForLanguageModeling(hf_tok, mlm=job == "bert"),

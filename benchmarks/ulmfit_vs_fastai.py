@@ -181,7 +181,7 @@ def fastai_lm(sesame_run: Path, out: Path, settings: dict, minutes: float, seed:
 
     set_seed(seed)
     bs, seq_len = settings["batch_size"], settings["seq_len"]
-    train, valid = documents(config.shards), documents(config.valid_shards)
+    train, valid = documents(config.pretrained.shards), documents(config.pretrained.valid_shards)
     dls = DataLoaders(LMDataLoader(train, bs=bs, seq_len=seq_len, shuffle=True),
                       LMDataLoader(valid, bs=bs, seq_len=seq_len), device=torch.device("cpu"))
     model = get_language_model(AWD_LSTM, tok.vocab_size, config=fastai_config("lm", settings["size"], tok.specials.pad),

@@ -70,26 +70,27 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     config = read_config(args.run, "run", ("pretrained",))
-    if config.objective != "denoising" or config.family != "bart":
-        parser.error(f"run {args.run}: a {config.family} run of {config.objective}; give a bart denoising run")
+    part = config.pretrained
+    if part.objective != "denoising" or config.family != "bart":
+        parser.error(f"run {args.run}: a {config.family} run of {part.objective}; give a bart denoising run")
     cfg = TrainConfig(**config.train)
     if args.steps is None and cfg.max_minutes:
         parser.error(f"run {args.run}: trained to a time budget; give --steps")
     steps = args.steps or cfg.max_steps
     tokenizer, pad = load_tokenizer(args.run, "run"), config.model.pad_id
     torch.manual_seed(cfg.seed)  # as sesame pretrain builds its model
-    objective = build_objective(config.objective, build_backbone(config), tokenizer, config.objective_options)
+    objective = build_objective(part.objective, build_backbone(config), tokenizer, part.objective_options)
     twin = transformers_twin(objective.backbone, asdict(tokenizer.specials))
-    length = objective.window_length(config.seq_len, **config.objective_options)
-    shards = Shards(config.shards)
-    windows, _, _ = training_windows(shards, Shards(config.valid_shards) if config.valid_shards else None,
-                                     length=length, seq_len=config.seq_len)
+    length = objective.window_length(part.seq_len, **part.objective_options)
+    shards = Shards(part.shards)
+    windows, _, _ = training_windows(shards, Shards(part.valid_shards) if part.valid_shards else None,
+                                     length=length, seq_len=part.seq_len)
     batches = window_batches(objective, shards, [(length, windows)], cfg)
     sides = {"sesame": (objective, lambda batch: mean_loss(objective, batch)),
              "transformers": (twin, lambda batch: summed_loss(twin, pad)(batch) / batch["targets"].numel())}
     optimizers = {name: adamw(model, cfg.lr, cfg.weight_decay) for name, (model, _) in sides.items()}
     print(json.dumps({"run": str(args.run), "steps": steps, "lr": cfg.lr, "warmup": cfg.warmup,
-                      "batch_size": cfg.batch_size, "seq_len": config.seq_len}), flush=True)
+                      "batch_size": cfg.batch_size, "seq_len": part.seq_len}), flush=True)
     for step in range(steps):
         progress = step / steps
         (batch,) = batches(step, progress)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
 
     objective.eval(), twin.eval()
     batch = valid_batch(objective, tokenizer, path=args.valid, rows=args.rows, chars=200_000,
-                        seq_len=config.seq_len)
+                        seq_len=part.seq_len)
     for name, loss_sum in (("sesame", objective), ("transformers", summed_loss(twin, pad))):
         losses = source_losses(loss_sum, batch, pad=pad, clean=True)
         print(f"{name}: loss per target token, " + ", ".join(f"{k} {v:.4f}" for k, v in losses.items()))

@@ -33,15 +33,15 @@ def probe(model: str, data: list[str], windows: int = 256, batch_size: int = 32)
     """The replaced-token-detection report of the ELECTRA run ``model`` on the first ``windows`` windows of ``data``."""
     config = read_config(model, "--model", ("pretrained",))
     tok = load_tokenizer(model, "--model")
-    obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
+    obj = build_objective(config.pretrained.objective, build_backbone(config), tok, config.pretrained.objective_options)
     if not isinstance(obj, Electra):
-        raise SystemExit(f"--model {model}: an {config.objective} run; this probe reads ELECTRA runs")
+        raise SystemExit(f"--model {model}: an {config.pretrained.objective} run; this probe reads ELECTRA runs")
     obj.load_state_dict(load_weights(Path(model) / "model.safetensors"))
     obj.eval()
     scores, labels, masked, hits = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         shards = Corpus.of(data, "--data").shards(tok, Path(tmp) / "shards", progress=False)
-        length = obj.window_length(config.seq_len)
+        length = obj.window_length(config.pretrained.seq_len)
         all_windows = shards.windows(length)
         picks = list(range(min(windows, len(all_windows))))
         for start in range(0, len(picks), batch_size):

@@ -73,7 +73,8 @@ def main() -> None:
                                         tokenizer=str(pretrained) if twin == "scratch" else None, seed=seed,
                                         progress=False)
                 config = read_config(run, "--model")
-                return {"select_accuracy": tuned["accuracy"], "epochs": config.epochs, "lr": config.train["lr"],
+                return {"select_accuracy": tuned["accuracy"], "epochs": config.finetuned.epochs,
+                        "lr": config.train["lr"],
                         "dev_accuracy": sesame.evaluate(str(run), str(dev))["accuracy"]}
 
             stage(results, f"{twin}-{seed}", record, tune)

@@ -69,13 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     config = read_config(args.run, "run")
     tokenizer = load_tokenizer(args.run, "run")
     model = load_backbone(args.run, "run").eval()
-    objective = build_objective(config.objective, model, tokenizer, config.objective_options)
+    objective = build_objective(config.pretrained.objective, model, tokenizer, config.pretrained.objective_options)
     try:
         batch = valid_batch(objective, tokenizer, path=args.valid, rows=args.rows, chars=args.chars,
-                            seq_len=config.seq_len)
+                            seq_len=config.pretrained.seq_len)
     except ValueError as err:
         parser.error(f"--valid: {err}; give more --chars or fewer --rows")
-    losses = source_losses(objective, batch, pad=tokenizer.specials.pad, clean=config.objective == "denoising")
+    losses = source_losses(objective, batch, pad=tokenizer.specials.pad,
+                           clean=config.pretrained.objective == "denoising")
     for name, loss in losses.items():
         print(f"loss per target token, {name}: {loss:.4f}")
     fresh = build_backbone(config).eval()

@@ -59,10 +59,6 @@ class Sizing:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def of(cls, data: dict) -> Sizing:
-        return cls(**data)
-
     def line(self) -> str:
         """The one line ``sesame pretrain`` prints."""
         timed = ", ".join(f"{size} {rate:,.0f}" for size, rate in self.measured.items())

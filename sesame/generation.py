@@ -185,7 +185,7 @@ class Transducer:
     @classmethod
     def load(cls, run: Path, flag: str = "--model", *, placement: Placement) -> Transducer:
         config = read_config(run, flag, ("pretrained", "finetuned"))
-        bos = config.task_options.get("bos")  # text2text's, as fine-tuning recorded it; else the family's framing
+        bos = config.finetuned.task_options.get("bos")  # text2text's, as fine-tuning recorded it; else the family's
         if bos is None:
             bos = run_family(config, f"{flag} {run}").source_bos
         return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bool(bos), placement=placement)

@@ -147,26 +147,27 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     if setup_killed(spec.out):
         return replace(spec, resume=False)
     config = read_config(spec.out, "--out", ("pretrained",))
-    if config.hf and config.shards is None:  # converted (sesame convert --from-hf): pre-trained elsewhere
+    part = config.pretrained
+    if config.hf and part.shards is None:  # converted (sesame convert --from-hf): pre-trained elsewhere
         raise SesameError(f"--resume: {spec.out} was converted from transformers, not pre-trained by sesame, so it "
                           f"has no training to resume; continue its pre-training in a new run: sesame pretrain --from "
                           f"{spec.out} --corpus FILES --out NEW")
-    recorded = {"family": config.family, "size": AUTO if config.sizing else config.size, "objective": config.objective,
-                "seq_len": config.seq_len, "static_masks": config.static_masks, "final_seq_len": config.final_seq_len,
-                "discriminative": config.discriminative, "base": config.base,
+    recorded = {"family": config.family, "size": AUTO if part.sizing else config.size, "objective": part.objective,
+                "seq_len": part.seq_len, "static_masks": part.static_masks, "final_seq_len": part.final_seq_len,
+                "discriminative": part.discriminative, "base": config.base,
                 "dropout": config.model.dropout, "attention_window": getattr(config.model, "attention_window", None),
                 **(TEACHER_BEFORE if "teacher" in config.setup else {}), **config.setup}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
     for key, value in spec.objective_options.items():
         flag = f"--{key}" if key in ("masking", "phrases") else f"--objective-option {key}"
-        _check(flag, value, config.objective_options.get(key, "the objective's default"), spec)
+        _check(flag, value, part.objective_options.get(key, "the objective's default"), spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
     if spec.teacher is not None and "teacher" not in config.setup:
         raise SesameError(f"--teacher {spec.teacher}: the run in {spec.out} was pre-trained without a teacher, and "
                           "--resume changes only its budget; leave --teacher out, or choose a new --out")
-    return replace(spec, **_kept(spec, recorded), objective_options=config.objective_options, training=training,
+    return replace(spec, **_kept(spec, recorded), objective_options=part.objective_options, training=training,
                    runtime=_runtime(spec, config), teacher=spec.teacher or config.setup.get("teacher"))
 
 
@@ -176,41 +177,44 @@ def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
     if setup_killed(spec.out):
         return replace(spec, resume=False)
     config = read_config(spec.out, "--out", ("finetuned",))
-    recorded = {"task": config.task, "select": config.select, "max_length": config.max_length,
-                "pooling": config.pooling, "dropout": config.model.dropout, "batching": config.batching,
+    tuned = config.finetuned
+    recorded = {"task": tuned.task, "select": tuned.select, "max_length": config.max_length,
+                "pooling": config.pooling, "dropout": config.model.dropout, "batching": tuned.batching,
                 **config.setup,
-                "base": config.base, "train": config.train_file, "dev": config.dev_file}
+                "base": config.base, "train": tuned.train_file, "dev": tuned.dev_file}
     explicit = _explicit(spec)
     _check_fields(spec, recorded, explicit, paths=False)
     _check_mixture(spec, config)
     for key, value in spec.task_options.items():
         flag = f"--{key.replace('_', '-')}" if key in COLUMNS else f"--task-option {key}"
-        _check(flag, value, config.task_options.get(key), spec)
+        _check(flag, value, tuned.task_options.get(key), spec)
     for f in fields(Recipe):
         if f.name in explicit:
-            _check(flag_name(f), getattr(spec.recipe, f.name), (config.recipe or {}).get(f.name), spec)
+            recorded_value = getattr(tuned.recipe, f.name) if tuned.recipe is not None else None
+            _check(flag_name(f), getattr(spec.recipe, f.name), recorded_value, spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
-    epochs = spec.epochs if "epochs" in explicit else config.epochs
+    epochs = spec.epochs if "epochs" in explicit else tuned.epochs
     if "epochs" in explicit and "max_steps" not in spec.training:
         training.pop("max_steps", None)  # the new epochs set the steps
-    return replace(spec, **_kept(spec, recorded), task_options=config.task_options, epochs=epochs, training=training,
-                   recipe=Recipe(**config.recipe) if config.recipe is not None else spec.recipe,
+    return replace(spec, **_kept(spec, recorded), task_options=tuned.task_options, epochs=epochs, training=training,
+                   recipe=tuned.recipe if tuned.recipe is not None else spec.recipe,
                    runtime=_runtime(spec, config))
 
 
 def _check_mixture(spec: FinetuneSpec, config: RunConfig) -> None:
     """A run fine-tuned on a mixture resumes on the same tasks: --mixture given again, its tasks' files and options
     as recorded (config.json's ``mixture``); a run of one task resumes without one."""
-    if spec.mixture is None or config.mixture is None:
-        if (spec.mixture is None) != (config.mixture is None):
-            how = f"with --mixture ({', '.join(config.mixture)})" if config.mixture else "on --train and --dev"
+    mixture = config.finetuned.mixture
+    if spec.mixture is None or mixture is None:
+        if (spec.mixture is None) != (mixture is None):
+            how = f"with --mixture ({', '.join(mixture)})" if mixture else "on --train and --dev"
             raise SesameError(f"--resume: the run in {spec.out} was fine-tuned {how}; give the same files, or choose "
                               "a new --out")
         return
     now = read_mixture(spec.mixture)
-    for name in dict.fromkeys([*config.mixture, *now]):
-        made = {k: v for k, v in config.mixture.get(name, {}).items() if k != "labels"} or None
+    for name in dict.fromkeys([*mixture, *now]):
+        made = {k: v for k, v in mixture.get(name, {}).items() if k != "labels"} or None
         if now.get(name) != made:
             raise SesameError(f"--mixture {spec.mixture}: task {name!r} is {now.get(name, 'absent')}, but the run in "
                               f"{spec.out} was made with {made or 'no such task'}; --resume changes only the budget: "
@@ -241,7 +245,7 @@ def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int 
     they changed (a resume's budget, another device)."""
     train = asdict(cfg)
     runtime = runtime if runtime is not None else config.runtime
-    if config.train != train or (epochs is not None and config.epochs != epochs) or config.runtime != runtime:
+    if config.train != train or (epochs is not None and config.finetuned.epochs != epochs) or config.runtime != runtime:
         config.train, config.runtime = train, runtime
-        config.epochs = epochs if epochs is not None else config.epochs
+        config.finetuned.epochs = epochs if epochs is not None else config.finetuned.epochs
         write_config(run, config)

@@ -2,7 +2,9 @@
 and kinds), reading and writing it, and its tokenizer and backbone. Everything above (data, tasks, interop,
 pipelines, applications) reads a run through here; claiming a directory for a new run is :mod:`sesame.rundir`'s.
 
-``config.json`` names the kind (``pretrained`` or ``finetuned``), the family and the backbone configuration;
+``config.json`` names the kind (``pretrained`` or ``finetuned``), the family and the backbone configuration, and
+holds the fields of its kind; read, it is a :class:`RunConfig` of common fields and one typed part per kind of run
+(:class:`PretrainedPart`, :class:`FinetunedPart`, :class:`CovePart`), written back as the same flat JSON object.
 ``tokenizer.json`` and ``model.safetensors`` sit beside it.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .models import ModelConfig, build_model, model_config
 from .models.additions import Additions
 from .tokenizer import TextTokenizer
 from .train.checkpoint import TEMPORARY, load_weights, read_json, write_json
+from .train.recipes import Recipe
 from .version import __version__
 
 SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesame 0.1.0) read as version 0
@@ -26,13 +29,65 @@ KINDS = ("pretrained", "finetuned")
 
 
 @dataclass(kw_only=True)
+class PretrainedPart:
+    """What a pretrained run adds (``sesame pretrain``; ``sesame cove`` and an import from transformers fill some):
+    its objective and options, the windows it trained on (``seq_len``, ``static_masks``, ``final_seq_len``), the
+    words continued pre-training added, the shards, and ``--size auto``'s record."""
+    objective: str | None = None
+    objective_options: dict = field(default_factory=dict)
+    seq_len: int | None = None
+    static_masks: int = 0
+    final_seq_len: int | None = None
+    added_words: int = 0  # continued pre-training: the new corpus's words added to the vocabulary
+    discriminative: float = 1.0
+    shards: str | None = None
+    valid_shards: str | None = None
+    valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
+    sizing: Sizing | None = None  # --size auto: the size and batch chosen, and the throughput measured
+
+
+@dataclass(kw_only=True)
+class FinetunedPart:
+    """What a fine-tuned run adds: its task and reading options, the metric that selects its checkpoint, the
+    recipe, epochs and batching it trained with, and its files (or, on a ``--mixture``, each task's)."""
+    task: str | None = None
+    task_options: dict = field(default_factory=dict)
+    select: str | None = None
+    recipe: Recipe | None = None
+    epochs: int | None = None
+    batching: str = "bucketed"
+    train_file: str | None = None
+    dev_file: str | None = None
+    mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
+
+
+@dataclass(kw_only=True)
+class CovePart:
+    """What CoVe's MT-LSTM (``sesame cove``, a pretrained run of the ``translation`` objective) adds: its
+    parallel files, and the word vectors its embedding started from and how many words they covered."""
+    lowercase: bool | None = None
+    vectors: str | None = None
+    vector_coverage: float | None = None
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+
+
+@dataclass(kw_only=True)
 class RunConfig:
-    """A run's ``config.json``, read and checked once (:meth:`parse`). Common to every run: its kind, family,
-    size, backbone configuration (``model``: the architecture's own config dataclass, parsed once from its JSON
-    object here and changed only with ``dataclasses.replace``), what a fine-tuning
-    recipe inserted into the backbone (``additions``, inserted again by :func:`build_backbone`) and pooling; then the
-    fields of a pretrained run, of a fine-tuned one, of CoVe's MT-LSTM, and of an import from
-    transformers (``hf``, what exports it back)."""
+    """A run's ``config.json``, read and checked once (:meth:`parse`), as typed parts. Common to every run: its
+    kind, family, size, backbone configuration (``model``: the architecture's own config dataclass, parsed once from
+    its JSON object here and changed only with ``dataclasses.replace``), what a fine-tuning recipe inserted into the
+    backbone (``additions``, inserted again by :func:`build_backbone`), pooling, the longest input it reads, its
+    TrainConfig and runtime, and an import's record (``hf``, what exports it back). Then one part per kind of run:
+    ``pretrained`` (:class:`PretrainedPart`), ``finetuned`` (:class:`FinetunedPart`) and ``cove``
+    (:class:`CovePart`), so the type says which fields each kind has. Every run holds all three, a run of one kind
+    leaving the others' at their defaults; the parts are split by kind, as config.json's :data:`SECTIONS` are, rather
+    than by concern (data, training, ...), because a field's kind is what decides whether a run has it.
+
+    config.json stays one flat object: :meth:`parse` hands each key to its part and :meth:`to_json` flattens them
+    back, key for key in the order of :data:`KEYS`."""
     kind: str
     family: str
     model: ModelConfig
@@ -45,38 +100,11 @@ class RunConfig:
     runtime: dict | None = None  # the sesame.runtime.Runtime it last trained with (resumable on any device)
     version: int = SCHEMA_VERSION
     sesame_version: str = __version__
-    # pretrained
-    objective: str | None = None
-    objective_options: dict = field(default_factory=dict)
-    seq_len: int | None = None
-    static_masks: int = 0
-    final_seq_len: int | None = None
-    added_words: int = 0  # continued pre-training: the new corpus's words added to the vocabulary
-    discriminative: float = 1.0
-    shards: str | None = None
-    valid_shards: str | None = None
-    valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
     setup: dict = field(default_factory=dict)  # what made the run that no other field records (sesame.resume.SETUP)
-    sizing: Sizing | None = None  # --size auto: the size and batch chosen, and the throughput measured
-    # finetuned
-    task: str | None = None
-    task_options: dict = field(default_factory=dict)
-    select: str | None = None
-    max_length: int | None = None  # also CoVe's sentence length
-    recipe: dict | None = None  # sesame.train.recipes.Recipe
-    epochs: int | None = None
-    batching: str = "bucketed"
-    train_file: str | None = None
-    dev_file: str | None = None
-    mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
-    # CoVe's MT-LSTM (sesame cove)
-    lowercase: bool | None = None
-    vectors: str | None = None
-    vector_coverage: float | None = None
-    train_src: str | None = None
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
+    max_length: int | None = None  # the longest input it reads: a fine-tuned run's --max-length, CoVe's sentences'
+    pretrained: PretrainedPart = field(default_factory=PretrainedPart)
+    finetuned: FinetunedPart = field(default_factory=FinetunedPart)
+    cove: CovePart = field(default_factory=CovePart)
     # not written: config.json's model as read (None: made here), written back as it was while ``model`` is unchanged
     read_model: dict | None = field(default=None, repr=False, compare=False)
 
@@ -93,8 +121,7 @@ class RunConfig:
             raise SesameError(f"{where}: written by a newer sesame (config version {version}; this sesame "
                               f"{__version__} reads up to {SCHEMA_VERSION}); upgrade sesame "
                               "(pip install -U sesame-nlp)")
-        known = {f.name for f in fields(cls)} - {"read_model"}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - set(KEYS))
         if unknown:
             raise SesameError(f"{where}: unknown fields {', '.join(unknown)}; this run was not written by this sesame "
                               f"(config version {version}); upgrade sesame or recreate the run")
@@ -102,42 +129,81 @@ class RunConfig:
         if missing or data["kind"] not in KINDS or not isinstance(data["model"], dict):
             raise SesameError(f"{where}: a broken run config (missing {', '.join(missing) or 'nothing'}, kind "
                               f"{data.get('kind')!r}); recreate the run")
-        sizing = data.get("sizing")
-        try:
-            sizing = Sizing.of(sizing) if isinstance(sizing, dict) else sizing
-        except TypeError:
-            raise SesameError(f"{where}: a broken sizing record {json.dumps(sizing)}; recreate the run") from None
+        data = {**data, "sizing": _record(Sizing, data.get("sizing"), "sizing", where),
+                "recipe": _record(Recipe, data.get("recipe"), "recipe", where)}
         read, additions = _additions(data, where)  # version 0 has the same fields
         try:
             model = model_config(read)
         except (KeyError, TypeError, ValueError) as err:
             raise SesameError(f"{where}: its model config does not describe a backbone ({err}); recreate the "
                               "run") from None
-        return cls(**{**data, "model": model, "read_model": read, "additions": additions, "version": SCHEMA_VERSION,
-                      "sizing": sizing})
+        parts = {name: part(**{k: data[k] for k in _names(part) if k in data}) for name, part in PARTS.items()}
+        common = {k: v for k, v in data.items() if k in _names(cls)}
+        return cls(**{**common, **parts, "model": model, "read_model": read, "additions": additions,
+                      "version": SCHEMA_VERSION})
 
     def to_json(self) -> dict:
-        """The JSON object written to config.json: the common fields and those of its kind, and any other
-        field that is not at its default. ``model`` is its ``to_dict()``, or, unchanged since it was read, the JSON
-        it was read from (an older run's, which may lack fields added since, keeps its JSON when rewritten)."""
+        """The JSON object written to config.json, flat: the common fields and those of its kind's section, and any
+        other field that is not at its default. ``model`` is its ``to_dict()``, or, unchanged since it was read, the
+        JSON it was read from (an older run's, which may lack fields added since, keeps its JSON when rewritten)."""
         always = SECTIONS["common"] | SECTIONS[self.kind]
-        unset = {f.name: f.default if f.default_factory is MISSING else f.default_factory() for f in fields(self)}
-        unset = {k: asdict(v) if is_dataclass(v) else v for k, v in unset.items()}
+        unset = {k: v for schema in (RunConfig, *PARTS.values()) for k, v in _defaults(schema).items()}
+        records = (self, *(getattr(self, name) for name in PARTS))
+        written = {k: v for record in records for k, v in _values(record).items()}
         as_read = self.read_model is not None and model_config(self.read_model) == self.model
-        written = {**asdict(self), "model": self.read_model if as_read else self.model.to_dict()}
-        return {k: v for k, v in written.items() if k != "read_model" and (k in always or v != unset[k])}
+        written["model"] = self.read_model if as_read else self.model.to_dict()
+        return {k: written[k] for k in KEYS if k in always or written[k] != unset[k]}
 
     @property
     def causal(self) -> bool:
         return bool(self.model.causal)
 
 
+PARTS = {"pretrained": PretrainedPart, "finetuned": FinetunedPart, "cove": CovePart}  # RunConfig's field → its type
+# config.json's keys in the order they are written (as when RunConfig was one flat dataclass): the common fields'
+# and each part's, pinned to be exactly those by tests/test_run_schema.py
+KEYS = ("kind", "family", "model", "additions", "size", "pooling", "base", "train", "hf", "runtime", "version",
+        "sesame_version", "objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
+        "discriminative", "shards", "valid_shards", "valid_size", "setup", "sizing", "task", "task_options", "select",
+        "max_length", "recipe", "epochs", "batching", "train_file", "dev_file", "mixture", "lowercase", "vectors",
+        "vector_coverage", "train_src", "train_tgt", "valid_src", "valid_tgt")
+# the keys config.json always holds for a run of each kind (any other only when not at its default)
 SECTIONS = {
     "common": {"version", "sesame_version", "kind", "family", "size", "model", "pooling", "base", "train"},
     "pretrained": {"objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
                    "discriminative", "shards", "valid_shards", "valid_size"},
     "finetuned": {"task", "task_options", "select", "max_length", "recipe", "epochs", "train_file", "dev_file"},
 }
+
+
+def _names(cls: type) -> list[str]:
+    """The config.json keys a dataclass of the schema holds (RunConfig's: its common fields)."""
+    return [f.name for f in fields(cls) if f.name not in PARTS and f.name != "read_model"]
+
+
+def _values(record: object) -> dict:
+    """Its config.json keys' values, a dataclass among them as its JSON object."""
+    return {name: _json(getattr(record, name)) for name in _names(type(record))}
+
+
+def _defaults(cls: type) -> dict:
+    """Its config.json keys' values when not given (as JSON)."""
+    return {f.name: _json(f.default if f.default_factory is MISSING else f.default_factory()) for f in fields(cls)
+            if f.name in _names(cls)}
+
+
+def _json(value: object) -> object:
+    return asdict(value) if is_dataclass(value) else value
+
+
+def _record(kind: type, value: object, key: str, where: str) -> object:
+    """config.json's ``key``, a JSON object of the dataclass ``kind`` or null, as one."""
+    if value is None:
+        return None
+    try:
+        return kind(**value)
+    except TypeError:
+        raise SesameError(f"{where}: a broken {key} record {json.dumps(value)}; recreate the run") from None
 
 
 def _additions(data: dict, where: str) -> tuple[dict, Additions]:

@@ -44,7 +44,7 @@ def write_command_inputs(root: Path) -> None:
     corpus, a parallel corpus and a trained MT-LSTM run."""
     from sesame.apps.cove import CoveSpec, train_cove
     from sesame.families import backbone_config
-    from sesame.run import RunConfig, write_config
+    from sesame.run import PretrainedPart, RunConfig, write_config
     from sesame.train.checkpoint import save_weights
 
     tok = train_tokenizer(sentences(200), "bpe", 300)
@@ -54,8 +54,8 @@ def write_command_inputs(root: Path) -> None:
     tok.save(gpt / "tokenizer.json")
     save_weights(gpt / "model.safetensors", {"backbone." + k: v for k, v in sesame.models.Transformer(cfg)
                                              .state_dict().items()})
-    write_config(gpt, RunConfig(kind="pretrained", family="gpt", size="tiny", seq_len=32, model=cfg,
-                                objective="clm", pooling="last"))
+    write_config(gpt, RunConfig(kind="pretrained", family="gpt", size="tiny", model=cfg, pooling="last",
+                                pretrained=PretrainedPart(objective="clm", seq_len=32)))
     (root / "corpus.txt").write_text("\n".join(sentences(200)) + "\n")
     for split, seed, n in (("train", 10, 48), ("dev", 11, 16)):
         (root / f"{split}.csv").write_text("text,label\n" + "".join(

@@ -2,7 +2,8 @@
 every existing file (the committed fixture runs, copied here, and the data beside them) byte-identical.
 
 Each row is (command line, what the line must say); ``{root}`` is the folder of copies: ``pre``, ``clf`` and
-``adapters`` (fixture runs of tests/fixtures/runs; ``garbled-additions``: ``clf`` with broken additions),
+``adapters`` (fixture runs of tests/fixtures/runs; ``garbled-additions``, ``garbled-recipe``: ``clf`` with broken
+additions, a recipe of an unknown field),
 ``corpus.txt``, ``train.csv``, ``dev.csv``, ``afile.txt`` (a file where a folder is expected), ``mine/`` (a folder
 of the user's own files), ``empty/``, ``tasks.json`` (a compare task),
 ``pickled/`` (a transformers folder whose pytorch_model.bin pickles more than tensors), ``t5`` (a random t5 run),
@@ -353,6 +354,8 @@ ROWS = {
                                         "config.json", "not UTF-8"),
     "evaluate: config.json's additions garbled": (["evaluate", "--model", "{root}/garbled-additions", "--data",
                                                    "{root}/dev.csv"], "config.json", "broken additions record [4]"),
+    "evaluate: config.json's recipe garbled": (["evaluate", "--model", "{root}/garbled-recipe", "--data",
+                                                "{root}/dev.csv"], "config.json", 'broken recipe record {"colour"'),
     "evaluate: a model config of no backbone": (["evaluate", "--model", "{root}/odd-model", "--data",
                                                  "{root}/corpus.txt"], "odd-model/config.json",
                                                 "hidden 64 is not divisible by heads 3"),
@@ -397,6 +400,9 @@ def root(tmp_path_factory) -> Iterator[Path]:
     written = json.loads(config.read_text())
     model = {k: v for k, v in written["model"].items() if k not in ("adapter_size", "scalar_mix")}  # today's layout
     config.write_text(json.dumps({**written, "model": model, "additions": [4]}))
+    shutil.copytree(root / "clf", root / "garbled-recipe")
+    config = root / "garbled-recipe" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "recipe": {"colour": "red"}}))
     shutil.copy(FIXTURES / "data" / "eval.txt", root / "corpus.txt")
     for name in ("train.csv", "dev.csv"):
         shutil.copy(FIXTURES / "data" / name, root / name)

@@ -123,7 +123,7 @@ def test_the_measurement_times_real_training_steps(tiny_runs):
     config = read_config(pre, "--from")
     spec = PretrainSpec(corpus=[str(tiny_runs / "corpus.txt")], out="unused", size="tiny", seq_len=32,
                         training={"max_minutes": 1, "batch_size": 4})
-    shards = Shards(config.shards)
+    shards = Shards(config.pretrained.shards)
     windows = (32, training_windows(shards, None, length=32, seq_len=32)[0])
     rate = sizing_pipeline.tokens_per_second(spec, build_backbone(config), load_tokenizer(pre), shards,
                                              spec.train_config(), Runtime().place(), windows=windows)

@@ -13,7 +13,7 @@ from sesame.errors import SesameError
 from sesame.families import backbone_config
 from sesame.models import build_model
 from sesame.models.encoder_decoder import EncoderDecoderConfig
-from sesame.run import RunConfig, load_tokenizer, read_config, write_config
+from sesame.run import FinetunedPart, RunConfig, load_tokenizer, read_config, write_config
 from sesame.tasks import make_task
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import save_weights, write_json
@@ -48,7 +48,7 @@ def test_finetune_evaluate_and_predict_through_the_cli(family, task, files, tmp_
           "--dev", str(dev), "--out", str(run), "--epochs", "1", "--batch-size", "8", "--max-length", "24", "--json"])
     tuned = json.loads(capsys.readouterr().out)
     config = read_config(run, "--model", ("finetuned",))
-    assert (config.family, config.task, config.pooling, config.model.arch) == (family, task, "last",
+    assert (config.family, config.finetuned.task, config.pooling, config.model.arch) == (family, task, "last",
                                                                                   "encoder_decoder")
     tok = load_tokenizer(run)  # T5 reads "a </s>", as its pre-training's inputs end, never <s>; BART "<s> a </s>"
     ids = tok.encode(["a dog"])[0]
@@ -184,9 +184,9 @@ def sesame_classifier(family: str, folder, task: str = "classify"):
     if labels:
         write_json(folder / "labels.json", labels)
     job = make_task(task)
-    write_config(folder, RunConfig(kind="finetuned", family=family, task=task, task_options=job.options(),
-                                   pooling="last", model=head.backbone.config, max_length=40,
-                                   select=job.select))
+    write_config(folder, RunConfig(kind="finetuned", family=family, pooling="last", model=head.backbone.config,
+                                   max_length=40,
+                                   finetuned=FinetunedPart(task=task, task_options=job.options(), select=job.select)))
     return head, tok
 
 

@@ -39,8 +39,8 @@ def test_a_converted_run_takes_objective_and_pooling_from_its_family_row(model_t
     checkpoint(model_type, tmp_path / "hf")
     summary = from_hf(tmp_path / "hf", tmp_path / "run")
     config, fam = read_config(tmp_path / "run", "--model"), FAMILIES[model_type]
-    assert (summary["objective"], config.objective) == (fam.objective, fam.objective)
-    assert (config.pooling, config.objective_options, config.family) == (fam.pooling, fam.objective_options,
+    assert (summary["objective"], config.pretrained.objective) == (fam.objective, fam.objective)
+    assert (config.pooling, config.pretrained.objective_options, config.family) == (fam.pooling, fam.objective_options,
                                                                           model_type)
     # its objective scores text (T5's test tokenizer has 4 sentinels: 32 positions need 2)
     report = sesame.evaluate(str(tmp_path / "run"), [str(corpus)], seq_len=32)
@@ -54,11 +54,12 @@ def test_a_converted_t5_run_continues_pre_training_and_is_not_resumed(corpus, tm
                               seq_len=32, batch_size=4, max_steps=2, eval_every=2, progress=False)
     assert math.isfinite(metrics["loss"])
     config = read_config(tmp_path / "more", "--model")
-    assert (config.objective, config.base, config.model.hidden) == ("span_corruption", str(tmp_path / "run"), 32)
+    assert (config.pretrained.objective, config.base, config.model.hidden) == ("span_corruption",
+                                                                               str(tmp_path / "run"), 32)
     # T5's table is wider than its tokenizer (unused rows): continuing keeps it, as it adds no words
     assert config.model.vocab_size == read_config(tmp_path / "run", "--model").model.vocab_size > len(
         json.loads((tmp_path / "run" / "tokenizer.json").read_text())["model"]["vocab"])
-    assert config.added_words == 0
+    assert config.pretrained.added_words == 0
     refused(["pretrain", "--resume", "--out", str(tmp_path / "run"), "--corpus", str(corpus), "--family", "t5"],
             capsys, tmp_path, "--resume: ", "converted from transformers", "sesame pretrain --from")
 

@@ -2,6 +2,7 @@
 fine-tuning recipe starts from its export."""
 import json
 import random
+from dataclasses import asdict
 
 import pytest
 
@@ -91,7 +92,7 @@ def pretrained(data, tmp_path_factory):
 def test_family_pretrains_and_fine_tunes(family, pretrained, data, tmp_path, one_thread):
     run = pretrained(family)
     config = read_config(run, "--out", ("pretrained",))
-    assert config.objective == FAMILIES[family].objective
+    assert config.pretrained.objective == FAMILIES[family].objective
     losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
               if r["split"] == "train"]
     limit = 0.8 if FAMILIES[family].arch == "transformer" else 0.9  # LSTMs learn slower in 40 steps (and AWD's
@@ -124,7 +125,7 @@ def test_every_task_starts_from_every_family(family, task, pretrained, data, tmp
         return
     metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", task)
     config = read_config(tmp_path / "tuned", "--model", ("finetuned",))
-    assert (config.task, config.family) == (task, family)
+    assert (config.finetuned.task, config.family) == (task, family)
     assert metrics[TASKS[task].select] == pytest.approx(
         sesame.evaluate(str(tmp_path / "tuned"), str(data / TASK_FILES[task].format(split="dev")))[TASKS[task].select])
 
@@ -145,7 +146,7 @@ def test_every_recipe_starts_from_every_family(family, recipe, pretrained, data,
         return
     metrics = fine_tune(pretrained(family), data, tmp_path / "tuned", **options)
     config = read_config(tmp_path / "tuned", "--model", ("finetuned",))
-    recorded = {**config.recipe, "schedule": config.train["schedule"]}
+    recorded = {**asdict(config.finetuned.recipe), "schedule": config.train["schedule"]}
     assert {k: recorded[k] for k in options} == options
     frozen = "adapters" in options or "features" in options or fam.arch == "elmo"  # ELMo's biLM is read frozen
     assert (metrics["trainable_parameters"] < metrics["parameters"]) == frozen

@@ -202,11 +202,12 @@ def test_generate_refuses_an_encoder_naming_the_families_it_reads(tmp_path, caps
     """A bert run is neither a causal language model nor an encoder-decoder: the refusal names both kinds' families
     (it named gpt and gpt2 alone, as if an encoder-decoder could not generate)."""
     from sesame.families import backbone_config
-    from sesame.run import RunConfig, write_config
+    from sesame.run import PretrainedPart, RunConfig, write_config
 
     run = tmp_path / "bert"
     run.mkdir()
-    write_config(run, RunConfig(kind="pretrained", family="bert", size="tiny", objective="mlm", pooling="cls",
+    write_config(run, RunConfig(kind="pretrained", family="bert", size="tiny", pooling="cls",
+                                pretrained=PretrainedPart(objective="mlm"),
                                 model=backbone_config("bert", "tiny", 64, 0)))
     assert cli.main(["generate", "--model", str(run), "--prompt", "The cat"]) == 2
     err = capsys.readouterr().err

@@ -52,7 +52,8 @@ def make_head(folder: Path, model_type: str, cls: str, **options) -> torch.nn.Mo
 def objective_of(run: Path) -> Objective:
     """The run's objective with its weights, as ``sesame.evaluate`` builds it."""
     config = read_config(run, "--model")
-    obj = build_objective(config.objective, build_backbone(config), load_tokenizer(run), config.objective_options)
+    obj = build_objective(config.pretrained.objective, build_backbone(config), load_tokenizer(run),
+                          config.pretrained.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
     return obj.eval()
 

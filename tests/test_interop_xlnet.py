@@ -20,7 +20,8 @@ from sesame.models import XLNet, XLNetConfig  # noqa: E402
 from sesame.models.xlnet import target_mapping  # noqa: E402
 from sesame.objectives.plm import factorisation_order, permutation_masks, select_targets  # noqa: E402
 from sesame.pipelines.evaluate import Predictor, load  # noqa: E402
-from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config  # noqa: E402
+from sesame.run import (FinetunedPart, PretrainedPart, RunConfig, load_backbone, load_tokenizer,  # noqa: E402
+                        write_config)
 from sesame.tasks import make_task  # noqa: E402
 from sesame.tokenizer import put_cls_last, train_tokenizer  # noqa: E402
 from sesame.train.checkpoint import load_weights, save_weights, write_json  # noqa: E402
@@ -217,14 +218,14 @@ def sesame_run(folder: Path, finetuned: bool = False) -> tuple[XLNet, object]:
                 p.add_(torch.randn_like(p) * 0.05)
         save_weights(folder / "model.safetensors", model.state_dict())
         write_json(folder / "labels.json", LABELS)
-        config = RunConfig(kind="finetuned", family="xlnet", model=net.config, pooling="last", task="pair",
-                           task_options=job.options(), select=job.select, max_length=64)
+        config = RunConfig(kind="finetuned", family="xlnet", model=net.config, pooling="last", max_length=64,
+                           finetuned=FinetunedPart(task="pair", task_options=job.options(), select=job.select))
     else:
         bias = torch.randn(tok.vocab_size) * 0.1
         save_weights(folder / "model.safetensors", {**{"backbone." + k: v for k, v in net.state_dict().items()},
                                                     "bias": bias})
         config = RunConfig(kind="pretrained", family="xlnet", model=net.config, pooling="last",
-                           objective="plm", seq_len=16)
+                           pretrained=PretrainedPart(objective="plm", seq_len=16))
     write_config(folder, config)
     return net.eval(), tok
 

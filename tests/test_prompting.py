@@ -13,7 +13,7 @@ from sesame.apps.prompting import (CONTENT_FREE, Template, assemble, calibrate, 
 from sesame.families import backbone_config
 from sesame.language_model import LanguageModel, continuation_logprobs
 from sesame.models import Transformer
-from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config
+from sesame.run import PretrainedPart, RunConfig, load_backbone, load_tokenizer, write_config
 from sesame.tokenizer import train_tokenizer
 from sesame.train.checkpoint import save_weights
 
@@ -32,8 +32,9 @@ def make_run(run: Path, family: str, seq_len: int = 48) -> Path:
     run.mkdir(parents=True)
     tok.save(run / "tokenizer.json")
     save_weights(run / "model.safetensors", {"backbone." + k: v for k, v in backbone.state_dict().items()})
-    write_config(run, RunConfig(kind="pretrained", family=family, size="tiny", seq_len=seq_len, model=cfg,
-                                objective="clm" if cfg.causal else "mlm", pooling="last" if cfg.causal else "cls"))
+    write_config(run, RunConfig(kind="pretrained", family=family, size="tiny", model=cfg,
+                                pooling="last" if cfg.causal else "cls",
+                                pretrained=PretrainedPart(objective="clm" if cfg.causal else "mlm", seq_len=seq_len)))
     return run
 
 

@@ -200,7 +200,7 @@ def test_continuing_an_lm_adds_the_new_corpus_words_at_the_mean_embedding(tmp_pa
     assert added == ["again", "crew", "late", "plane", "rude", "was"]  # "once" is seen once: still <unk>
     assert all(new.backend.token_to_id(w) == i for w, i in old.backend.get_vocab().items())  # old ids kept
     config = read_config(tmp_path / "target", "--model", ("pretrained",))
-    assert config.added_words == 6 and config.model.vocab_size == old.vocab_size + 6
+    assert config.pretrained.added_words == 6 and config.model.vocab_size == old.vocab_size + 6
     before, after = (sesame.train.checkpoint.load_weights(tmp_path / run / "model.safetensors")
                      ["backbone.embed.tokens.weight"] for run in ("lm", "target"))
     assert torch.allclose(after[new.backend.token_to_id("plane")], before.mean(0), atol=1e-5)  # lr 1e-12: unmoved
@@ -221,7 +221,7 @@ def test_the_command_line_offers_vectors_and_every_pooling(tmp_path, capsys):
                  "--dev", str(tmp_path / "dev.csv"), "--out", str(tmp_path / "run"), "--epochs", "1",
                  "--vectors", str(tmp_path / "vectors.txt"), "--pooling", "concat", "--batch-size", "8"]) == 0
     run = read_config(tmp_path / "run", "--model", ("finetuned",))
-    assert run.model.embedding_size == 3 and run.pooling == "concat" and run.recipe["vectors"]
+    assert run.model.embedding_size == 3 and run.pooling == "concat" and run.finetuned.recipe.vectors
 
 
 def test_drop_mult_scales_all_five_awd_lstm_dropouts_and_is_recorded(tmp_path):
@@ -264,7 +264,7 @@ def test_a_ulmfit_classifier_reads_a_text_as_its_lm_read_each_document(tmp_path)
     sesame.finetune(str(tmp_path / "lm"), str(tmp_path / "train.csv"), str(tmp_path / "train.csv"),
                     str(tmp_path / "clf"), epochs=1, **common)
     lm, clf = read_config(tmp_path / "lm", "--model", ("pretrained",)), sesame.load(tmp_path / "clf")
-    seen = set(np.concatenate(Shards(lm.shards).arrays).tolist())
+    seen = set(np.concatenate(Shards(lm.pretrained.shards).arrays).tolist())
     tok = clf.tokenizer
     (feature,) = clf.task.features([{"text": "the flight was awful"}], tok, 16, clf.labels, True)
     assert feature["ids"] == [tok.specials.sep] + tok.encode(["the flight was awful"], special=False)[0]

@@ -33,7 +33,7 @@ def write_run(root: Path, name: str, task: str, options: dict, labels: list[str]
     clearly between inputs), or pre-trained when ``task`` is None."""
     from sesame.families import backbone_config
     from sesame.models import Transformer
-    from sesame.run import RunConfig, write_config
+    from sesame.run import FinetunedPart, PretrainedPart, RunConfig, write_config
     from sesame.tasks import make_task
     from sesame.tokenizer import train_tokenizer
     from sesame.train.checkpoint import save_weights
@@ -46,16 +46,17 @@ def write_run(root: Path, name: str, task: str, options: dict, labels: list[str]
     tok.save(run / "tokenizer.json")
     if task is None:
         weights = {"backbone." + k: v for k, v in Transformer(cfg).state_dict().items()}
-        config = RunConfig(kind="pretrained", family=family, size="tiny", seq_len=32, model=cfg,
-                           objective="clm", pooling="last")
+        config = RunConfig(kind="pretrained", family=family, size="tiny", model=cfg, pooling="last",
+                           pretrained=PretrainedPart(objective="clm", seq_len=32))
     else:
         model = make_task(task, options).build(Transformer(cfg), len(labels), "mean", 0.0)
         for name_, p in model.named_parameters():
             if not name_.startswith("backbone."):
                 p.data.normal_(0, 1.0)
         weights = model.state_dict()
-        config = RunConfig(kind="finetuned", family=family, size="tiny", model=cfg, task=task,
-                           task_options=make_task(task, options).options(), pooling="mean", max_length=max_length)
+        config = RunConfig(kind="finetuned", family=family, size="tiny", model=cfg, pooling="mean",
+                           max_length=max_length,
+                           finetuned=FinetunedPart(task=task, task_options=make_task(task, options).options()))
         if labels:
             (run / "labels.json").write_text(json.dumps(labels))
     save_weights(run / "model.safetensors", weights)

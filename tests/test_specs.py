@@ -21,7 +21,7 @@ from sesame.models.additions import Additions
 from sesame.objectives import OBJECTIVES
 from sesame.options import RATE, add_flags, given, parse_value
 from sesame.models import TransformerConfig
-from sesame.run import RunConfig, SCHEMA_VERSION, read_config
+from sesame.run import FinetunedPart, RunConfig, SCHEMA_VERSION, read_config
 from sesame.sources import resolve_source
 from sesame.specs import FinetuneSpec, PretrainSpec
 from sesame.train import TrainConfig
@@ -107,7 +107,7 @@ def test_objective_options_are_declared_and_accepted_by_the_objective():
 
 def test_config_schema_version_and_fields_are_checked(tmp_path):
     old = read_config(FIXTURES / "pretrained", "--model")  # written before versioning: version 0 reads as today's
-    assert old.version == SCHEMA_VERSION and old.family == "bert" and old.objective == "mlm_nsp"
+    assert old.version == SCHEMA_VERSION and old.family == "bert" and old.pretrained.objective == "mlm_nsp"
     run = tmp_path / "run"
     run.mkdir()
     for data, message in [({**old.to_json(), "version": SCHEMA_VERSION + 1}, "written by a newer sesame"),
@@ -121,7 +121,7 @@ def test_config_schema_version_and_fields_are_checked(tmp_path):
         with pytest.raises(SesameError, match=message):
             read_config(run, "--model")
     written = RunConfig(kind="finetuned", family="bert", model=TransformerConfig(vocab_size=8),
-                        task="classify").to_json()
+                        finetuned=FinetunedPart(task="classify")).to_json()
     assert written["version"] == SCHEMA_VERSION and "objective" not in written and written["select"] is None
 
 
@@ -207,7 +207,8 @@ def test_the_epochs_a_run_was_given_by_default_are_recorded(labeled, tmp_path):
     train, dev = labeled  # 120 rows: 4 steps of 32 per epoch
     api.finetune("scratch:bert:tiny", str(train), str(dev), str(tmp_path / "run"), progress=False, max_length=16)
     config = read_config(tmp_path / "run", "--model")
-    assert config.epochs == 20 and config.train["lr"] == 1e-3  # scratch: pre-training's rate; 63 epochs, capped
+    # scratch: pre-training's rate; 63 epochs, capped
+    assert config.finetuned.epochs == 20 and config.train["lr"] == 1e-3
     state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
     assert state["step"] == 80
 

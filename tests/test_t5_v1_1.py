@@ -76,7 +76,7 @@ def test_t5v1_1_pretrains_with_span_corruption_and_resumes(tmp_path):
                 "--out", str(run)]
     assert main(pretrain + ["--max-steps", "6"]) == 0
     config = read_config(run, "--out", ("pretrained",))
-    assert (config.family, config.objective, config.model.gated, config.model.tied) == (
+    assert (config.family, config.pretrained.objective, config.model.gated, config.model.tied) == (
         "t5v1_1", "span_corruption", True, False)
     assert config.model.dropout == 0.0  # v1.1 pre-trained without dropout
     assert main(pretrain + ["--resume", "--max-steps", "12"]) == 0

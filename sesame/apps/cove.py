@@ -45,7 +45,7 @@ from ..objectives import Translation, build_objective
 from ..options import RATE, check_ranges, option
 from ..outputs import new_file
 from ..resume import record_training, resumed_spec
-from ..run import RunConfig, load_backbone, load_tokenizer, read_config, write_config
+from ..run import CovePart, PretrainedPart, RunConfig, load_backbone, load_tokenizer, read_config, write_config
 from ..rundir import from_checkpoint, new_run, setup_killed
 from ..runtime import Placement, Runtime, device_of, to_device
 from ..specs import training
@@ -147,7 +147,7 @@ class Translator:
     def __init__(self, run: str | Path, flag: str = "--model", *, placement: Placement | None = None):
         self.run = Path(run)
         self.config = read_config(self.run, flag, ("pretrained",))
-        if self.config.objective != "translation":
+        if self.config.pretrained.objective != "translation":
             raise SesameError(f"{flag} {run}: a {self.config.family} run; translate needs a run of `sesame cove`")
         self.source = load_tokenizer(self.run, flag)
         self.target = load_tokenizer(self.run / TARGET_TOKENIZER, flag)
@@ -248,10 +248,10 @@ def _create(run: Path, spec: CoveSpec, cfg: TrainConfig, src: list[str], tgt: li
     source.save(run / "tokenizer.json")
     target.save(run / TARGET_TOKENIZER)
     write_config(run, RunConfig(
-        kind="pretrained", family=FAMILY, size=spec.size, objective="translation", pooling=get_family(FAMILY).pooling,
-        model=model_cfg, max_length=spec.max_length, lowercase=True, vectors=spec.vectors,
-        vector_coverage=coverage, train_src=str(spec.train_src), train_tgt=str(spec.train_tgt),
-        valid_src=str(spec.valid_src), valid_tgt=str(spec.valid_tgt), train=asdict(cfg)))
+        kind="pretrained", family=FAMILY, size=spec.size, pooling=get_family(FAMILY).pooling, model=model_cfg,
+        max_length=spec.max_length, train=asdict(cfg), pretrained=PretrainedPart(objective="translation"),
+        cove=CovePart(lowercase=True, vectors=spec.vectors, vector_coverage=coverage, train_src=str(spec.train_src),
+                      train_tgt=str(spec.train_tgt), valid_src=str(spec.valid_src), valid_tgt=str(spec.valid_tgt))))
     return model
 
 
@@ -267,12 +267,13 @@ def train_cove(spec: CoveSpec) -> dict:
     started = time.time()
     if spec.resume and not setup_killed(spec.out):  # as the run was made, with the budget given now
         config = read_config(spec.out, "--out", ("pretrained",))
-        if config.objective != "translation":
+        if config.pretrained.objective != "translation":
             raise SesameError(f"--out {spec.out}: a {config.family} run; --resume needs a run of `sesame cove`")
+        cove = config.cove
         spec = resumed_spec(spec, config, {
             "size": config.size, "max_length": config.max_length, "dropout": config.model.dropout,
-            "vectors": config.vectors, "train_src": config.train_src, "train_tgt": config.train_tgt,
-            "valid_src": config.valid_src, "valid_tgt": config.valid_tgt})
+            "vectors": cove.vectors, "train_src": cove.train_src, "train_tgt": cove.train_tgt,
+            "valid_src": cove.valid_src, "valid_tgt": cove.valid_tgt})
     spec.validate()
     placement = spec.runtime.place()
     cfg = spec.train_config()
@@ -287,9 +288,9 @@ def train_cove(spec: CoveSpec) -> dict:
         source, target = load_tokenizer(run), load_tokenizer(run / TARGET_TOKENIZER, "--out")
         max_length = config.max_length
         if spec.resume:  # the checkpoint's weights, or (killed before the first) the run's initial ones
-            vectors = load_vectors(config.vectors) if config.vectors and not resumed else None
+            vectors = load_vectors(config.cove.vectors) if config.cove.vectors and not resumed else None
             model, _ = _new_model(config.model, source, seed=cfg.seed, vectors=vectors)
-        objective = build_objective(config.objective, model, source)
+        objective = build_objective(config.pretrained.objective, model, source)
         train_ids = list(zip(source.encode(src, max_length=max_length), target.encode(tgt, max_length=max_length)))
         dev_ids = list(zip(source.encode(dev_src, max_length=max_length),
                            target.encode(dev_tgt, max_length=max_length)))
@@ -319,7 +320,7 @@ def train_cove(spec: CoveSpec) -> dict:
         trainer = Trainer(objective, settings, batches, evaluate=evaluate, select="bleu")
         metrics = trainer.fit(resume=resumed, record=lambda: record_training(
             run, config, cfg, runtime=spec.runtime.record(placement)))
-        coverage = config.vector_coverage
+        coverage = config.cove.vector_coverage
         return {**metrics, **({"vector_coverage": coverage} if coverage is not None else {}),
                 "train_sentences": len(train_ids), "source_vocab": source.vocab_size,
                 "target_vocab": target.vocab_size}

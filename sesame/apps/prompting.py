@@ -237,7 +237,7 @@ def _context(config: RunConfig, model: str, max_length: int | None) -> int:
     """The prompt length: ``max_length``, or the length the model was pre-trained on."""
     positions = config.model.max_positions
     if max_length is None:
-        trained = max(config.seq_len or 0, config.final_seq_len or 0)
+        trained = max(config.pretrained.seq_len or 0, config.pretrained.final_seq_len or 0)
         return positions if config.hf or not trained else min(trained, positions)
     if not 8 <= max_length <= positions:
         raise SesameError(f"--max-length {max_length}: use 8 to {positions} (--model {model}'s positions)")

@@ -189,8 +189,9 @@ def _table(general: Path, target: Path, classifier: Path) -> list[dict]:
 
     if (general / "metrics.jsonl").is_file() and checkpoint_dir(general) and _evaluations(general):
         config, state = read_config(general, "--lm"), trainer_state(general)
-        shards = Path(config.shards)
-        windows = len(Shards(shards).windows(OBJECTIVES[config.objective].window_length(config.seq_len))) \
+        part = config.pretrained
+        shards = Path(part.shards)
+        windows = len(Shards(shards).windows(OBJECTIVES[part.objective].window_length(part.seq_len))) \
             if shards.is_dir() else 0
         passes = round(state["step"] * state["config"]["batch_size"] / windows, 2) if windows else None
         add("general-domain LM", passes, _evaluations(general)[-1], None)

@@ -55,7 +55,7 @@ def _still_copies(tokens: torch.Tensor, record: dict | None, vocab: int, backend
 
 def _classifier(config: RunConfig, run: Path, arch: Architecture, where: str) -> tuple[list[Entry], dict]:
     """The head entries and config keys of the matching *ForSequenceClassification."""
-    task, options = config.task, config.task_options
+    task, options = config.finetuned.task, config.finetuned.task_options
     if task not in CLASSIFY_TASKS:
         raise SesameError(f"{where}: a {task} run; only {', '.join(CLASSIFY_TASKS)} runs export (as "
                           "*ForSequenceClassification)")
@@ -75,7 +75,7 @@ def _export_heads(config: RunConfig, model: dict, arch: Architecture) -> tuple[l
     """A pretrained run's objective head in transformers: ``(entries, class, notes)`` of the
     ``*ForMaskedLM``, ``*ForPreTraining``, ``GPT2LMHeadModel`` or ``ElectraForPreTraining`` with the same
     function, or no entries and the base model (the reason in the notes) where none has it."""
-    objective, head, pairs = config.objective, arch.lm, arch.pairs
+    objective, head, pairs = config.pretrained.objective, arch.lm, arch.pairs
     if objective is None:
         return [], arch.base_class, []
     exact = model["activation"] == "gelu"  # sesame's ELECTRA discriminator head applies exact GELU
@@ -123,7 +123,7 @@ def _generator_run(config: RunConfig, weights: dict[str, torch.Tensor], tok: Tex
     names, and the checkpoint config it was imported from (if it was)."""
     with torch.device("meta"):
         objective = build_objective("electra", Transformer(config.model), tok,
-                                    config.objective_options)
+                                    config.pretrained.objective_options)
     state = {k: v for k, v in weights.items() if k.startswith("backbone.embed.")}
     for name, tensor in weights.items():
         ours = next((o for o in GENERATOR_NAMES if name.startswith(o)), None)
@@ -132,7 +132,8 @@ def _generator_run(config: RunConfig, weights: dict[str, torch.Tensor], tok: Tex
     record = config.hf
     if record:
         record = {**record, "config": (record.get("generator") or {}).get("config", {})}
-    return replace(config, objective="mlm", model=objective.generator.config, hf=record), state
+    mlm = replace(config.pretrained, objective="mlm")
+    return replace(config, pretrained=mlm, model=objective.generator.config, hf=record), state
 
 
 def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextTokenizer, run: Path, out: Path,
@@ -220,7 +221,7 @@ def to_hf(run: str | Path, out: str | Path) -> dict:
     tok = load_tokenizer(run, "--to-hf")
     weights = load_weights(run / "model.safetensors")
     summary = _write_hf(config, weights, tok, run, out)
-    if config.objective == "electra":
+    if config.pretrained.objective == "electra":
         _write_hf(*_generator_run(config, weights, tok), tok, run, out / "generator", generator=True)
         summary["generator"] = str(out / "generator")
     return summary

@@ -43,7 +43,7 @@ from ..errors import SesameError
 from ..families import Family, get_family, hf_family
 from ..models import TransformerConfig
 from ..objectives.electra import generator_config
-from ..run import RunConfig, write_config
+from ..run import FinetunedPart, PretrainedPart, RunConfig, write_config
 from ..rundir import new_run
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
@@ -290,16 +290,15 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     origin = {"model_type": arch.model_type, "source": str(src.resolve()), "config": hf_config, "tokenizer": record}
     if task:
         job = make_task(task)
-        config = RunConfig(kind="finetuned", task=task, task_options=job.options(), family=arch.family,
-                           pooling="cls", model=backbone, max_length=classifier_max_length(src, model),
-                           select=job.select,
-                           hf=origin)
+        config = RunConfig(kind="finetuned", family=arch.family, pooling="cls", model=backbone,
+                           max_length=classifier_max_length(src, model), hf=origin,
+                           finetuned=FinetunedPart(task=task, task_options=job.options(), select=job.select))
     else:
-        config = RunConfig(kind="pretrained", family=arch.family, objective=objective,
+        # with an objective, the window `sesame evaluate` reads by default (--seq-len overrides it)
+        seq_len = min(EVAL_SEQ_LEN, model["max_positions"]) if objective else None
+        config = RunConfig(kind="pretrained", family=arch.family,
                            pooling=transformers_family(hf_config, str(config_path)).pooling, model=backbone,
-                           hf=origin)
-        if objective:  # the window `sesame evaluate` reads by default (--seq-len overrides it)
-            config.seq_len = min(EVAL_SEQ_LEN, model["max_positions"])
+                           hf=origin, pretrained=PretrainedPart(objective=objective, seq_len=seq_len))
     summary = {"model_type": arch.model_type, "family": arch.family, "kind": config.kind, "task": task,
                "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
                "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),
@@ -348,7 +347,7 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
         if not name.startswith("backbone.embed."):
             ours, mlm = next((o, m) for o, m in GENERATOR_NAMES.items() if name.startswith(m))
             run.state[ours + name.removeprefix(mlm)] = tensor
-    run.config.objective_options = {"generator_fraction": fraction}
+    run.config.pretrained.objective_options = {"generator_fraction": fraction}
     run.config.hf["generator"] = {"source": gen.config.hf["source"], "config": gen.config.hf["config"]}
     run.summary.update(generator_fraction=fraction,
                        notes=run.summary["notes"] + [f"generator: {note}" for note in g["notes"]])

@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 from ..errors import SesameError
 from ..families import FAMILIES, Family, run_family
 from ..models.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
-from ..run import RunConfig, load_tokenizer, write_config
+from ..run import PretrainedPart, RunConfig, load_tokenizer, write_config
 from ..rundir import new_run
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
@@ -172,10 +172,10 @@ def seq2seq_run(src: Path, out: Path, *, family: Family) -> dict:
     pre-training and fine-tunes as one sesame made; its weights are the model's under ``backbone.``. A sequence
     classifier's is a fine-tuned run of its task, with its head (:func:`_classifier_run`)."""
     c = import_encoder_decoder(src)
+    pretrained = PretrainedPart(objective=family.objective, objective_options=dict(family.objective_options),
+                                seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
     config = RunConfig(kind="pretrained", family=family.name, model=EncoderDecoderConfig(**c.model), hf=c.hf,
-                       objective=family.objective, objective_options=dict(family.objective_options),
-                       pooling=family.pooling,
-                       seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
+                       pooling=family.pooling, pretrained=pretrained)
     head = c.head.weights if c.head else {}
     if c.head:
         config = _classifier_run(config, c.head)
@@ -186,9 +186,9 @@ def seq2seq_run(src: Path, out: Path, *, family: Family) -> dict:
             write_json(run / "labels.json", c.head.labels)
         write_config(run, config)
     added = c.hf["tokenizer"]["spare"]
-    return {"model_type": c.model_type, "family": config.family, "kind": config.kind, "task": config.task,
-            "objective": config.objective, "labels": c.head.labels if c.head else [], "layers": c.model["layers"],
-            "hidden": c.model["hidden"],
+    return {"model_type": c.model_type, "family": config.family, "kind": config.kind, "task": config.finetuned.task,
+            "objective": config.pretrained.objective, "labels": c.head.labels if c.head else [],
+            "layers": c.model["layers"], "hidden": c.model["hidden"],
             "vocab_size": c.model["vocab_size"], "pooler": False, "dropped_heads": [],
             "renamed_tokens": c.hf["tokenizer"]["renamed"], "appended_tokens": added,
             "notes": [f"sesame's {' and '.join(added)} read unused rows of the vocabulary"] if added else []}
@@ -198,21 +198,23 @@ def _classifier_run(config: RunConfig, head: SequenceHead) -> RunConfig:
     """The fine-tuned run a sequence classifier's pretrained ``config`` and ``head`` make: its task, with BART's
     head on the decoder's last end token (``pooling`` last)."""
     job = make_task(head.task)
-    return replace(config, kind="finetuned", task=head.task, task_options=job.options(), pooling="last",
-                   max_length=head.max_length, select=job.select, objective=None, objective_options={}, seq_len=None)
+    return replace(config, kind="finetuned", pooling="last", max_length=head.max_length,
+                   finetuned=replace(config.finetuned, task=head.task, task_options=job.options(), select=job.select),
+                   pretrained=replace(config.pretrained, objective=None, objective_options={}, seq_len=None))
 
 
 def _sequence_head(config: RunConfig, run: Path, weights: dict[str, torch.Tensor], where: str) -> SequenceHead:
     """A fine-tuned classify, pair or regress run's head as ``*ForSequenceClassification`` holds it (``pooling``
     last, one order of a pair), its tensors taken out of ``weights``."""
-    options = config.task_options or {}
+    options = config.finetuned.task_options or {}
     if config.pooling != "last" or options.get("symmetric"):
         pooled = f"pooling {config.pooling!r}" + (" of both orders of a pair" if options.get("symmetric") else "")
         raise SesameError(f"{where}: {pooled}; transformers' classifier reads the decoder's state at the last end "
                           "token of one sequence (pooling last)")
     head = {k: weights.pop(k) for k in [k for k in weights if not k.startswith("backbone.")]}
-    labels = read_json(run / "labels.json") if config.task != "regress" else []
-    return SequenceHead("regress" if config.task == "regress" else "classify", labels, config.max_length, head)
+    task = config.finetuned.task
+    labels = read_json(run / "labels.json") if task != "regress" else []
+    return SequenceHead("regress" if task == "regress" else "classify", labels, config.max_length, head)
 
 
 def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
@@ -226,8 +228,8 @@ def seq2seq_export(config: RunConfig, run: Path, out: Path) -> dict:
         raise SesameError(f"{where}: family {config.family!r} has no transformers encoder-decoder here; exportable: "
                           f"{', '.join(exportable)}")
     weights = load_weights(run / "model.safetensors")
-    head = _sequence_head(config, run, weights, where) if config.kind == "finetuned" and config.task in CLASSIFY_TASKS \
-        else None
+    tuned = config.kind == "finetuned" and config.finetuned.task in CLASSIFY_TASKS
+    head = _sequence_head(config, run, weights, where) if tuned else None
     others = sorted(k for k in weights if not k.startswith("backbone."))
     if others:
         raise SesameError(f"{where}: weights outside the encoder-decoder ({', '.join(others[:3])}, ...), which "

@@ -26,7 +26,7 @@ import torch
 from ..errors import SesameError
 from ..families import Family
 from ..models.xlnet import XLNet, XLNetConfig
-from ..run import RunConfig, load_tokenizer, write_config
+from ..run import FinetunedPart, PretrainedPart, RunConfig, load_tokenizer, write_config
 from ..rundir import new_run
 from ..tasks import make_task
 from ..train.checkpoint import load_weights, read_json, save_weights, write_json
@@ -205,10 +205,11 @@ def xlnet_run(src: Path, out: Path, *, family: Family) -> dict:
             raise SesameError(f"{config_path}: {why}")
         labels = classifier_labels(hf, str(config_path)) if task == "classify" else []
         job = make_task(task)
-        fields = {"kind": "finetuned", "task": task, "task_options": job.options(), "select": job.select,
-                  "max_length": classifier_max_length(src, model)}
+        fields = {"kind": "finetuned", "max_length": classifier_max_length(src, model),
+                  "finetuned": FinetunedPart(task=task, task_options=job.options(), select=job.select)}
     elif head == "plm":  # the segment `sesame evaluate` reads by default (--seq-len overrides it)
-        fields = {"objective": family.objective, "objective_options": dict(family.objective_options), "seq_len": EVAL_SEQ_LEN}
+        fields = {"pretrained": PretrainedPart(objective=family.objective,
+                                               objective_options=dict(family.objective_options), seq_len=EVAL_SEQ_LEN)}
     config = RunConfig(**{"kind": "pretrained", "family": family.name, "model": XLNetConfig(**model), "hf": origin,
                           "pooling": family.pooling, **fields})
     with new_run(out, config.kind, resume=False) as run:
@@ -221,9 +222,10 @@ def xlnet_run(src: Path, out: Path, *, family: Family) -> dict:
         f"mem_len {hf.get('mem_len')!r} keeps every earlier state in transformers; the run keeps "
         f"{model['mem_len']} (sesame evaluate --mem-len changes it)"]
     return {"model_type": MODEL_TYPE, "family": family.name, "kind": config.kind, "task": task,
-            "objective": config.objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
-            "vocab_size": model["vocab_size"], "pooler": head == "classifier", "dropped_heads": dropped,
-            "renamed_tokens": record["renamed"], "appended_tokens": record["spare"], "notes": notes}
+            "objective": config.pretrained.objective, "labels": labels, "layers": model["layers"],
+            "hidden": model["hidden"], "vocab_size": model["vocab_size"], "pooler": head == "classifier",
+            "dropped_heads": dropped, "renamed_tokens": record["renamed"], "appended_tokens": record["spare"],
+            "notes": notes}
 
 
 def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
@@ -239,18 +241,18 @@ def xlnet_export(config: RunConfig, run: Path, out: Path) -> dict:
                              model)
     extra, name = {}, "XLNetModel"
     if config.kind == "finetuned":
-        options = config.task_options or {}
-        if config.task not in CLASSIFY_TASKS or config.pooling != "last" or options.get("symmetric"):
-            raise SesameError(f"{where}: a {config.task} run with pooling {config.pooling!r}"
+        task, options = config.finetuned.task, config.finetuned.task_options or {}
+        if task not in CLASSIFY_TASKS or config.pooling != "last" or options.get("symmetric"):
+            raise SesameError(f"{where}: a {task} run with pooling {config.pooling!r}"
                               f"{' of both orders of a pair' if options.get('symmetric') else ''}; transformers' "
                               "XLNetForSequenceClassification reads the last token of one sequence (classify, pair "
                               "or regress, pooling last)")
-        labels = read_json(run / "labels.json") if config.task != "regress" else []
-        extra = {**classifier_config(config.task, labels), **{k: v for k, (v, _) in SUMMARY.items()}}
+        labels = read_json(run / "labels.json") if task != "regress" else []
+        extra = {**classifier_config(task, labels), **{k: v for k, (v, _) in SUMMARY.items()}}
         tensors = {PREFIX + n: t for n, t in tensors.items()} | {
             f"{theirs}.{p}": weights[f"{ours}.{p}"] for ours, theirs in CLASSIFIER.items() for p in ("weight", "bias")}
         name = "XLNetForSequenceClassification"
-    elif config.objective:
+    elif config.pretrained.objective:
         tensors = {PREFIX + n: t for n, t in tensors.items()} | {LM_BIAS: weights["bias"]}
         extra, name = {"tie_word_embeddings": True}, "XLNetLMHeadModel"
     tok = load_tokenizer(run, "--to-hf")

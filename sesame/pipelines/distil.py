@@ -80,23 +80,23 @@ class Teacher:
         if self._predictor is None:
             predictor = Predictor(self.given, runtime=self.runtime, flag="--teacher")
             if not predictor.task.distils:
-                raise SesameError(f"--teacher {self.given}: a {predictor.config.task} model; sesame distil learns one "
-                                  "output row per example, from classify, pair or regress teachers")
+                raise SesameError(f"--teacher {self.given}: a {predictor.config.finetuned.task} model; sesame distil "
+                                  "learns one output row per example, from classify, pair or regress teachers")
             self._predictor = predictor
         return self._predictor
 
     def taught(self, spec: DistilSpec) -> DistilSpec:
         """``spec`` with the teacher's task, its task options under the ones given (the teacher's columns are the
         default), and the loss: ``kl`` for classifiers, ``mse`` for a regression's single score, unless given."""
-        config, task = self.predictor.config, self.predictor.task
-        if spec.task is not None and spec.task != config.task:
-            raise SesameError(f"--task {spec.task}: the teacher is a {config.task} model, and the student learns its "
+        tuned, task = self.predictor.config.finetuned, self.predictor.task
+        if spec.task is not None and spec.task != tuned.task:
+            raise SesameError(f"--task {spec.task}: the teacher is a {tuned.task} model, and the student learns its "
                               "task; drop --task")
         if spec.loss == "kl" and not task.has_labels:
             raise SesameError(f"--loss kl: a {task.name} teacher gives one score per example, not a distribution; use "
                               "--loss mse")
         given = {k: v for k, v in spec.task_options.items() if v is not None}
-        return replace(spec, task=config.task, task_options={**config.task_options, **given},
+        return replace(spec, task=tuned.task, task_options={**tuned.task_options, **given},
                        loss=spec.loss or ("kl" if task.has_labels else "mse"))
 
     def outputs(self, examples: list[dict]) -> torch.Tensor:

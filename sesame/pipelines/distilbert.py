@@ -54,10 +54,11 @@ class PretrainTeacher:
                                   "whose layers are its own (a BERT-like masked LM: a sesame mlm run, a transformers "
                                   "BERT directory, minilm)")
             self.config, self.tok = config, load_tokenizer(run, "--teacher")
-            self.soft_targets = config.objective is not None and issubclass(OBJECTIVES[config.objective], MaskedLM)
+            objective = config.pretrained.objective
+            self.soft_targets = objective is not None and issubclass(OBJECTIVES[objective], MaskedLM)
             if self.soft_targets:
-                self.model = build_objective(config.objective, build_backbone(config), self.tok,
-                                             config.objective_options)
+                self.model = build_objective(objective, build_backbone(config), self.tok,
+                                             config.pretrained.objective_options)
                 self.model.load_state_dict(load_weights(run / "model.safetensors"))
                 self.state = self.model.state_dict()
             else:

@@ -47,7 +47,8 @@ class Predictor:
         with opened(run, flag, classifier=True) as (_, path):
             self.config = read_config(path, flag, ("finetuned",))
             given = {k: v for k, v in (options or {}).items() if v is not None}
-            self.task = make_task(self.config.task, {**self.config.task_options, **given})
+            tuned = self.config.finetuned
+            self.task = make_task(tuned.task, {**tuned.task_options, **given})
             self.task.check_model(self.config.model)  # what options given here ask of it (text2text's lengths)
             self.labels: list[str] = read_json(path / "labels.json") if self.task.has_labels else []
             self.tokenizer = load_tokenizer(path, flag)
@@ -55,7 +56,7 @@ class Predictor:
             self.model.load_state_dict(load_weights(path / "model.safetensors"))
         self.max_length, self.causal = self.config.max_length, self.config.causal
         self.about = describe(self.config)
-        self.mixture = self.config.mixture  # a mixture's tasks read their files with options of their own
+        self.mixture = self.config.finetuned.mixture  # a mixture's tasks read their files with options of their own
         self.placement.model(self.model).eval()
         if self.placement.compile:  # infer calls model.outputs
             self.model.outputs = self.placement.compiled(self.model.outputs, "model's outputs")
@@ -182,26 +183,27 @@ def _one_file(data: Sequence[str]) -> str:
 def _language_model(run: Path, config: RunConfig, model: str, paths: list[str], text_field: str,
                     seq_len: int | None, runtime: Runtime) -> dict:
     """A pretrained run's objective on text: loss, perplexity, and bits per byte and character when causal."""
-    if config.objective is None:
+    part = config.pretrained
+    if part.objective is None:
         raise SesameError(f"--model {model}: converted from {config.hf['model_type']} without its pre-training "
                           "heads, so it has no language-model loss to evaluate; fine-tune it, then evaluate that")
-    scorer = OBJECTIVES[config.objective].scored_by
+    scorer = OBJECTIVES[part.objective].scored_by
     if scorer:
-        raise SesameError(f"--model {model}: a {config.family} run of the {config.objective} objective; score it with "
+        raise SesameError(f"--model {model}: a {config.family} run of the {part.objective} objective; score it with "
                           f"`{scorer}`")
     placement = runtime.place()
     tok = load_tokenizer(run, "--model")
-    obj = build_objective(config.objective, build_backbone(config), tok, config.objective_options)
+    obj = build_objective(part.objective, build_backbone(config), tok, part.objective_options)
     obj.load_state_dict(load_weights(run / "model.safetensors"))
     placement.model(obj).eval()
     if seq_len is None:
-        seq_len = config.seq_len
+        seq_len = part.seq_len
     else:
         check_length("--seq-len", seq_len)
         positions = position_limit(obj.backbone.config)  # None: any length (T5's relative positions, recurrent)
         if positions is not None and seq_len > positions:
             raise SesameError(f"--seq-len {seq_len}: --model {model} has {positions} positions; use at most that")
-        require_sentinels(OBJECTIVES[config.objective], seq_len, "--seq-len", config.objective_options,
+        require_sentinels(OBJECTIVES[part.objective], seq_len, "--seq-len", part.objective_options,
                           have=len(tok.sentinels()), source=f"--model {model}'s tokenizer")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Corpus.of(paths, "--data", text_field)

@@ -27,7 +27,7 @@ from ..models import ModelConfig, position_limit
 from ..models.additions import Additions, inserted
 from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
-from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
+from ..run import FinetunedPart, RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
@@ -79,7 +79,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         tok = load_tokenizer(run)
         torch.manual_seed(cfg.seed)
         model = data.job.build(build_backbone(config), len(data.labels), config.pooling, spec.head_dropout)
-        recipe = Recipe(**config.recipe)
+        recipe = config.finetuned.recipe
         coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok)
         recipes.freeze_features(model.backbone)
         techniques = recipe.techniques()
@@ -92,8 +92,9 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         metrics = trainer.fit(resume=resumed, record=lambda: record_training(
             run, config, cfg, epochs, runtime=spec.runtime.record(placement)))
         threshold = metrics.get("null_threshold")  # SQuAD 2.0: the no-answer threshold tuned on dev
-        if threshold is not None and threshold != config.task_options.get("null_threshold") and world()[0] == 0:
-            config.task_options["null_threshold"] = threshold
+        options = config.finetuned.task_options
+        if threshold is not None and threshold != options.get("null_threshold") and world()[0] == 0:
+            options["null_threshold"] = threshold
             write_config(run, config)
         return {**metrics, **coverage, "trainable_parameters": trainable,
                 "parameters": sum(p.numel() for p in model.parameters())}
@@ -135,12 +136,14 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
     positions = position_limit(model)  # None: any length (T5's relative positions)
     if positions is not None and spec.max_length > positions:
         raise SesameError(f"--max-length {spec.max_length} exceeds the model's {positions} positions")
+    tuned = FinetunedPart(task=spec.task, task_options=data.options(), select=data.select, recipe=recipe,
+                          epochs=spec.epochs, batching=spec.batching, train_file=spec.train, dev_file=spec.dev,
+                          mixture=data.record())
     return Plan(RunConfig(
-        kind="finetuned", task=spec.task, task_options=data.options(), family=config.family, size=config.size,
-        pooling=pooling, model=model, additions=techniques.insert(Additions()), base=spec.base,
-        max_length=spec.max_length, select=data.select, hf=config.hf, recipe=asdict(recipe), train_file=spec.train,
-        dev_file=spec.dev, mixture=data.record(), epochs=spec.epochs, batching=spec.batching,
-        train=_as_given(cfg, spec), setup={**setup_record(spec), **data.teaching.record(config, tok)}), tok)
+        kind="finetuned", family=config.family, size=config.size, pooling=pooling, model=model,
+        additions=techniques.insert(Additions()), base=spec.base, max_length=spec.max_length, hf=config.hf,
+        train=_as_given(cfg, spec), setup={**setup_record(spec), **data.teaching.record(config, tok)},
+        finetuned=tuned), tok)
 
 
 def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer

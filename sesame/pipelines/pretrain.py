@@ -22,7 +22,7 @@ from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
 from ..objectives.seq2seq import require_sentinels
 from ..resume import record_training, resumed_pretraining, setup_record
-from ..run import RunConfig, build_backbone, load_tokenizer, read_config, write_config
+from ..run import PretrainedPart, RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..runtime import Placement, device_of, to_device
 from ..specs import AUTO, PretrainSpec
@@ -48,13 +48,14 @@ def pretrain(spec: PretrainSpec) -> dict:
     with claimed_run(spec.out, "pretrained", spec.resume, lambda run: _set_up(run, spec, start, cfg, placement)
                      ) as run:
         config = read_config(run, "--out", ("pretrained",))
-        if config.sizing:  # --size auto's batch (a resumed run's recorded choice: nothing is measured again)
-            cfg = replace(cfg, batch_size=config.sizing.batch_size)
+        if config.pretrained.sizing:  # --size auto's batch (a resumed run's recorded choice: nothing is measured again)
+            cfg = replace(cfg, batch_size=config.pretrained.sizing.batch_size)
         torch.manual_seed(cfg.seed)
-        obj = build_objective(config.objective, build_backbone(config), load_tokenizer(run), config.objective_options)
+        obj = build_objective(config.pretrained.objective, build_backbone(config), load_tokenizer(run),
+                              config.pretrained.objective_options)
         if not resumed:
             start.initialise(obj, spec)
-        shards = Shards(config.shards)
+        shards = Shards(config.pretrained.shards)
         learner = start.learner(obj, spec, shards)  # trained; obj's weights are kept
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         return _trainer(learner, obj, config, shards, settings).fit(resume=resumed, record=lambda: record_training(
@@ -95,13 +96,15 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
         spec, cfg = replace(spec, size=sizing.size), replace(cfg, batch_size=sizing.batch_size)
     model = replace(start.backbone(spec, tok),
                     **spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}"))
+    origin = start.origin(spec, model)
     config = RunConfig(
-        kind="pretrained", family=spec.family, **start.origin(spec, model), objective=spec.objective_name,
-        objective_options=spec.objective_settings(), static_masks=spec.static_masks,
-        final_seq_len=spec.final_seq_len, pooling=fam.pooling, model=model, seq_len=spec.seq_len,
-        discriminative=spec.discriminative, shards=str(shards.path.resolve()),
-        valid_shards=str(valid.path.resolve()) if valid else None, valid_size=held_out.size() if held_out else None,
-        train=asdict(cfg), setup=setup_record(spec), sizing=sizing)
+        kind="pretrained", family=spec.family, size=origin["size"], base=origin["base"], pooling=fam.pooling,
+        model=model, train=asdict(cfg), setup=setup_record(spec), pretrained=PretrainedPart(
+            objective=spec.objective_name, objective_options=spec.objective_settings(), seq_len=spec.seq_len,
+            static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin["added_words"],
+            discriminative=spec.discriminative, shards=str(shards.path.resolve()),
+            valid_shards=str(valid.path.resolve()) if valid else None,
+            valid_size=held_out.size() if held_out else None, sizing=sizing))
     _check_windows(config, shards, valid)
     fam.inputs.pretrained(tok)  # the run's tokenizer frames fine-tuning's inputs as the family reads them (after the
     # shards, which a tokenizer without the template may have made)
@@ -113,10 +116,11 @@ def _check_windows(config: RunConfig, shards: Shards, valid: Shards | None) -> N
     """Enough text for the objective's windows (and, for pair objectives, documents to draw partners from); a
     warning where the validation windows are few."""
     _, _, valid_windows = _windows(config, shards, valid)
-    if OBJECTIVES[config.objective].pairs:
+    objective = config.pretrained.objective
+    if OBJECTIVES[objective].pairs:
         for flag, given in (("--corpus", shards), ("--valid", valid)):
             if given is not None:
-                require_documents(given, flag=flag, objective=config.objective)
+                require_documents(given, flag=flag, objective=objective)
     warn_if_few(valid_windows, window_length(config),
                 "--valid" if valid else "the corpus's last 1% (the validation split without --valid)")
 
@@ -125,29 +129,30 @@ def _trainer(learner: nn.Module, obj: Objective, config: RunConfig, shards: Shar
              ) -> Trainer:
     """The trainer of ``learner`` over the windows of the run's ``shards`` (BERT's second phase of longer ones last),
     validating ``obj`` on the held-out windows, with ULMFiT's discriminative rates when the run has them."""
-    cfg = settings.config
-    windows, valid_shards, valid_windows = _windows(config, shards, Shards(config.valid_shards)
-                                                    if config.valid_shards else None)
+    cfg, part = settings.config, config.pretrained
+    windows, valid_shards, valid_windows = _windows(config, shards, Shards(part.valid_shards)
+                                                    if part.valid_shards else None)
     phases = [(window_length(config), windows)]
-    if config.final_seq_len:
-        final = window_length(config, config.final_seq_len)
+    if part.final_seq_len:
+        final = window_length(config, part.final_seq_len)
         phases.append((final, shards.windows(final)))
-    factor = config.discriminative
+    factor = part.discriminative
     rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                 factor) if factor != 1 else None
-    return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, config.static_masks),
+    return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, part.static_masks),
                    evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config), cfg.seed,
-                                                 config.valid_size), param_groups=rates, keeps=obj)
+                                                 part.valid_size), param_groups=rates, keeps=obj)
 
 
 def window_length(config: RunConfig, seq_len: int | None = None) -> int:
     """The corpus tokens of one example of the run's objective, with its options, at ``seq_len`` positions (by
     default the run's)."""
-    return OBJECTIVES[config.objective].window_length(seq_len or config.seq_len, **config.objective_options)
+    part = config.pretrained
+    return OBJECTIVES[part.objective].window_length(seq_len or part.seq_len, **part.objective_options)
 
 
 def _windows(config: RunConfig, shards: Shards, valid: Shards | None) -> tuple[list[Window], Shards, list[Window]]:
-    return training_windows(shards, valid, length=window_length(config), seq_len=config.seq_len)
+    return training_windows(shards, valid, length=window_length(config), seq_len=config.pretrained.seq_len)
 
 
 def lm_metrics(obj: Objective, shards: Shards, windows: list[Window], length: int, seed: int = 0,

@@ -57,8 +57,8 @@ def pretrain_cell(approach: Approach, run: Path, spec: CompareSpec) -> tuple[dic
             pipelines.pretrain(replace(pretraining, resume=resume))
         except SesameError as err:
             raise SesameError(f"--approaches {approach.spec}: {err}") from None
-        state, config = trainer_state(run), read_config(run, "--out")
-        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * config.seq_len,
+        state, seq_len = trainer_state(run), read_config(run, "--out").pretrained.seq_len
+        return {"steps": state["step"], "tokens": state["step"] * state["config"]["batch_size"] * seq_len,
                 "seconds": round(state["elapsed"], 3)}
 
     settings = {"approach": approach.spec, "corpus": pretraining.corpus, "valid": pretraining.valid,
@@ -80,8 +80,9 @@ def prior_training(base: str) -> dict:
         seen.add(path.resolve())
         state = trainer_state(path)
         seconds += state["elapsed"]
-        tokens = tokens + state["step"] * state["config"]["batch_size"] * config.seq_len \
-            if tokens is not None and config.seq_len is not None else None
+        seq_len = config.pretrained.seq_len
+        tokens = tokens + state["step"] * state["config"]["batch_size"] * seq_len \
+            if tokens is not None and seq_len is not None else None
         path = Path(config.base) if config.base else None
     return {"seconds": round(seconds, 3), "tokens": tokens}
 

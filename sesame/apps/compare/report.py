@@ -38,7 +38,7 @@ def pretraining_row(approach: str, run: Path, record: dict) -> dict:
     dev = [r for r in read_metrics(run / "metrics.jsonl") if r["split"] == "dev"] \
         if (run / "metrics.jsonl").exists() else []
     last = dev[-1] if dev else {}
-    return {"approach": approach, "objective": read_config(run, "--out").objective, "steps": record["steps"],
+    return {"approach": approach, "objective": read_config(run, "--out").pretrained.objective, "steps": record["steps"],
             "tokens": record["tokens"], "valid_loss": last.get("loss"), "valid_perplexity": last.get("perplexity"),
             "valid_parts": {k: v for k, v in last.items() if k.endswith(("_loss", "_accuracy"))}}
 
