@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, infill_draws, some
+from sesame.objectives.denoising import DenoisingOptions, denoise, infill_draws, row_of_items, some
 from sesame.objectives.masking import budget
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
@@ -262,3 +262,9 @@ def test_a_batch_draws_what_each_row_drew_alone_before(options):
     sources = run(rows, ends, **options)
     for row, row_ends, source, g in zip(rows, ends, sources, generators(len(rows))):
         assert source.tolist() == old_noise(row, row_ends, DenoisingOptions(**options), g).tolist()
+
+
+@pytest.mark.parametrize("counts", [[3], [1, 2], [2, 1, 4]])
+def test_row_of_items_repeats_each_row_its_count_of_times_one_row_included(counts):
+    expected = [row for row, count in enumerate(counts) for _ in range(count)]
+    assert row_of_items(counts).tolist() == expected and row_of_items(counts).dtype == torch.long

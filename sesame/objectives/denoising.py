@@ -141,7 +141,7 @@ def infill_draws(n_words: Sequence[int], options: DenoisingOptions, *, mask: int
 
 def row_of_items(counts: Sequence[int]) -> torch.Tensor:
     """``i`` repeated ``counts[i]`` times (each count above 0), as a cumulative sum of row starts."""
-    starts = torch.tensor(counts[:-1]).cumsum(0)
+    starts = torch.tensor(counts[:-1], dtype=torch.long).cumsum(0)  # long also when there is one row
     return torch.zeros(sum(counts), dtype=torch.long).index_fill_(0, starts, 1).cumsum(0)
 
 
