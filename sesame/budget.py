@@ -17,7 +17,7 @@ of the budget, have steps to act on.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 TOKENS_PER_PARAMETER = 20  # Hoffmann et al. 2022: compute-optimal training tokens per parameter
@@ -55,9 +55,6 @@ class Sizing:
     batch_size: int
     measured: dict[str, float]  # tokens per second of each size timed, smallest first
     rule: str = RULE
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     def line(self) -> str:
         """The one line ``sesame pretrain`` prints."""
