@@ -19,7 +19,13 @@ the command continues where an interrupted one stopped (a pre-training run cut s
 It writes a Markdown table (mean ± sd over seeds) into ``--markdown`` between its markers and a plot of accuracy
 against pre-training minutes beside it.
 
+An ablation (issue 36's short-budget recipe) changes one default with ``--pretrain-option KEY=VALUE`` or
+``--finetune-option KEY=VALUE`` (keywords of ``sesame.pretrain``/``finetune``, e.g. ``objective=mlm``), in its own
+``--out`` (a folder refuses runs made with other changes); its table and plot go to the same page, in a block of
+their own named by the changes, so the defaults' and each ablation's rows sit side by side with their commands.
+
     python benchmarks/time_to_quality.py --out runs/ttq            # 15 and 60 minutes: days on 2 cores
+    python benchmarks/time_to_quality.py --out runs/ttq-mlm --budgets 15 --pretrain-option objective=mlm
     python benchmarks/time_to_quality.py --out runs/ttq-gpu --budgets 2 5 10 --device cuda
     python benchmarks/time_to_quality.py --out /tmp/ttq --smoke    # the plumbing, not the numbers: minutes
 
@@ -133,6 +139,18 @@ def smoke_inputs(data: Path, out: Path, chosen: dict[str, Task]) -> tuple[list[P
     return [corpus], small
 
 
+def keyword(pair: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as a keyword argument of ``sesame.pretrain``/``finetune``: the value read as JSON where it parses
+    (``0.3``, ``true``) and kept as text otherwise (``mlm``, ``auto``)."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{pair!r} is not KEY=VALUE with KEY a keyword argument, e.g. objective=mlm")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 SMOKE = {"budgets": (0.05,), "labels": (32, None), "seeds": 2,
          "pretrain": {"size": "tiny", "vocab_size": 300, "seq_len": 32, "batch_size": 8},
          "finetune": {"max_steps": 2, "batch_size": 8, "max_length": 32}}
@@ -140,16 +158,23 @@ SMOKE = {"budgets": (0.05,), "labels": (32, None), "seeds": 2,
 
 def run_benchmark(args: argparse.Namespace) -> dict:
     data, out = Path(args.data), Path(args.out)
+    record, results = open_record(out)
+    ablation = stage(results, "ablation", record, lambda: {"changes": changes(args)})["changes"]
+    if ablation != changes(args):
+        print(f"time_to_quality: {out} holds runs made with {ablation or 'the defaults'}, not with "
+              f"{changes(args) or 'the defaults'}: give this ablation its own --out", file=sys.stderr)
+        raise SystemExit(2)
     chosen = {name: task for name, task in tasks(data).items() if name in args.tasks}
     corpus = general_corpus(data)
+    pretrain, finetune = dict(args.pretrain_option), dict(args.finetune_option)
     if args.smoke:
-        settings = Settings(**{**SMOKE, "seeds": args.seeds or SMOKE["seeds"]}, device=args.device)
+        settings = Settings(SMOKE["budgets"], SMOKE["labels"], args.seeds or SMOKE["seeds"],
+                            {**SMOKE["pretrain"], **pretrain}, {**SMOKE["finetune"], **finetune}, args.device)
         corpus, chosen = smoke_inputs(data, out, chosen)
     else:
         labels = tuple(None if n == ALL else int(n) for n in args.labels)
-        settings = Settings(tuple(args.budgets), labels, args.seeds or 3, {}, {}, args.device)
+        settings = Settings(tuple(args.budgets), labels, args.seeds or 3, pretrain, finetune, args.device)
     runtime = {"device": settings.device} if settings.device else {}
-    record, results = open_record(out)
     missing = minilm_missing() if "minilm" in args.approaches else None
     for task in chosen.values():
         for n in settings.labels:
@@ -225,11 +250,18 @@ def shown(value: tuple[float, float, int] | str | None) -> str:
     return f"{mean:.1f} ± {sd:.1f}" + (f" ({n})" if n > 1 else "")
 
 
+def changes(args: argparse.Namespace) -> list[str]:
+    """What an ablation changes from the defaults (``pretrain.KEY=VALUE``, ``finetune.KEY=VALUE``); [] for none."""
+    return ([f"pretrain.{key}={value}" for key, value in args.pretrain_option] +
+            [f"finetune.{key}={value}" for key, value in args.finetune_option])
+
+
 def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: dict[str, Task]) -> None:
     """The Markdown table and the plot, from what ``results`` holds."""
     markdown = Path(args.markdown) if args.markdown else (Path(args.out) / "time_to_quality.md" if args.smoke else
                                                             Path("docs/results/time_to_quality.md"))
-    figure = markdown.with_name("time_to_quality.png")
+    ablation = changes(args)  # an ablation's table and plot sit beside the defaults' on the same page
+    figure = markdown.with_name("_".join(["time_to_quality", *ablation]).replace("=", "-") + ".png")
     seeds = settings.seeds
     lines = ["```bash", "python benchmarks/time_to_quality.py " + " ".join(args.argv), "```",
              "", "Dev accuracy in %, mean ± sd over fine-tuning seeds (their number in brackets); budgets are "
@@ -256,7 +288,7 @@ def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: d
     lines += ["", f"![time to quality]({figure.name})"]
     plot(results, settings, chosen, figure)
     markdown.parent.mkdir(parents=True, exist_ok=True)
-    replace_block(markdown, BLOCK, lines)
+    replace_block(markdown, " ".join([BLOCK, *ablation]), lines)
 
 
 def plot(results: dict, settings: Settings, chosen: dict[str, Task], figure: Path) -> None:
@@ -303,6 +335,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", default=["airline", "sst2"], choices=["airline", "sst2"])
     p.add_argument("--approaches", nargs="+", default=list(APPROACHES), choices=APPROACHES)
     p.add_argument("--device", help="sesame's --device (default: its own choice)")
+    p.add_argument("--pretrain-option", action="append", default=[], type=keyword, metavar="KEY=VALUE",
+                   help="a keyword of sesame.pretrain beyond the defaults, for an ablation (e.g. objective=mlm, "
+                        "size=auto; repeatable)")
+    p.add_argument("--finetune-option", action="append", default=[], type=keyword, metavar="KEY=VALUE",
+                   help="a keyword of sesame.finetune beyond the defaults, for an ablation (repeatable)")
     p.add_argument("--markdown", help="the page the table goes to (default docs/results/time_to_quality.md; with "
                                       "--smoke, OUT/time_to_quality.md)")
     p.add_argument("--smoke", action="store_true", help="tiny data, model and budgets: checks the plumbing")

@@ -46,3 +46,37 @@ def test_smoke_runs_every_stage_records_it_and_resumes(tmp_path, monkeypatch, on
     record.write_text(json.dumps({k: v for k, v in results.items() if k != lost}))
     assert benchmark.main(argv)[lost]["accuracy"] == 0.5
     assert ran == [f"scratch:{tmp_path / 'ttq' / f'pretrained-sst2-{budget:g}min'}"]
+
+
+def test_an_ablation_reaches_sesame_gets_its_own_block_and_cannot_mix_with_other_runs(tmp_path, monkeypatch) -> None:
+    benchmark = load_script(SCRIPT, "time_to_quality")
+    assert benchmark.keyword("objective=mlm") == ("objective", "mlm")
+    assert benchmark.keyword("mask_prob=0.3") == ("mask_prob", 0.3)
+    with pytest.raises(SystemExit) as bad:
+        benchmark.main(["--out", str(tmp_path / "bad"), "--pretrain-option", "objective"])
+    assert bad.value.code == 2 and not (tmp_path / "bad").exists()
+
+    seen = []
+    monkeypatch.setattr(benchmark, "pretrained", lambda corpus, task, run, budget, settings, runtime:
+                        seen.append(settings.pretrain) or {"size": "mini"})
+    monkeypatch.setattr(benchmark, "finetuned", lambda base, task, train, run, seed, settings, runtime:
+                        seen.append(settings.finetune) or {"accuracy": 0.5})
+    monkeypatch.setattr(benchmark, "tfidf_baseline", lambda files, seed: {"dev": {"accuracy": 0.75}})
+    page = tmp_path / "page.md"
+    out = tmp_path / "ttq-mlm"
+    argv = ["--out", str(out), "--data", str(shared_data()), "--budgets", "15", "--labels", "1000", "--seeds", "1",
+            "--tasks", "airline", "--approaches", "pretrained", "scratch", "tfidf", "--markdown", str(page),
+            "--pretrain-option", "objective=mlm", "--finetune-option", "lr=0.001"]
+    results = benchmark.main(argv)
+    assert seen == [{"objective": "mlm"}, {"lr": 0.001}, {"lr": 0.001}]
+    assert results["ablation"]["changes"] == ["pretrain.objective=mlm", "finetune.lr=0.001"]
+    text = page.read_text()
+    assert "<!-- time-to-quality pretrain.objective=mlm finetune.lr=0.001:start -->" in text
+    assert "--pretrain-option objective=mlm" in text and "| airline | 1000 | 15 | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 | 75.0 | not run |" in text
+    assert (tmp_path / "time_to_quality_pretrain.objective-mlm_finetune.lr-0.001.png").exists()
+
+    before = (out / "results.json").read_bytes()
+    with pytest.raises(SystemExit) as mixed:  # the defaults into the ablation's folder
+        benchmark.main([arg for arg in argv if arg not in ("--pretrain-option", "objective=mlm", "--finetune-option",
+                                                           "lr=0.001")])
+    assert mixed.value.code == 2 and (out / "results.json").read_bytes() == before
