@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from sesame.models import Transformer, TransformerConfig
-from sesame.objectives.masking import phrase_units, span_lengths, word_index
+from sesame.objectives.masking import SPAN_ATTEMPTS, phrase_units, span_lengths, span_units, word_index
 from sesame.objectives.mlm import MaskedLM, masked_entries
 from sesame.objectives.span import SpanBERT
 from sesame.tokenizer import SpecialIds, train_tokenizer
@@ -203,7 +203,7 @@ def test_span_lengths_follow_the_truncated_geometric():
     weights = 0.2 * 0.8 ** (k - 1)
     theory = float((k * weights).sum() / weights.sum())
     assert abs(theory - 3.8) < 0.01  # the paper's mean(ℓ) = 3.8 for p = 0.2, ℓ_max = 10
-    draws = span_lengths(200_000, torch.Generator().manual_seed(0)).double()
+    draws = span_lengths(torch.rand(200_000, generator=torch.Generator().manual_seed(0))).double()
     assert draws.min() == 1 and draws.max() == 10
     assert abs(draws.mean().item() - theory) < 0.03  # std ≈ 2.6 / √200000 ≈ 0.006
 
@@ -236,6 +236,64 @@ def test_first_span_has_the_paper_mean_length_in_words():
         lengths.append(int(STARTS[first_span].sum()))
     mean = sum(lengths) / len(lengths)
     assert abs(mean - 3.8) < 0.2  # std ≈ 2.6 / √1500 ≈ 0.07
+
+
+def one_row_of_spans(row, g, rate=0.15, p=0.2, max_span=10):
+    """The reference: §3.1's loop, one attempt at a time, on one row with special tokens (the rules of
+    :func:`span_units`' docstring), its lengths and starts read in sets of SPAN_ATTEMPTS pairs of uniforms."""
+    words = words_of(row)
+    n_words, target = len(words), round(rate * int((row >= 5).sum()))
+    fresh = [w == 0 or words[w][0] == 0 or row[words[w][0] - 1] < 5 for w in range(n_words)]
+    span_of_word, covered, n_spans, draws = [-1] * n_words, 0, 0, []
+    while covered < target:
+        if not draws:
+            draws = torch.rand(SPAN_ATTEMPTS, 2, generator=g).tolist()
+        u_length, u_start = draws.pop(0)
+        length = int(span_lengths(torch.tensor(u_length), p, max_span))
+        start = min(int(u_start * n_words), n_words - 1)
+        if span_of_word[start] >= 0:
+            continue
+        for w in range(start, min(start + length, n_words)):
+            if span_of_word[w] >= 0 or covered >= target or (w > start and fresh[w]):
+                break
+            span_of_word[w], covered = n_spans, covered + len(words[w])
+        n_spans += 1
+    unit = torch.full_like(row, -1)
+    for w, s in enumerate(span_of_word):
+        unit[words[w]] = s
+    return unit, n_spans
+
+
+@pytest.mark.parametrize("n_rows", [1, 30])
+def test_a_batch_of_spans_plays_each_rows_attempts_in_turn(n_rows):
+    """The batch lays out the spans of §3.1's sequential loop exactly, row by row, whatever the batch: rows with
+    a document boundary, with few words or none, and long rows that draw several sets of attempts."""
+    rows = with_specials(random_rows(n_rows=n_rows, length=510, seed=3))
+    rows[1::7, 400:-1] = SPECIALS.sep  # fewer words
+    rows[2::7, 1:-1] = SPECIALS.sep  # none
+    word = word_index(rows, torch.arange(5), STARTS)
+    unit, n_spans = span_units(word, 0.15, generators(n_rows))
+    expected = [one_row_of_spans(row, g) for row, g in zip(rows, generators(n_rows))]
+    assert n_spans == [n for _, n in expected]
+    assert torch.equal(unit, torch.stack([u for u, _ in expected]))
+    assert max(n_spans) > SPAN_ATTEMPTS or n_rows == 1  # some rows drew a second set
+
+
+def test_spans_are_a_function_of_the_example_and_its_generator():
+    """A row's spans, and its whole corrupted row, do not depend on the other rows of the batch or on its place
+    there (a batch is a function of the seed, the step and the example)."""
+    model = SpanBERT(backbone(), SPECIALS, STARTS)
+    rows = random_rows(n_rows=12)
+    rows[3, 20:] = SPECIALS.sep
+    batch = model.make_batch(rows, generators(12))
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(1))
+    shuffled = model.make_batch(rows[order], [torch.Generator().manual_seed(int(i)) for i in order])
+    assert torch.equal(shuffled["ids"], batch["ids"][order])
+    for i in (0, 3):
+        alone = model.make_batch(rows[i:i + 1], generators(1, offset=i))
+        assert torch.equal(alone["ids"][0], batch["ids"][i])
+        assert alone["targets"][:alone["masked"]].tolist() == \
+            [int(rows[i, p % 128 - 1]) for p in batch["positions"][:batch["masked"]].tolist() if p // 128 == i]
 
 
 def test_sbo_targets_align_with_their_span_boundaries():

@@ -17,10 +17,10 @@ Every strategy returns ``unit``: per position, the index of the chosen unit it b
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
 
@@ -171,7 +171,7 @@ def marked(index: torch.Tensor, width: int) -> torch.Tensor:
 
 def word_counts(word: torch.Tensor) -> torch.Tensor:
     """How many words each row of :func:`word_index`'s (batch, L) has."""
-    return word.max(1).values + 1
+    return word.amax(1) + 1  # (not max(1): its indices cost 100 times more on two busy threads)
 
 
 def ngram_units(word: torch.Tensor, ngram: int, generators: Sequence[torch.Generator]) -> torch.Tensor:
@@ -267,11 +267,28 @@ def geometric(p: float, max_span: int) -> torch.Tensor:
     return p * (1 - p) ** (k - 1)
 
 
-def span_lengths(n: int, generator: torch.Generator, p: float = 0.2, max_span: int = 10) -> torch.Tensor:
-    """``n`` span lengths ℓ ~ Geo(p) on 1..``max_span`` (SpanBERT §3.1). The paper says "clip"; its stated
-    mean of 3.8 for p = 0.2, ℓ_max = 10 is that of the geometric truncated there and renormalised
-    (min(ℓ, 10) would have mean 4.46), so that is what is drawn."""
-    return torch.multinomial(geometric(p, max_span), n, replacement=True, generator=generator) + 1
+def span_lengths(uniform: torch.Tensor, p: float = 0.2, max_span: int = 10) -> torch.Tensor:
+    """Span lengths ℓ ~ Geo(p) on 1..``max_span`` (SpanBERT §3.1), one per entry of ``uniform`` (draws in [0, 1)), by
+    inverse transform on the cumulative weights. The paper says "clip"; its stated mean of 3.8 for p = 0.2,
+    ℓ_max = 10 is that of the geometric truncated there and renormalised (min(ℓ, 10) would have mean 4.46), so that
+    is what is drawn."""
+    cdf = geometric(p, max_span).cumsum(0)
+    return (uniform.double()[..., None] >= cdf[:-1] / cdf[-1]).sum(-1) + 1  # (not bucketize: 10 times slower)
+
+
+SPAN_ATTEMPTS = 16  # the (length, start) pairs a row of span_units draws at a time
+
+
+def span_attempts(n_words: torch.Tensor, drawing: torch.Tensor, generators: Sequence[torch.Generator], p: float,
+                  max_span: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:data:`SPAN_ATTEMPTS` (length, start) pairs for each row where ``drawing`` holds, from two uniforms per pair
+    drawn by its generator: a length (:func:`span_lengths`) and a start ⌊u·words⌋ among the row's ``n_words``; the
+    other rows get length 1 at word 0, never played. Returns ``(lengths, starts)``, (batch, attempts) each."""
+    rows = drawing.nonzero().squeeze(1)
+    draws = torch.zeros(len(n_words), SPAN_ATTEMPTS, 2).index_copy_(
+        0, rows, uniforms([generators[r] for r in rows.tolist()], (SPAN_ATTEMPTS, 2)))
+    starts = (draws[..., 1].double() * n_words[:, None]).long()
+    return span_lengths(draws[..., 0], p, max_span), torch.minimum(starts, (n_words[:, None] - 1).clamp(min=0))
 
 
 def span_units(word: torch.Tensor, rate: float, generators: Sequence[torch.Generator], p: float = 0.2,
@@ -284,45 +301,36 @@ def span_units(word: torch.Tensor, rate: float, generators: Sequence[torch.Gener
     a start inside an earlier span is drawn again; a span stops early at an earlier span, at a special
     token (a document boundary), at the end of the sequence, or once the budget is spent (so the last
     span may overshoot it by part of one word, never splitting a word). Adjacent spans stay distinct.
+
+    The attempts are played for the whole batch at once, one attempt of every row per step; a row draws them
+    :data:`SPAN_ATTEMPTS` at a time (:func:`span_attempts`), a further set only while its budget is unspent, so its
+    spans depend on its own draws alone.
     """
-    eligible = word >= 0
-    if not eligible.any():
-        return torch.full_like(word, -1), [0] * len(word)
-    weights, n_words = geometric(p, max_span), word_counts(word).tolist()
-    sizes, fresh, targets = unit_sizes(word, max(n_words)).tolist(), after_special(word).tolist(), eligible.sum(1)
-    rows = [spans_of_words(sizes[r][:n], fresh[r], budget(int(targets[r]), rate), weights, g)
-            for r, (n, g) in enumerate(zip(n_words, generators))]
-    span_of_word = pad_sequence([torch.tensor(r[0] + [-1], dtype=torch.long) for r in rows], batch_first=True,
-                                padding_value=-1)
-    return torch.where(eligible, span_of_word.gather(1, word.clamp(min=0)), -1), [r[1] for r in rows]
-
-
-def one_draw(weights: list[float], generator: torch.Generator) -> int:
-    """``torch.multinomial(torch.tensor(weights, dtype=torch.float64), 1, generator=generator)`` without its checks and
-    its seven tensor operations: the same exponential draws and argmax(weights / q), q ~ Exp(1) (torch's one-sample
-    path, ATen ``multinomial``), so the same index."""
-    q = torch.empty(len(weights), dtype=torch.float64).exponential_(generator=generator).tolist()
-    scores = [w / e if e else math.inf for w, e in zip(weights, q)]  # a draw of 0 (p ≈ 2⁻⁵³): torch's w / 0 = inf
-    return scores.index(max(scores))
-
-
-def spans_of_words(sizes: list[int], fresh: list[bool], target: int, weights: torch.Tensor,
-                   generator: torch.Generator) -> tuple[list[int], int]:
-    """One row of :func:`span_units`: the span of each of its words (token counts ``sizes``; ``fresh``: after a
-    special token), −1 for none, and the number of spans, drawn one length (from ``weights``, :func:`one_draw`) and
-    one start at a time."""
-    n_words, scale = len(sizes), weights.tolist()
-    span_of_word = [-1] * n_words
-    covered, n_spans = 0, 0
-    while covered < target:
-        length = one_draw(scale, generator) + 1
-        start = int(torch.randint(n_words, (1,), generator=generator))
-        if span_of_word[start] >= 0:
-            continue
-        for w in range(start, min(start + length, n_words)):
-            if span_of_word[w] >= 0 or covered >= target or (w > start and fresh[w]):
-                break
-            span_of_word[w] = n_spans
-            covered += sizes[w]
-        n_spans += 1
-    return span_of_word, n_spans
+    b = len(word)
+    n_words = word_counts(word)
+    targets = torch.tensor([budget(n, rate) for n in (word >= 0).sum(1).tolist()], dtype=torch.long)
+    width = int(n_words.max()) + max_span  # room for a span from any word
+    sizes = unit_sizes(word, width)
+    fresh = after_special(word)
+    fresh = F.pad(fresh, (0, width - fresh.shape[1]))
+    span = torch.where(torch.arange(width) < n_words[:, None], -1, 0)  # past a row's words: taken, spans stop there
+    covered, n_spans = torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long)
+    lengths = starts = torch.zeros(b, 0, dtype=torch.long)
+    offset = torch.arange(max_span)
+    active, attempt = covered < targets, 0
+    while active.any():
+        if attempt == lengths.shape[1]:
+            more = span_attempts(n_words, active, generators, p, max_span)
+            lengths, starts = torch.cat([lengths, more[0]], 1), torch.cat([starts, more[1]], 1)
+        place = starts[:, attempt, None] + offset  # the words the span may cover
+        now = span.gather(1, place)
+        played = active & (now[:, 0] < 0)  # a start inside an earlier span is drawn again
+        free = (offset < lengths[:, attempt, None]) & (now < 0) & ~(fresh.gather(1, place) & (offset > 0))
+        run = free.long().cumprod(1)  # up to the first word it may not cover
+        size = sizes.gather(1, place) * run
+        take = played[:, None] & run.bool() & (covered[:, None] + size.cumsum(1) - size < targets[:, None])
+        span.scatter_(1, place, torch.where(take, n_spans[:, None], now))
+        covered += (size * take).sum(1)
+        n_spans += played
+        active, attempt = covered < targets, attempt + 1
+    return torch.where(word >= 0, span.gather(1, word.clamp(min=0)), -1), n_spans.tolist()
