@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sesame.errors import SesameError
-from sesame.objectives.denoising import DenoisingOptions, denoise, infill_draws, row_of_items, some
+from sesame.objectives.denoising import DenoisingOptions, denoise, infill_draws, row_of_items
 from sesame.objectives.masking import budget
 from sesame.objectives.masking import word_index
 from sesame.tokenizer import SpecialIds
@@ -137,18 +137,33 @@ def test_a_permute_ratio_moves_that_share_of_the_sentences_at_most():
         assert sum(source[i] != row[i] for i in range(0, 120, 10)) <= 3
 
 
+def rotation_start(source, row):
+    """Where in ``row`` the rotated ``source`` begins, once it is checked to be a rotation of it."""
+    start = row.tolist().index(int(source[0]))
+    assert torch.equal(source, row.roll(-start))
+    return start
+
+
 def test_rotation_preserves_the_tokens_and_starts_anywhere():
     rows = windows(1).expand(400, 120)
-    starts = set()
-    for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, rotate_ratio=1.0)):
-        start = row.tolist().index(int(source[0]))
-        assert torch.equal(source, row.roll(-start))
-        starts.add(start)
+    starts = {rotation_start(source, row) for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0,
+                                                                             rotate_ratio=1.0))}
     assert len(starts) > 90  # 400 draws over 120 starts cover ~96 of them
 
 
-def test_token_masking_and_deletion_take_exact_counts_of_ordinary_tokens():
-    rows = windows(50)
+@pytest.mark.parametrize("n_rows", [1, 12])
+def test_a_rotate_ratio_rotates_that_share_of_the_windows(n_rows):
+    rows, rotated = windows(1).expand(n_rows, 120), 0
+    for offset in range(0, 400, n_rows):  # a batch of one row draws as each row of a larger batch
+        sources = run(rows, offset=offset, mask_ratio=0, permute_ratio=0, rotate_ratio=0.3)
+        rotated += sum(rotation_start(source, row) > 0 for row, source in zip(rows, sources))
+    share = rotated / (400 // n_rows * n_rows)
+    assert abs(share - 0.3 * 119 / 120) < 4 * (0.25 / 400) ** 0.5  # a rotation may start at 0: 1/120 of them
+
+
+@pytest.mark.parametrize("n_rows", [1, 50])
+def test_token_masking_and_deletion_take_exact_counts_of_ordinary_tokens(n_rows):
+    rows = windows(n_rows)
     for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, token_mask_ratio=0.15)):
         masked = source == SPECIALS.mask
         assert int(masked.sum()) == round(0.15 * 119)  # the separator is never masked
@@ -156,6 +171,26 @@ def test_token_masking_and_deletion_take_exact_counts_of_ordinary_tokens():
     for row, source in zip(rows, run(rows, mask_ratio=0, permute_ratio=0, delete_ratio=0.2)):
         assert len(source) == 120 - round(0.2 * 119) and subsequence(source.tolist(), row.tolist())
         assert SPECIALS.sep in source.tolist()
+
+
+@pytest.mark.parametrize("n_rows", [1, 30])
+def test_all_noising_composes_on_rows_of_their_own_lengths(n_rows):
+    """Infilling (rows of several lengths), then token masking (only of the tokens left, never a <mask> again), then
+    deletion (of ordinary tokens only: every <mask> and separator stays), then rotation, on one batch."""
+    rows = windows(n_rows)
+    options = dict(permute_ratio=0, token_mask_ratio=0.1, delete_ratio=0.1)
+    infilled = run(rows, permute_ratio=0)  # the same draws first
+    noised = run(rows, **options)
+    for before, after in zip(infilled, noised):
+        n = int((before > 4).sum())
+        masked, kept = budget(n, 0.1), n - budget(n, 0.1)
+        assert int((after == SPECIALS.mask).sum()) == int((before == SPECIALS.mask).sum()) + masked
+        assert len(after) == len(before) - budget(kept, 0.1) and int((after == SPECIALS.sep).sum()) == 1
+    if n_rows > 1:
+        assert len({len(s) for s in noised}) > 1
+    rotated = run(rows, **options, rotate_ratio=1.0)
+    for source, row in zip(rotated, noised):
+        assert sorted(source.tolist()) == sorted(row.tolist())
 
 
 def test_same_seed_same_noise_other_examples_other_noise():
@@ -220,6 +255,12 @@ def old_infill(ids, word, options, *, mask, pool, generator):
     return merged[keys.sort(stable=True).indices]
 
 
+def some(ids, special_ids, ratio, generator):
+    candidates = (~torch.isin(ids, special_ids)).nonzero().squeeze(1)
+    picked = candidates[torch.randperm(len(candidates), generator=generator)[:budget(len(candidates), ratio)]]
+    return torch.zeros(len(ids), dtype=torch.bool).index_fill_(0, picked, True)
+
+
 def old_row_noise(ids, word, options, *, specials, special_ids, pool, generator):
     if options.mask_ratio:
         ids = old_infill(ids, word, options, mask=specials.mask, pool=pool, generator=generator)
@@ -253,11 +294,13 @@ def old_noise(ids, ends, options, g):
                                           "rotate_ratio": 0.5}, {"permute_ratio": 0.0},
                                      {"poisson_lambda": 0.3, "mask_ratio": 0.5, "random_ratio": 0.5},
                                      {"poisson_lambda": 8.0, "mask_ratio": 1.0}])
-def test_a_batch_draws_what_each_row_drew_alone_before(options):
+@pytest.mark.parametrize("n_rows", [1, 40])
+def test_a_batch_draws_what_each_row_drew_alone_before(options, n_rows):
     rows = windows(n_rows=40)
     rows[3] = SPECIALS.sep  # a row without words
     rows[5, 1:] = SPECIALS.sep  # a row of one word
     rows[7, ::2] = SPECIALS.sep  # words between separators
+    rows = rows[:n_rows]  # and a batch of one ordinary row
     ends = [sorted({10 + i % 7, 30, 61, 90 + i % 5}) for i in range(len(rows))]
     sources = run(rows, ends, **options)
     for row, row_ends, source, g in zip(rows, ends, sources, generators(len(rows))):

@@ -45,7 +45,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from ..errors import SesameError
 from ..tokenizer import SpecialIds
-from .masking import budget, word_index
+from .masking import budget, kept_first, word_index
 
 
 @dataclass(frozen=True)
@@ -190,31 +190,48 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     return ids.new_full((b * width,), pad).index_copy_(0, places, values.index_select(0, order)).view(b, width), lengths
 
 
-def some(ids: torch.Tensor, special_ids: torch.Tensor, ratio: float, generator: torch.Generator) -> torch.Tensor:
-    """A bool per position: round(ratio·n) of the n non-special tokens, chosen uniformly."""
-    candidates = (~torch.isin(ids, special_ids)).nonzero().squeeze(1)
-    picked = candidates[torch.randperm(len(candidates), generator=generator)[:budget(len(candidates), ratio)]]
-    return torch.zeros(len(ids), dtype=torch.bool).index_fill_(0, picked, True)
+def chosen_tokens(rows: torch.Tensor, lengths: torch.Tensor, special_ids: torch.Tensor, ratio: float,
+                  generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """A bool per position of ``rows`` (batch, L), of which row ``i`` holds ``lengths[i]`` tokens: round(ratio·n) of
+    its n non-special tokens, chosen uniformly, as ``randperm(n)`` of ``generators[i]`` orders them."""
+    eligible = ~torch.isin(rows, special_ids) & (torch.arange(rows.shape[1]) < lengths[:, None])
+    counts = eligible.sum(1).tolist()
+    picks = [torch.randperm(n, generator=g)[:budget(n, ratio)] for n, g in zip(counts, generators)]
+    width = max(counts)  # a column past every row's candidates, where the padding of ``picks`` lands
+    chosen = torch.zeros(len(rows), width + 1, dtype=torch.bool).scatter_(
+        1, pad_sequence(picks, batch_first=True, padding_value=width), True)
+    return eligible & chosen.gather(1, (eligible.cumsum(1) - 1).clamp(min=0))  # a candidate's rank among its row's
 
 
-def noise_tokens(ids: torch.Tensor, options: DenoisingOptions, *, mask: int, special_ids: torch.Tensor,
-                 generator: torch.Generator) -> torch.Tensor:
-    """One window's token masking, token deletion and rotation (without ``<s>`` and ``</s>``), after infilling."""
+def noise_tokens(rows: torch.Tensor, lengths: torch.Tensor, options: DenoisingOptions, *, mask: int,
+                 special_ids: torch.Tensor, generators: Sequence[torch.Generator], pad: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token masking, token deletion and rotation (without ``<s>`` and ``</s>``), after infilling, of a batch ``rows``
+    (batch, L) whose row ``i`` holds ``lengths[i]`` tokens then ``pad``, row ``i`` drawing from ``generators[i]`` what
+    it drew alone (:func:`chosen_tokens`; for rotation a uniform, then a start if it is below ``rotate_ratio``).
+    Returns ``(rows, lengths)``, padded to the longest row."""
+    positions = torch.arange(rows.shape[1])
     if options.token_mask_ratio:
-        ids = ids.masked_fill(some(ids, special_ids, options.token_mask_ratio, generator), mask)
+        rows = rows.masked_fill(chosen_tokens(rows, lengths, special_ids, options.token_mask_ratio, generators), mask)
     if options.delete_ratio:
-        ids = ids[~some(ids, special_ids, options.delete_ratio, generator)]
-    if options.rotate_ratio and float(torch.rand(1, generator=generator)) < options.rotate_ratio:
-        ids = ids.roll(-int(torch.randint(len(ids), (1,), generator=generator)))
-    return ids
+        kept = ~chosen_tokens(rows, lengths, special_ids, options.delete_ratio, generators) & \
+            (positions < lengths[:, None])
+        rows, lengths = kept_first(rows, kept, rows.shape[1]), kept.sum(1)
+    if options.rotate_ratio:
+        rotated = [float(torch.rand(1, generator=g)) < options.rotate_ratio for g in generators]
+        starts = torch.tensor([int(torch.randint(max(n, 1), (1,), generator=g)) if r else 0
+                               for r, n, g in zip(rotated, lengths.tolist(), generators)], dtype=torch.long)
+        rows = rows.gather(1, (positions + starts[:, None]) % lengths.clamp(min=1)[:, None])
+    inside = positions < lengths[:, None]
+    return rows.masked_fill(~inside, pad)[:, :int(lengths.max())], lengths
 
 
 def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
             sentence_ends: Sequence[Sequence[int]] | None, specials: SpecialIds, word_starts: torch.Tensor,
             pool: torch.Tensor, options: DenoisingOptions = DenoisingOptions()) -> tuple[torch.Tensor, torch.Tensor]:
     """Noise ``windows`` (batch, L) of clean token ids, row ``i`` drawing from ``generators[i]`` only, in the order one
-    row alone drew: sentence permutation and text infilling laid out for the whole batch, then each row's token
-    masking, deletion and rotation (off by default).
+    row alone drew: sentence permutation, text infilling, token masking, deletion and rotation (the last three off by
+    default), each laid out for the whole batch at once.
 
     ``sentence_ends[i]``: the end offsets of window ``i``'s sentences (needed for sentence permutation);
     ``specials``: ``cls`` and ``sep`` are BART's ``<s>`` and ``</s>``; ``pool``: the tokens a random
@@ -235,10 +252,8 @@ def denoise(windows: torch.Tensor, generators: list[torch.Generator], *,
         rows, lengths = infill(permuted, word_index(permuted, special_ids, word_starts), options, mask=specials.mask,
                                pool=pool, generators=generators, pad=specials.pad)
     if options.token_mask_ratio or options.delete_ratio or options.rotate_ratio:
-        noised = [noise_tokens(r[:n], options, mask=specials.mask, special_ids=special_ids, generator=g)
-                  for r, n, g in zip(rows, lengths.tolist(), generators)]
-        rows = pad_sequence(noised, batch_first=True, padding_value=specials.pad)
-        lengths = torch.tensor([len(r) for r in noised])
+        rows, lengths = noise_tokens(rows, lengths, options, mask=specials.mask, special_ids=special_ids,
+                                     generators=generators, pad=specials.pad)
     inputs = F.pad(rows, (1, 1), value=specials.pad)
     inputs[:, 0] = specials.cls
     inputs[torch.arange(b), lengths + 1] = specials.sep
