@@ -71,6 +71,23 @@ def test_objectives_make_no_tensor_off_the_models_device(objective, family, toke
     forward_backward_off_the_default_device(obj, obj.make_batch(windows, generators(0, [0, 1]), partners))
 
 
+@pytest.mark.parametrize("objective, family", [("mlm", "bert"), ("clm", "gpt"), ("span", "spanbert"),
+                                               ("electra", "electra")])
+def test_a_model_on_the_meta_device_computes_its_loss_there(objective, family, tokenizer):
+    """A model sized without memory (``meta``, which has no autocast) runs the fused projection: its product type is
+    float32, as on a device without bf16 autocast."""
+    from sesame.data.windows import generators
+    from sesame.objectives.projection import product_dtype
+
+    assert product_dtype(torch.zeros(2, 3, device="meta")) == torch.float32
+    assert product_dtype(torch.zeros(2, 3, device="meta", dtype=torch.float64)) == torch.float64
+    obj = build_objective(objective, tiny_backbone(family, tokenizer), tokenizer, {})
+    batch = obj.make_batch(torch.randint(5, tokenizer.vocab_size, (2, obj.window_length(16))), generators(0, [0, 1]))
+    output = obj.to("meta")({k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+    losses = output.values() if isinstance(output, dict) else [output]
+    assert all(loss.device.type == "meta" and loss.dtype == torch.float32 and loss.dim() == 0 for loss in losses)
+
+
 @pytest.mark.parametrize("objective, family, kind", [("span_corruption", "t5", "unigram"),
                                                      ("denoising", "bart", "bpe")])
 def test_encoder_decoder_objectives_make_no_tensor_off_the_models_device(objective, family, kind):

@@ -74,10 +74,12 @@ _Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 def product_dtype(hidden: torch.Tensor) -> torch.dtype:
     """The operand type of the projection's matrix products for ``hidden``: bfloat16 under bfloat16
-    autocast on its device, else float32 at least (module docstring)."""
+    autocast on its device, else float32 at least (module docstring). A device without autocast (``meta``, where a
+    model is sized without memory) has float32 at least."""
     wide = torch.promote_types(hidden.dtype, torch.float32)
     kind = hidden.device.type
-    if wide == torch.float32 and torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16:
+    if wide == torch.float32 and torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind) \
+            and torch.get_autocast_dtype(kind) == torch.bfloat16:
         return torch.bfloat16
     return wide
 
