@@ -7,8 +7,8 @@
 The encoder objectives (mlm, mlm_nsp, mlm_sop, electra, distilbert's weighted masking) run around one small
 Transformer; the span families (spanbert, bart, xlnet, t5) build their objective as `sesame pretrain --family F
 --size tiny` does, from the family's row (its backbone, its objective's options), on the shards' own tokenizer
-(whatever its kind: a batch's cost is in its ids and word starts). t5 needs a tokenizer with sentinels
-(`sesame tokenizer train --sentinels 100`).
+(whatever its kind: a batch's cost is in its ids and word starts). bart_noise is bart with its optional noising on
+as well (:data:`BART_NOISE`). t5 needs a tokenizer with sentinels (`sesame tokenizer train --sentinels 100`).
 """
 from __future__ import annotations
 
@@ -30,15 +30,19 @@ from sesame.train import TrainConfig
 
 ENCODER_OBJECTIVES = ("mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert")  # distilbert: mlm with its weighted masking
 SPAN_FAMILIES = ("spanbert", "bart", "xlnet", "t5")  # built from their family rows, at --size tiny
-OBJECTIVE_NAMES = ENCODER_OBJECTIVES + SPAN_FAMILIES
+# bart's row with token masking, token deletion and document rotation on too (Lewis et al. 2020, §2.2: rates of ours)
+BART_NOISE = {"token_mask_ratio": 0.1, "delete_ratio": 0.1, "rotate_ratio": 0.5}
+OBJECTIVE_NAMES = ENCODER_OBJECTIVES + SPAN_FAMILIES + ("bart_noise",)
 
 
 def objective(name: str, shards: Shards, tok: TextTokenizer, seq_len: int) -> tuple[Objective, dict]:
     """The objective ``name`` of :data:`OBJECTIVE_NAMES` on the shards' tokenizer, and its options."""
-    if name in SPAN_FAMILIES:
-        family = get_family(name)
-        backbone = build_model(backbone_config(name, "tiny", tok.vocab_size, tok.specials.pad, specials=tok.specials))
-        return OBJECTIVES[family.objective].build(backbone, tok, **family.objective_options), family.objective_options
+    if name in SPAN_FAMILIES or name == "bart_noise":
+        family = get_family(name.removesuffix("_noise"))
+        options = {**family.objective_options, **(BART_NOISE if name == "bart_noise" else {})}
+        backbone = build_model(backbone_config(family.name, "tiny", tok.vocab_size, tok.specials.pad,
+                                               specials=tok.specials))
+        return OBJECTIVES[family.objective].build(backbone, tok, **options), options
     backbone = Transformer(TransformerConfig(vocab_size=tok.vocab_size, hidden=128, layers=2, heads=2,
                                              intermediate=512, max_positions=seq_len))
     obj = OBJECTIVES["mlm" if name == "distilbert" else name].build(backbone, tok)

@@ -23,7 +23,7 @@ def test_each_objective_reports_its_cpu_time_per_batch(tmp_path, capsys, one_thr
         ["--corpus", str(tmp_path / "shards"), "--batch-size", "4", "--seq-len", "32", "--steps", "1"])
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["mlm", "mlm_nsp", "mlm_sop", "electra", "distilbert", "spanbert",
-                                                   "bart", "xlnet", "t5"]
+                                                   "bart", "xlnet", "t5", "bart_noise"]
     assert all(float(line.split()[1]) > 0 and line.endswith("per batch of 4") for line in lines)
 
 

@@ -163,7 +163,8 @@ def infill(ids: torch.Tensor, word: torch.Tensor, options: DenoisingOptions, *, 
     ends = sizes.cumsum(0)
     inside = word >= 0
     batch_word = torch.where(inside, word + first_word[:, None], 0)
-    span_of_word = owner.index_select(0, torch.searchsorted(ends, torch.arange(int(n_words.sum())), right=True))
+    total = int(n_words.sum())  # the item of each word: how many items end at or before it (not searchsorted: slow)
+    span_of_word = owner.index_select(0, torch.bincount(ends, minlength=total + 1)[:total].cumsum(0))
     span = torch.where(inside, span_of_word.index_select(0, batch_word.flatten()).view(b, length), -1)
     first = (span >= 0) & (span != F.pad(span[:, :-1], (1, 0), value=-1))
     keep = (span < 0) | first
