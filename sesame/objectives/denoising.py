@@ -220,7 +220,7 @@ def noise_tokens(rows: torch.Tensor, lengths: torch.Tensor, options: DenoisingOp
         rows, lengths = kept_first(rows, kept, rows.shape[1]), kept.sum(1)
     if options.rotate_ratio:
         rotated = [float(torch.rand(1, generator=g)) < options.rotate_ratio for g in generators]
-        starts = torch.tensor([int(torch.randint(max(n, 1), (1,), generator=g)) if r else 0
+        starts = torch.tensor([int(torch.randint(max(n, 1), (1,), generator=g)) if r else 0  # (an emptied row: 0)
                                for r, n, g in zip(rotated, lengths.tolist(), generators)], dtype=torch.long)
         rows = rows.gather(1, (positions + starts[:, None]) % lengths.clamp(min=1)[:, None])
     inside = positions < lengths[:, None]

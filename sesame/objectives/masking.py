@@ -311,8 +311,7 @@ def span_units(word: torch.Tensor, rate: float, generators: Sequence[torch.Gener
     targets = torch.tensor([budget(n, rate) for n in (word >= 0).sum(1).tolist()], dtype=torch.long)
     width = int(n_words.max()) + max_span  # room for a span from any word
     sizes = unit_sizes(word, width)
-    fresh = after_special(word)
-    fresh = F.pad(fresh, (0, width - fresh.shape[1]))
+    fresh = F.pad(after_special(word), (0, max_span))
     span = torch.where(torch.arange(width) < n_words[:, None], -1, 0)  # past a row's words: taken, spans stop there
     covered, n_spans = torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long)
     lengths = starts = torch.zeros(b, 0, dtype=torch.long)
