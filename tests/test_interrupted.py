@@ -77,6 +77,21 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_0(corpus, tm
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
 
 
+def test_a_spanbert_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_model(corpus, tmp_path, monkeypatch):
+    """SpanBERT's spans, drawn for the whole batch, are a function of the seed, the step and the example: the steps
+    after a resume mask what the uninterrupted run masked."""
+    spanbert = {**TINY, "family": "spanbert"}
+    sesame.pretrain([str(corpus)], str(tmp_path / "straight"), **spanbert)
+    run = tmp_path / "killed"
+    kill_at_step(monkeypatch, 6)  # after the checkpoint at 4
+    with pytest.raises(Killed):
+        sesame.pretrain([str(corpus)], str(run), **spanbert)
+    monkeypatch.undo()
+    sesame.pretrain([str(corpus)], str(run), resume=True, **spanbert)
+    assert same_weights(run, tmp_path / "straight")
+    assert logged(run) == logged(tmp_path / "straight")
+
+
 def test_a_run_killed_during_its_setup_starts_again_with_or_without_resume(corpus, tmp_path, monkeypatch):
     """A kill before config.json leaves part of the tokenizer and shards; the folder is sesame's alone (marked
     while it is set up), so it is cleared and set up again."""
