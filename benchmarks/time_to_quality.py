@@ -165,15 +165,16 @@ def run_benchmark(args: argparse.Namespace) -> dict:
               f"{changes(args) or 'the defaults'}: give this ablation its own --out", file=sys.stderr)
         raise SystemExit(2)
     chosen = {name: task for name, task in tasks(data).items() if name in args.tasks}
-    corpus = general_corpus(data)
     pretrain, finetune = dict(args.pretrain_option), dict(args.finetune_option)
     if args.smoke:
         settings = Settings(SMOKE["budgets"], SMOKE["labels"], args.seeds or SMOKE["seeds"],
                             {**SMOKE["pretrain"], **pretrain}, {**SMOKE["finetune"], **finetune}, args.device)
-        corpus, chosen = smoke_inputs(data, out, chosen)
+        general, chosen = smoke_inputs(data, out, chosen)
     else:
+        general = general_corpus(data)
         labels = tuple(None if n == ALL else int(n) for n in args.labels)
         settings = Settings(tuple(args.budgets), labels, args.seeds or 3, pretrain, finetune, args.device)
+    corpus = [] if args.task_text_only else general  # the TAPT ablation: the task's texts alone
     runtime = {"device": settings.device} if settings.device else {}
     missing = minilm_missing() if "minilm" in args.approaches else None
     for task in chosen.values():
@@ -251,8 +252,10 @@ def shown(value: tuple[float, float, int] | str | None) -> str:
 
 
 def changes(args: argparse.Namespace) -> list[str]:
-    """What an ablation changes from the defaults (``pretrain.KEY=VALUE``, ``finetune.KEY=VALUE``); [] for none."""
-    return ([f"pretrain.{key}={value}" for key, value in args.pretrain_option] +
+    """What an ablation changes from the defaults (``corpus=task``, ``pretrain.KEY=VALUE``, ``finetune.KEY=VALUE``);
+    [] for none."""
+    return (["corpus=task"] * args.task_text_only +
+            [f"pretrain.{key}={value}" for key, value in args.pretrain_option] +
             [f"finetune.{key}={value}" for key, value in args.finetune_option])
 
 
@@ -338,6 +341,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pretrain-option", action="append", default=[], type=keyword, metavar="KEY=VALUE",
                    help="a keyword of sesame.pretrain beyond the defaults, for an ablation (e.g. objective=mlm, "
                         "size=auto; repeatable)")
+    p.add_argument("--task-text-only", action="store_true",
+                   help="an ablation: pre-train on the task's training texts alone, without WikiText-2 and the books "
+                        "(task-adaptive pre-training, Gururangan et al. 2020)")
     p.add_argument("--finetune-option", action="append", default=[], type=keyword, metavar="KEY=VALUE",
                    help="a keyword of sesame.finetune beyond the defaults, for an ablation (repeatable)")
     p.add_argument("--markdown", help="the page the table goes to (default docs/results/time_to_quality.md; with "

@@ -58,7 +58,7 @@ def test_an_ablation_reaches_sesame_gets_its_own_block_and_cannot_mix_with_other
 
     seen = []
     monkeypatch.setattr(benchmark, "pretrained", lambda corpus, task, run, budget, settings, runtime:
-                        seen.append(settings.pretrain) or {"size": "mini"})
+                        seen.append((corpus, settings.pretrain)) or {"size": "mini"})
     monkeypatch.setattr(benchmark, "finetuned", lambda base, task, train, run, seed, settings, runtime:
                         seen.append(settings.finetune) or {"accuracy": 0.5})
     monkeypatch.setattr(benchmark, "tfidf_baseline", lambda files, seed: {"dev": {"accuracy": 0.75}})
@@ -66,17 +66,17 @@ def test_an_ablation_reaches_sesame_gets_its_own_block_and_cannot_mix_with_other
     out = tmp_path / "ttq-mlm"
     argv = ["--out", str(out), "--data", str(shared_data()), "--budgets", "15", "--labels", "1000", "--seeds", "1",
             "--tasks", "airline", "--approaches", "pretrained", "scratch", "tfidf", "--markdown", str(page),
-            "--pretrain-option", "objective=mlm", "--finetune-option", "lr=0.001"]
+            "--pretrain-option", "objective=mlm", "--finetune-option", "lr=0.001", "--task-text-only"]
     results = benchmark.main(argv)
-    assert seen == [{"objective": "mlm"}, {"lr": 0.001}, {"lr": 0.001}]
-    assert results["ablation"]["changes"] == ["pretrain.objective=mlm", "finetune.lr=0.001"]
+    assert seen == [([], {"objective": "mlm"}), {"lr": 0.001}, {"lr": 0.001}]  # the task's texts alone
+    assert results["ablation"]["changes"] == ["corpus=task", "pretrain.objective=mlm", "finetune.lr=0.001"]
     text = page.read_text()
-    assert "<!-- time-to-quality pretrain.objective=mlm finetune.lr=0.001:start -->" in text
+    assert "<!-- time-to-quality corpus=task pretrain.objective=mlm finetune.lr=0.001:start -->" in text
     assert "--pretrain-option objective=mlm" in text and "| airline | 1000 | 15 | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 | 75.0 | not run |" in text
-    assert (tmp_path / "time_to_quality_pretrain.objective-mlm_finetune.lr-0.001.png").exists()
+    assert (tmp_path / "time_to_quality_corpus-task_pretrain.objective-mlm_finetune.lr-0.001.png").exists()
 
     before = (out / "results.json").read_bytes()
     with pytest.raises(SystemExit) as mixed:  # the defaults into the ablation's folder
         benchmark.main([arg for arg in argv if arg not in ("--pretrain-option", "objective=mlm", "--finetune-option",
-                                                           "lr=0.001")])
+                                                           "lr=0.001", "--task-text-only")])
     assert mixed.value.code == 2 and (out / "results.json").read_bytes() == before
