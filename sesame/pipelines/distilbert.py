@@ -26,7 +26,7 @@ from ..sources import opened
 from ..specs import PretrainSpec
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
-from .starts import dropout
+from .starts import Origin, dropout
 
 STUDENT_OBJECTIVE = "mlm"  # the student learns the masked LM alone (Sanh et al. 2019 §3: no next-sentence prediction)
 # what a student cannot change of its teacher (the spec's field → its flag)
@@ -115,8 +115,8 @@ class PretrainTeacher:
     def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> TransformerConfig:
         return self.student_model(spec, dropout(spec))
 
-    def origin(self, spec: PretrainSpec, model: TransformerConfig) -> dict:
-        return {"size": None, "base": spec.teacher, "added_words": 0}
+    def origin(self, spec: PretrainSpec, model: TransformerConfig) -> Origin:
+        return Origin(None, spec.teacher)
 
     def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:
         """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""
