@@ -240,12 +240,12 @@ def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
 
 
 def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None, *,
-                    runtime: dict | None = None) -> None:
-    """Write the run's TrainConfig (and epochs, and the ``runtime`` it trains with now) into its config.json when
-    they changed (a resume's budget, another device)."""
-    train = asdict(cfg)
-    runtime = runtime if runtime is not None else config.runtime
-    if config.train != train or (epochs is not None and config.finetuned.epochs != epochs) or config.runtime != runtime:
-        config.train, config.runtime = train, runtime
-        config.finetuned.epochs = epochs if epochs is not None else config.finetuned.epochs
-        write_config(run, config)
+                    runtime: dict | None = None) -> RunConfig:
+    """The run's ``config`` with its TrainConfig (and epochs, and the ``runtime`` it trains with now), written to its
+    config.json when they changed (a resume's budget, another device)."""
+    tuned = config.finetuned if epochs is None else replace(config.finetuned, epochs=epochs)
+    recorded = replace(config, train=asdict(cfg), runtime=runtime if runtime is not None else config.runtime,
+                       finetuned=tuned)
+    if recorded != config:
+        write_config(run, recorded)
+    return recorded

@@ -34,7 +34,7 @@ One generic converter follows the architecture's row. Tensor by tensor:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -218,7 +218,7 @@ def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architectu
                           "stack has no projection then; this checkpoint cannot be converted")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Imported:
     """A converted checkpoint before it is written: the run's config.json, tensors, tokenizer, labels and summary."""
 
@@ -307,8 +307,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     return Imported(config, state, tok, labels, summary)
 
 
-def _add_generator(run: Imported, gen: Imported, where: str) -> None:
-    """Complete the discriminator ``run`` (``_import(..., discriminator=True)``) with the imported
+def _add_generator(run: Imported, gen: Imported, where: str) -> Imported:
+    """The discriminator ``run`` (``_import(..., discriminator=True)``) with the imported
     ``ElectraForMaskedLM`` ``gen`` as its ``electra`` objective's generator.
 
     sesame's generator (objectives/electra.py) reads the discriminator's embeddings and is the size
@@ -343,14 +343,18 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
         raise SesameError(f"{where}: the generator's embeddings differ from the discriminator's ({', '.join(differ)}); "
                           "sesame's electra generator reads the discriminator's, as the released ELECTRA pairs "
                           "(trained tied) do: give the generator trained with this discriminator")
+    state = dict(run.state)
     for name, tensor in gen.state.items():
         if not name.startswith("backbone.embed."):
             ours, mlm = next((o, m) for o, m in GENERATOR_NAMES.items() if name.startswith(m))
-            run.state[ours + name.removeprefix(mlm)] = tensor
-    run.config.pretrained.objective_options = {"generator_fraction": fraction}
-    run.config.hf["generator"] = {"source": gen.config.hf["source"], "config": gen.config.hf["config"]}
-    run.summary.update(generator_fraction=fraction,
-                       notes=run.summary["notes"] + [f"generator: {note}" for note in g["notes"]])
+            state[ours + name.removeprefix(mlm)] = tensor
+    config = replace(run.config, pretrained=replace(run.config.pretrained,
+                                                    objective_options={"generator_fraction": fraction}),
+                     hf={**run.config.hf, "generator": {"source": gen.config.hf["source"],
+                                                        "config": gen.config.hf["config"]}})
+    return replace(run, config=config, state=state, summary={
+        **run.summary, "generator_fraction": fraction,
+        "notes": run.summary["notes"] + [f"generator: {note}" for note in g["notes"]]})
 
 
 def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = None) -> dict:
@@ -369,8 +373,8 @@ def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = Non
         return route(src, out, family=transformers_family(read_json(config_path), str(config_path)))
     imported = _import(src, discriminator=generator is not None)
     if generator is not None:
-        _add_generator(imported, _import(Path(generator), flag="--generator"),
-                       f"--from-hf {src} --generator {generator}")
+        imported = _add_generator(imported, _import(Path(generator), flag="--generator"),
+                                  f"--from-hf {src} --generator {generator}")
     with new_run(out, imported.config.kind, resume=False) as run:
         imported.tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", imported.state)

@@ -91,13 +91,22 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         # recorded: the epochs and steps the training set's size decided, or a resume's budget
         metrics = trainer.fit(resume=resumed, record=lambda: record_training(
             run, config, cfg, epochs, runtime=spec.runtime.record(placement)))
-        threshold = metrics.get("null_threshold")  # SQuAD 2.0: the no-answer threshold tuned on dev
-        options = config.finetuned.task_options
-        if threshold is not None and threshold != options.get("null_threshold") and world()[0] == 0:
-            options["null_threshold"] = threshold
-            write_config(run, config)
+        _record_threshold(run, metrics)
         return {**metrics, **coverage, "trainable_parameters": trainable,
                 "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _record_threshold(run: Path, metrics: dict) -> None:
+    """SQuAD 2.0: the no-answer threshold tuned on dev, recorded in config.json's task options (by rank 0) for
+    evaluate and predict, in the run's config as training recorded it."""
+    threshold = metrics.get("null_threshold")
+    if threshold is None or world()[0] != 0:
+        return
+    config = read_config(run, "--out", ("finetuned",))
+    options = config.finetuned.task_options
+    if threshold != options.get("null_threshold"):
+        tuned = replace(config.finetuned, task_options={**options, "null_threshold": threshold})
+        write_config(run, replace(config, finetuned=tuned))
 
 
 @dataclass(frozen=True)
