@@ -225,8 +225,8 @@ def test_features_end_with_the_end_token_within_their_lengths(tok):
 @pytest.mark.parametrize("family, given, bos", [("bart", None, True), ("t5", None, False), (None, None, False),
                                                ("bart", False, False), ("t5", True, True)])
 def test_bos_follows_the_family_row_unless_given(family, given, bos, tok):
-    """Not given, ``bos`` is the family's framing of inputs (BART's <s>, its row's source_start); given, it wins. Either way
-    the options fine-tuning records hold it."""
+    """Not given, ``bos`` is the family's framing of inputs (BART's <s>, its row's source_start); given, it wins. Either
+    way the options fine-tuning records hold it."""
     task = make_task("text2text", {"bos": given})
     task.for_family(FAMILIES[family] if family else None)
     assert task.options()["bos"] is bos
@@ -238,7 +238,8 @@ def test_an_encoder_decoder_family_row_says_how_its_sources_start(tok):
     """The row holds the framing as an object that callers ask for the tokens (no flag read outside the registry):
     BART's sources open with <s>, T5's with the text; a recorded ``bos`` option gives the same objects back."""
     assert FAMILIES["bart"].source_start.tokens(tok.specials) == [tok.specials.cls]
-    assert FAMILIES["t5"].source_start.tokens(tok.specials) == [] == FAMILIES["t5v1_1"].source_start.tokens(tok.specials)
+    assert FAMILIES["t5"].source_start.tokens(tok.specials) == []
+    assert FAMILIES["t5v1_1"].source_start.tokens(tok.specials) == []
     assert source_start(True) is FAMILIES["bart"].source_start and source_start(False) is FAMILIES["t5"].source_start
 
 

@@ -10,8 +10,8 @@ generated text is scored (:mod:`sesame.tasks.casts`).
 Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
 the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
 with ``<s>``, BART's format (Lewis et al. 2020), and by default follows the family (its row's
-:class:`~sesame.inputs.SourceStart`: on for bart, off for t5). Batches are padded to their longest source and target, and the loss sums the cross-entropy over
-the real target tokens only. The outputs scored and predicted are decoded by
+:class:`~sesame.inputs.SourceStart`: on for bart, off for t5). Batches are padded to their longest source and target,
+and the loss sums the cross-entropy over the real target tokens only. The outputs scored and predicted are decoded by
 :func:`sesame.seq2seq.generate_seq2seq` (the hook :func:`generate`): greedy, or beam search with the options
 ``beams`` and ``length_penalty``, up to ``max_target_length`` tokens.
 """
