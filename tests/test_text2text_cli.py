@@ -226,7 +226,8 @@ def test_generate_reads_bart_sources_with_bos_and_refuses_tldr(pretrained, capsy
     model = load_generator(str(pretrained["bart"]))
     tok = model.tokenizer
     assert model.encode(["a cat"]) == [[tok.specials.cls, *tok.encode(["a cat"], special=False)[0], tok.specials.sep]]
-    assert not load_generator(str(pretrained["t5"])).bos
+    t5 = load_generator(str(pretrained["t5"]))
+    assert t5.encode(["a cat"]) == [[*t5.tokenizer.encode(["a cat"], special=False)[0], t5.tokenizer.specials.sep]]
     assert main(["generate", "--model", str(pretrained["bart"]), "--prompt", "a cat", "--tldr"]) == 2
     assert "--tldr" in capsys.readouterr().err
 
