@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import SesameError
-from .inputs import CLS_LAST, DOCUMENTS, GPT_TOKENS, PLAIN, WITHOUT_START, InputFormat
+from .inputs import (BOS_FIRST, CLS_LAST, DOCUMENTS, GPT_TOKENS, PLAIN, TEXT_FIRST, WITHOUT_START, InputFormat,
+                     SourceStart)
 from .models import ARCHITECTURES, ModelConfig, RecurrentConfig, TransformerConfig
 from .models.encoder_decoder import STYLES
 from .tokenizer import SpecialIds, TextTokenizer, extend_words
@@ -146,9 +147,10 @@ class Family:
     pretrain_dropout: float | None = 0.0
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
     decoder_start: str | None = None
-    # an encoder-decoder's inputs start with <s>: BART's <s> text </s> (Lewis et al. 2020, §2.2, as fairseq frames
-    # them), T5's text </s>; text2text's default ``bos`` and how `sesame generate` frames a pre-trained run's sources
-    source_bos: bool = False
+    # how an encoder-decoder's inputs start (sesame.inputs.SourceStart): BART's <s> text </s> (Lewis et al. 2020, §2.2,
+    # as fairseq frames them), T5's text </s>; text2text's default ``bos`` and how `sesame generate` frames a
+    # pre-trained run's sources
+    source_start: SourceStart = TEXT_FIRST
     sentinels: int = 0  # the tokenizer ends with T5's sentinel tokens, this many (sesame.tokenizer.train_tokenizer)
     intermediate: float = 4.0  # a Transformer's feed-forward width per unit of hidden (T5 v1.1's gated one: 8/3)
     # transformers' model_type whose checkpoints import as this family's runs (interop.hf_seq2seq, .xlnet; several
@@ -212,7 +214,7 @@ FAMILIES: dict[str, Family] = {
                intermediate=8 / 3, hf_model_type="t5", objective_options=T5_WINDOWS, inputs=WITHOUT_START),
         Family("bart", "bpe", "denoising", False, "post", True, "last", "Lewis et al. 2020",  # §3.1: the decoder's
                arch="encoder_decoder", model_options=STYLES["bart"], decoder_start="sep", context=1024,  # last token
-               source_bos=True, hf_model_type="bart"),
+               source_start=BOS_FIRST, hf_model_type="bart"),
         #      name  tokenizer  objective causal norm emb-LN pooling paper
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
                inputs=CLS_LAST, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)

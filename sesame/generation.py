@@ -27,8 +27,8 @@ probabilities differ across a draw (rounding, bf16).
 The model, its KV cache and every tensor of a step live on the language model's device.
 
 An encoder-decoder reads each source as its run's inputs were read, the tokenizer's pieces then ``</s>``, with
-``<s>`` first as its text2text fine-tuning recorded (``bos``), else as its family frames inputs
-(:attr:`sesame.families.Family.source_bos`: BART's ``<s>``, Lewis et al. 2020 §2.2), and decodes by
+``<s>`` first as its text2text fine-tuning recorded (``bos``), else as its family's inputs start
+(:attr:`sesame.families.Family.source_start`: BART's ``<s>``, Lewis et al. 2020 §2.2), and decodes by
 :func:`sesame.seq2seq.generate_seq2seq` with the same settings (greedy, sampling, beam search, stop strings); the
 output is the decoder's text alone, not a continuation of the source. Deviation: a run pre-trained with another
 family's objective (``--family t5 --objective denoising``, whose encoder read ``<s>``) is framed as its family's.
@@ -45,6 +45,7 @@ from . import decoding
 from .decoding import GenerationConfig, next_tokens, penalise_repetition, stop_strings, uniform_draws
 from .errors import SesameError
 from .families import FAMILIES, run_family
+from .inputs import SourceStart, source_start
 from .interop import resolve
 from .language_model import LanguageModel
 from .models.encoder_decoder import EncoderDecoder
@@ -178,22 +179,22 @@ class Transducer:
     """An encoder-decoder run (pre-trained or fine-tuned; a transformers T5 or BART directory is imported first) with
     its tokenizer, on ``placement``'s device, generating the decoder's text for source texts."""
 
-    def __init__(self, backbone: EncoderDecoder, tokenizer: TextTokenizer, *, bos: bool, placement: Placement):
-        self.placement, self.tokenizer, self.bos = placement, tokenizer, bos
+    def __init__(self, backbone: EncoderDecoder, tokenizer: TextTokenizer, *, start: SourceStart,
+                 placement: Placement):
+        self.placement, self.tokenizer, self.start = placement, tokenizer, start
         self.backbone = placement.model(backbone).eval()
 
     @classmethod
     def load(cls, run: Path, flag: str = "--model", *, placement: Placement) -> Transducer:
         config = read_config(run, flag, ("pretrained", "finetuned"))
         bos = config.finetuned.task_options.get("bos")  # text2text's, as fine-tuning recorded it; else the family's
-        if bos is None:
-            bos = run_family(config, f"{flag} {run}").source_bos
-        return cls(load_backbone(run, flag), load_tokenizer(run, flag), bos=bool(bos), placement=placement)
+        start = source_start(bos) if bos is not None else run_family(config, f"{flag} {run}").source_start
+        return cls(load_backbone(run, flag), load_tokenizer(run, flag), start=start, placement=placement)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each source's ids: ``[<s>] pieces </s>``."""
         specials = self.tokenizer.specials
-        start = [specials.cls] if self.bos else []
+        start = self.start.tokens(specials)
         return [start + ids + [specials.sep] for ids in self.tokenizer.encode(list(texts), special=False)]
 
     def generate(self, sources: Sequence[str], cfg: GenerationConfig, *, batch_size: int,

@@ -33,6 +33,11 @@ its pre-training segments end; a pretrained run's tokenizer is given that templa
 :data:`WITHOUT_START` (T5, whose inputs do not start with ``<s>``) reads ``a </s>`` and ``a </s> b </s>``, as T5's own
 tokenizer frames them and as its pre-training's inputs end, instead of the tokenizer's ``<s> a </s>``, whose ``<s>``
 span corruption never shows the encoder.
+
+:class:`SourceStart` is how an encoder-decoder's sources open, a row's ``source_start``: with the tokenizer's ``<s>``
+(:data:`BOS_FIRST`: BART's ``<s> text </s>``, Lewis et al. 2020 §2.2, as fairseq frames them) or with the text
+(:data:`TEXT_FIRST`: T5's ``text </s>``). text2text calls it for its sources and targets, with ``bos`` its recorded
+option, and ``sesame generate`` for a pre-trained run's sources.
 """
 from __future__ import annotations
 
@@ -47,6 +52,7 @@ from .tokenizer import TextTokenizer, put_cls_last
 
 if TYPE_CHECKING:
     from .models import ModelConfig
+    from .tokenizer import SpecialIds
 
 INPUT_TOKENS = ("<start>", "<delim>", "<extract>")
 EMBEDDING_STD = 0.02  # GPT, §4.1: "a simple weight initialization of N(0, 0.02) was sufficient"
@@ -118,6 +124,26 @@ class ClsLast(InputFormat):
 PLAIN, GPT_TOKENS, CLS_LAST = InputFormat(), GptTokens(), ClsLast()
 DOCUMENTS = AroundSeparator("{sep} $A", "{sep} $A {sep} $B:1")  # ULMFiT: a text as its LM read a document
 WITHOUT_START = AroundSeparator("$A {sep}", "$A {sep} $B:1 {sep}:1")  # T5: no <s>
+
+
+class SourceStart:
+    """The tokens an encoder-decoder's source (and text2text's target) starts with, before its pieces and ``</s>``
+    (module docstring); ``bos`` is the value text2text records as its ``bos`` option."""
+
+    def __init__(self, *, bos: bool):
+        self.bos = bos
+
+    def tokens(self, specials: SpecialIds) -> list[int]:
+        """``[<s>]`` or none, as ids of the tokenizer whose roles are ``specials``."""
+        return [specials.cls] if self.bos else []
+
+
+BOS_FIRST, TEXT_FIRST = SourceStart(bos=True), SourceStart(bos=False)
+
+
+def source_start(bos: bool) -> SourceStart:
+    """The :class:`SourceStart` of a recorded ``bos`` option."""
+    return BOS_FIRST if bos else TEXT_FIRST
 
 
 def grow_token_embedding(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:

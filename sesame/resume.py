@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from .errors import SesameError
 from .interop.sources import MINILM
+from .objectives.distillation import Distillation
 from .options import flag_name
 from .run import RunConfig, read_config, write_config
 from .rundir import setup_killed
@@ -33,7 +34,8 @@ SETUP = {PretrainSpec: ("corpus", "valid", "tokenizer", "vocab_size", "cased", "
          FinetuneSpec: (*FINETUNE_SETUP, "mixture", "mixing_cap", "mixing_temperature"),
          DistilSpec: (*FINETUNE_SETUP, "teacher", "unlabeled", "loss", "temperature", "alpha", "hidden_weight",
                       "layer_map")}  # layer_map: as the run resolved it (sesame.pipelines.distil)
-# a pretrain run's with --teacher (student_layers: as the run resolved them, sesame.pipelines.distilbert)
+# a pretrain run's with --teacher: the teacher and its distillation's fields (student_layers: as the run resolved them,
+# sesame.pipelines.distilbert)
 TEACHER_SETUP = ("teacher", "student_layers", "kl_weight", "mlm_weight", "cosine_weight", "temperature",
                  "train_positions", "mlm_smoothing")
 # what a run pre-trained with a teacher before DistilBERT's frozen positions and smoothed masking were its defaults did
@@ -59,7 +61,7 @@ def setup_record(spec: PretrainSpec | FinetuneSpec) -> dict:
     """config.json's ``setup``: the spec's :data:`SETUP` options (and a teacher's, :data:`TEACHER_SETUP`), paths
     resolved."""
     names = (*SETUP[type(spec)], *(TEACHER_SETUP if isinstance(spec, PretrainSpec) and spec.teacher else ()))
-    return {name: resolved(getattr(spec, name)) if name in PATHS else getattr(spec, name) for name in names}
+    return {name: resolved(_value(spec, name)) if name in PATHS else _value(spec, name) for name in names}
 
 
 def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
@@ -67,16 +69,25 @@ def _explicit(spec: PretrainSpec | FinetuneSpec) -> set[str]:
     if getattr(spec, "explicit", None) is not None:
         names = set(spec.explicit)
     else:
-        defaults = {f.name: f.default for f in fields(spec)} | {f"recipe.{f.name}": f.default for f in fields(Recipe)}
+        defaults = {f.name: f.default for f in fields(spec)}
         names = {f.name for f in fields(spec) if getattr(spec, f.name) != defaults[f.name]}
-        if isinstance(spec, FinetuneSpec):
-            names |= {f.name for f in fields(Recipe) if getattr(spec.recipe, f.name) != defaults[f"recipe.{f.name}"]}
+        for part in _parts(spec):
+            names |= {f.name for f in fields(part) if getattr(part, f.name) != f.default}
     return {name for name in names if _value(spec, name) is not None}
 
 
+def _parts(spec: PretrainSpec | FinetuneSpec) -> tuple:
+    """The typed parts of ``spec`` whose fields are options of their own: a fine-tuning's recipe, a pre-training's
+    distillation (with a teacher)."""
+    part = spec.recipe if isinstance(spec, FinetuneSpec) else getattr(spec, "distillation", None)
+    return (part,) if part is not None else ()
+
+
 def _value(spec: PretrainSpec | FinetuneSpec, name: str) -> object:
-    """The spec's field ``name``, or its recipe's."""
-    return getattr(spec, name) if hasattr(spec, name) else getattr(spec.recipe, name)
+    """The spec's field ``name``, or its parts' (None where it has no such part)."""
+    if hasattr(spec, name):
+        return getattr(spec, name)
+    return next((getattr(part, name) for part in _parts(spec) if hasattr(part, name)), None)
 
 
 def _show(value: object) -> str:
@@ -135,10 +146,11 @@ def _runtime(spec: PretrainSpec | FinetuneSpec, config: RunConfig) -> Runtime:
 def _check_fields(spec: PretrainSpec | FinetuneSpec, recorded: dict, explicit: set[str], *, paths: bool) -> None:
     """Check the ``explicit`` fields of ``spec`` against their ``recorded`` values, in the record's order: the paths
     (``paths``) or the others (checked first: they say more)."""
-    flags = {f.name: flag_name(f) for f in fields(spec)}
+    declared = [*fields(spec), *(fields(Distillation) if isinstance(spec, PretrainSpec) else ())]
+    flags = {f.name: flag_name(f) for f in declared}
     for name, value in recorded.items():
         if name in explicit and (name in PATHS) == paths:
-            _check(flags[name], getattr(spec, name), value, spec, path=paths, read=READ.get(name))
+            _check(flags[name], _value(spec, name), value, spec, path=paths, read=READ.get(name))
 
 
 def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
@@ -167,8 +179,11 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     if spec.teacher is not None and "teacher" not in config.setup:
         raise SesameError(f"--teacher {spec.teacher}: the run in {spec.out} was pre-trained without a teacher, and "
                           "--resume changes only its budget; leave --teacher out, or choose a new --out")
+    teacher = spec.teacher or config.setup.get("teacher")
+    taught = {f.name: recorded[f.name] for f in fields(Distillation) if recorded.get(f.name) is not None}
+    distillation = replace(spec.distillation or Distillation(), **taught) if teacher else spec.distillation
     return replace(spec, **_kept(spec, recorded), objective_options=part.objective_options, training=training,
-                   runtime=_runtime(spec, config), teacher=spec.teacher or config.setup.get("teacher"))
+                   runtime=_runtime(spec, config), teacher=teacher, distillation=distillation)
 
 
 def resumed_finetuning(spec: FinetuneSpec) -> FinetuneSpec:
@@ -240,12 +255,12 @@ def _kept(spec: PretrainSpec | FinetuneSpec, recorded: dict) -> dict:
 
 
 def record_training(run: Path, config: RunConfig, cfg: TrainConfig, epochs: int | None = None, *,
-                    runtime: dict | None = None) -> None:
-    """Write the run's TrainConfig (and epochs, and the ``runtime`` it trains with now) into its config.json when
-    they changed (a resume's budget, another device)."""
-    train = asdict(cfg)
-    runtime = runtime if runtime is not None else config.runtime
-    if config.train != train or (epochs is not None and config.finetuned.epochs != epochs) or config.runtime != runtime:
-        config.train, config.runtime = train, runtime
-        config.finetuned.epochs = epochs if epochs is not None else config.finetuned.epochs
-        write_config(run, config)
+                    runtime: dict | None = None) -> RunConfig:
+    """The run's ``config`` with its TrainConfig (and epochs, and the ``runtime`` it trains with now), written to its
+    config.json when they changed (a resume's budget, another device)."""
+    tuned = config.finetuned if epochs is None else replace(config.finetuned, epochs=epochs)
+    recorded = replace(config, train=asdict(cfg), runtime=runtime if runtime is not None else config.runtime,
+                       finetuned=tuned)
+    if recorded != config:
+        write_config(run, recorded)
+    return recorded

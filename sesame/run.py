@@ -4,7 +4,8 @@ pipelines, applications) reads a run through here; claiming a directory for a ne
 
 ``config.json`` names the kind (``pretrained`` or ``finetuned``), the family and the backbone configuration, and
 holds the fields of its kind; read, it is a :class:`RunConfig` of common fields and one typed part per kind of run
-(:class:`PretrainedPart`, :class:`FinetunedPart`, :class:`CovePart`), written back as the same flat JSON object.
+(:class:`PretrainedPart`, :class:`FinetunedPart`, :class:`CovePart`), written back as the same flat JSON object. The
+config and its parts are frozen: a change is a new config (``dataclasses.replace``), which :func:`write_config` writes.
 ``tokenizer.json`` and ``model.safetensors`` sit beside it.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesa
 KINDS = ("pretrained", "finetuned")
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class PretrainedPart:
     """What a pretrained run adds (``sesame pretrain``; ``sesame cove`` and an import from transformers fill some):
     its objective and options, the windows it trained on (``seq_len``, ``static_masks``, ``final_seq_len``), the
@@ -46,7 +47,7 @@ class PretrainedPart:
     sizing: Sizing | None = None  # --size auto: the size and batch chosen, and the throughput measured
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class FinetunedPart:
     """What a fine-tuned run adds: its task and reading options, the metric that selects its checkpoint, the
     recipe, epochs and batching it trained with, and its files (or, on a ``--mixture``, each task's)."""
@@ -61,7 +62,7 @@ class FinetunedPart:
     mixture: dict | None = None  # text2text over a mixture of tasks: each task's files, options and labels
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class CovePart:
     """What CoVe's MT-LSTM (``sesame cove``, a pretrained run of the ``translation`` objective) adds: its
     parallel files, and the word vectors its embedding started from and how many words they covered."""
@@ -74,7 +75,7 @@ class CovePart:
     valid_tgt: str | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """A run's ``config.json``, read and checked once (:meth:`parse`), as typed parts. Common to every run: its
     kind, family, size, backbone configuration (``model``: the architecture's own config dataclass, parsed once from

@@ -21,7 +21,7 @@ from typing import Iterator
 from .errors import SesameError
 from .families import Family, get_family, get_size, run_family
 from .interop.hf_import import transformers_family
-from .interop.sources import MINILM, minilm_dir, resolve, transformers_config
+from .interop.sources import MINILM, converted, minilm_dir, transformers_config
 from .run import RunConfig, read_config
 
 SCRATCH = "scratch:"
@@ -36,6 +36,7 @@ class Source:
     path: Path | None = None  # the directory (for scratch, the run it twins, if any)
     config: RunConfig | None = None  # a run's config.json
     size: str | None = None
+    hf: dict | None = None  # a transformers directory's config.json, read once here and passed to its conversion
 
     @property
     def scratch(self) -> bool:
@@ -45,9 +46,9 @@ class Source:
         """A context giving the run directory: the run itself, or a transformers directory converted into a
         temporary run (``classifier``: it must import as a fine-tuned classifier); for a scratch model, the run it
         twins (its config and tokenizer; its weights are not read), if any."""
-        if self.kind == "scratch":
-            return nullcontext(self.path)
-        return resolve(self.path, self.flag, classifier=classifier)
+        if self.kind == "transformers":
+            return converted(self.path, self.hf, self.path, self.flag, classifier=classifier)
+        return nullcontext(self.path)
 
     def require(self, *kinds: str) -> RunConfig:
         """The run's config, which must be of ``kinds`` (a transformers directory is converted to check it)."""
@@ -75,7 +76,7 @@ def resolve_source(given: str | Path, flag: str) -> Source:
     path = minilm_dir() if given == MINILM else Path(given)
     hf = transformers_config(path)
     if hf is not None:
-        return Source(given, flag, "transformers", transformers_family(hf, str(path / "config.json")), path)
+        return Source(given, flag, "transformers", transformers_family(hf, str(path / "config.json")), path, hf=hf)
     if not path.is_dir():
         raise SesameError(f"{flag} {given}: no such run directory")
     config = read_config(path, flag)

@@ -18,7 +18,7 @@ from .errors import SesameError
 from .families import FAMILIES, SIZES, Family, finetune_rate, get_family, get_size, recurrent_dropouts
 from .models import ARCHITECTURES, model_config, position_limit
 from .objectives import OBJECTIVES
-from .objectives.distillation import LOSSES, DistilBertOptions
+from .objectives.distillation import LOSSES, Distillation
 from .objectives.seq2seq import require_sentinels
 from .options import RATE, check_ranges, defaults, option, split_known
 from .runtime import Runtime, given_runtime
@@ -108,9 +108,10 @@ class StageSpec:
 
 
 @dataclass(kw_only=True)
-class PretrainSpec(StageSpec, RecurrentDropouts, DistilBertOptions):
+class PretrainSpec(StageSpec, RecurrentDropouts):
     """``sesame pretrain``: a family and size pre-trained on a corpus (or a pretrained run continued on one, or a
-    student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`)."""
+    student distilled from a ``teacher``: DistilBERT, :mod:`sesame.pipelines.distilbert`, with the options of its
+    ``distillation``, a :class:`~sesame.objectives.distillation.Distillation` there is one of with a teacher)."""
     corpus: list[str] = option(help="text files, folders, .jsonl, .csv or .tsv (their --text-field), or one shard "
                                     "directory")
     out: str = option(help="run directory")
@@ -147,20 +148,29 @@ class PretrainSpec(StageSpec, RecurrentDropouts, DistilBertOptions):
                                                             "like directory, or minilm; the family, size, tokenizer "
                                                             "and width are its")
     discriminative: float = option(1.0, cli=False, help="divide the rate by this per layer down from the top")
+    distillation: Distillation | None = option(None, cli=False, help="DistilBERT's options with --teacher (their "
+                                                                     "flags are Distillation's fields)")
 
     def __post_init__(self) -> None:
         self.corpus = [str(p) for p in ([self.corpus] if isinstance(self.corpus, (str, Path)) else self.corpus)]
         self.valid = [str(p) for p in ([self.valid] if isinstance(self.valid, (str, Path)) else self.valid)] \
             if self.valid else None
         self.out = str(self.out)
+        if self.teacher is not None and self.distillation is None:
+            self.distillation = Distillation()  # DistilBERT's own
+        elif self.teacher is None and self.distillation == Distillation():
+            self.distillation = None  # none given: no teacher, nothing to distil
 
     @classmethod
     def of(cls, corpus: list[str] | str, out: str, **options: Any) -> PretrainSpec:
-        """The spec of the Python API's keywords: spec fields, and TrainConfig fields (``lr=...``) as ``training``."""
-        spec, train, runtime = split_known(options, cls, TrainConfig, Runtime)
+        """The spec of the Python API's keywords: spec fields, DistilBERT's (``kl_weight=...``) as ``distillation``,
+        and TrainConfig fields (``lr=...``) as ``training``."""
+        spec, taught, train, runtime = split_known(options, cls, Distillation, TrainConfig, Runtime)
         training, runtime = {**spec.pop("training", {}), **train}, given_runtime(spec, runtime)
+        if taught:
+            spec["distillation"] = replace(spec.get("distillation") or Distillation(), **taught)
         return cls(corpus=corpus, out=out, **spec, training=training, runtime=runtime,
-                   explicit=frozenset({"corpus", "out", *spec}))
+                   explicit=frozenset({"corpus", "out", *spec, *taught}))
 
     @property
     def fam(self) -> Family:
@@ -207,7 +217,8 @@ class PretrainSpec(StageSpec, RecurrentDropouts, DistilBertOptions):
         else:
             get_size(self.size)
         check_ranges(self)
-        self.check_distillation(self.teacher)
+        if self.distillation is not None:
+            self.distillation.check(self.teacher)
         if self.objective_name is None:
             how = f"is trained by `sesame {fam.command}`" if fam.command else \
                 f"is a baseline trained from scratch: `sesame finetune --from scratch:{fam.name}:SIZE`"

@@ -211,3 +211,16 @@ def load_script(path: Path, name: str):
     sys.modules[name] = module  # as an import does: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def config_reads(monkeypatch, folder: Path) -> list[Path]:
+    """The reads of ``folder``'s config.json from now on (every JSON file sesame reads goes through read_bytes)."""
+    reads, read_bytes = [], Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        if path == folder / "config.json":
+            reads.append(path)
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    return reads

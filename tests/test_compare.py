@@ -262,8 +262,9 @@ def test_a_teacher_approach_pretrains_its_student_with_distilberts_weights(corpu
     spec = CompareSpec(approaches=[approach.spec], corpus=[str(corpus)], tasks=[], out=str(tmp_path), minutes=1,
                        max_steps=2, progress=False)
     pretraining = pretraining_spec(approach, tmp_path / "run", spec, runtime=Runtime())
-    assert (pretraining.teacher, pretraining.kl_weight, pretraining.mlm_weight, pretraining.cosine_weight,
-            pretraining.temperature, pretraining.student_layers) == (str(TEACHER), 3.0, 1.0, 0.5, 4.0, [0])
+    taught = pretraining.distillation
+    assert (pretraining.teacher, taught.kl_weight, taught.mlm_weight, taught.cosine_weight, taught.temperature,
+            taught.student_layers) == (str(TEACHER), 3.0, 1.0, 0.5, 4.0, [0])
     record, reused = pretrain_cell(approach, tmp_path / "run", spec)
     assert record["steps"] == 2 and not reused
     config = json.loads((tmp_path / "run" / "config.json").read_text())

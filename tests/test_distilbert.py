@@ -221,7 +221,33 @@ def test_positions_train_when_asked_and_older_runs_resume_as_they_were_made(teac
         del config["setup"][name]
     (out / "config.json").write_text(json.dumps(config))
     spec = resumed_pretraining(PretrainSpec(corpus=[str(root / "corpus.txt")], out=str(out), resume=True))
-    assert (spec.train_positions, spec.mlm_smoothing, spec.teacher) == (True, 0.0, str(run.resolve()))
+    taught = spec.distillation
+    assert (taught.train_positions, taught.mlm_smoothing, spec.teacher) == (True, 0.0, str(run.resolve()))
+
+
+def test_distilberts_options_are_one_typed_part_of_the_spec(monkeypatch, tmp_path) -> None:
+    """The spec carries DistilBERT's options as its ``distillation`` (frozen; None without a teacher), from
+    ``sesame.pretrain``'s keywords and from the command's flags alike."""
+    from dataclasses import FrozenInstanceError
+
+    import sesame.pipelines
+    from sesame.objectives.distillation import Distillation
+    from sesame.specs import PretrainSpec
+
+    assert PretrainSpec.of(["corpus.txt"], "out").distillation is None
+    assert PretrainSpec.of(["corpus.txt"], "out", teacher="run").distillation == Distillation()
+    spec = PretrainSpec.of(["corpus.txt"], "out", teacher="run", kl_weight=0.0, student_layers=[0])
+    assert spec.distillation == Distillation(kl_weight=0.0, student_layers=[0])
+    assert {"teacher", "kl_weight", "student_layers"} <= spec.given_fields()
+    with pytest.raises(FrozenInstanceError):
+        spec.distillation.kl_weight = 1.0
+    specs = []
+    monkeypatch.setattr(sesame.pipelines, "pretrain", lambda given: specs.append(given) or {})
+    assert main(Q + ["pretrain", "--corpus", "corpus.txt", "--out", str(tmp_path / "o"), "--teacher", "run",
+                     "--kl-weight", "0", "--student-layers", "0", "--train-positions"]) == 0
+    assert main(Q + ["pretrain", "--corpus", "corpus.txt", "--out", str(tmp_path / "o")]) == 0
+    assert specs[0].distillation == Distillation(kl_weight=0.0, student_layers=[0], train_positions=True)
+    assert specs[0].explicit >= {"kl_weight", "student_layers", "train_positions"} and specs[1].distillation is None
 
 
 def test_what_a_student_cannot_change_is_refused(teacher, tmp_path, capsys) -> None:
@@ -252,9 +278,8 @@ def test_minilm_teaches_without_soft_targets(tmp_path, capsys) -> None:
     refused(Q + ["pretrain", "--teacher", "minilm", "--corpus", str(tmp_path / "corpus.txt"), "--out",
                  str(tmp_path / "student")], capsys, tmp_path, "--kl-weight 5.0", "minilm", "--kl-weight 0")
     teacher = PretrainTeacher("minilm")
-    spec = teacher.taught(PretrainSpec(corpus=[str(tmp_path)], out=str(tmp_path / "s"), teacher="minilm",
-                                       kl_weight=0.0))
-    assert (spec.family, spec.student_layers, teacher.soft_targets) == ("bert", [0, 2, 4], False)
+    spec = teacher.taught(PretrainSpec.of([str(tmp_path)], str(tmp_path / "s"), teacher="minilm", kl_weight=0.0))
+    assert (spec.family, spec.distillation.student_layers, teacher.soft_targets) == ("bert", [0, 2, 4], False)
     student = MaskedLM(build_model(teacher.student_model(spec, 0.0)), teacher.tok.specials)
     teacher.initialise(student, spec)
     for i, t in enumerate([0, 2, 4]):

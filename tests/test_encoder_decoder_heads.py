@@ -4,6 +4,7 @@ nothing; and the runs convert to and from transformers' *ForSequenceClassificati
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -276,8 +277,7 @@ def test_a_head_transformers_cannot_hold_is_refused(tmp_path):
 
     sesame_classifier("bart", tmp_path / "run")
     config = read_config(tmp_path / "run", "--model", ("finetuned",))
-    config.pooling = "mean"
-    write_config(tmp_path / "run", config)
+    write_config(tmp_path / "run", replace(config, pooling="mean"))
     with pytest.raises(SesameError, match=r"pooling 'mean'; transformers' classifier reads the decoder's state at "
                                           r"the last end token of one sequence \(pooling last\)"):
         to_hf(tmp_path / "run", tmp_path / "hf")

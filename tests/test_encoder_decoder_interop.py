@@ -24,7 +24,7 @@ from sesame.run import RunConfig, load_backbone, load_tokenizer, write_config  #
 from sesame.tokenizer import train_tokenizer  # noqa: E402
 from sesame.train.checkpoint import save_weights  # noqa: E402
 
-from .conftest import sentences  # noqa: E402
+from .conftest import config_reads, sentences  # noqa: E402
 
 SPARE = 8  # T5's vocabulary is padded past its tokenizer's (32,100 tokens, 32,128 rows)
 SENTINELS = 4
@@ -139,6 +139,14 @@ def test_a_checkpoint_imports_with_transformers_logits_and_comes_back_tensor_for
     assert {k: returned.get(k) for k in config} == config
     reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "back").eval()
     assert_same_logits(ours, reloaded, tok, theirs.config.decoder_start_token_id)
+
+
+def test_a_routed_conversion_reads_config_json_once(tmp_path, monkeypatch):
+    """T5's route (hf_seq2seq) takes the config.json from_hf read, as the Transformer stacks' converter does."""
+    checkpoint("t5", tmp_path / "hf")
+    reads = config_reads(monkeypatch, tmp_path / "hf")
+    from_hf(tmp_path / "hf", tmp_path / "run")
+    assert len(reads) == 1
 
 
 def test_t5s_tokenizer_keeps_its_ids_and_sentinels_and_comes_back_as_it_was(tmp_path):

@@ -3,6 +3,7 @@ when a gpt run is fine-tuned, and nothing added for other families or twice."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,11 @@ from .conftest import sentences
 FAST = dict(epochs=1, batch_size=8, max_length=24, lr=1e-3, progress=False)
 
 
-def add_input_tokens(config: RunConfig, tok) -> bool:
-    """What fine-tuning does to a new task model's tokenizer: its family's input format frames it, and ``config``
-    takes the backbone config framed for it; whether its vocabulary grew."""
+def add_input_tokens(config: RunConfig, tok) -> tuple[bool, RunConfig]:
+    """What fine-tuning does to a new task model's tokenizer: its family's input format frames it; whether its
+    vocabulary grew, and ``config`` with the backbone config framed for it."""
     framed = get_family(config.family).inputs.frame(config.model, tok)
-    grew, config.model = framed.vocab_size != config.model.vocab_size, framed
-    return grew
+    return framed.vocab_size != config.model.vocab_size, replace(config, model=framed)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +85,9 @@ def test_pretrained_rows_are_copied_and_the_new_rows_are_fresh(data, tmp_path):
     config = read_config(data / "gpt", "--from", ("pretrained",))
     tok = load_tokenizer(data / "gpt")
     vocab = tok.vocab_size
-    assert add_input_tokens(config, tok) and config.model.vocab_size == vocab + 3
-    assert not add_input_tokens(config, tok)  # once only
+    grew, config = add_input_tokens(config, tok)
+    assert grew and config.model.vocab_size == vocab + 3
+    assert not add_input_tokens(config, tok)[0]  # once only
     model = SequenceModel(build_backbone(config), 2, "last")
     _load_pretrained(model, data / "gpt")
     pretrained = load_weights(data / "gpt" / "model.safetensors")["backbone.embed.tokens.weight"]
@@ -102,7 +103,7 @@ def test_pretrained_rows_are_copied_and_the_new_rows_are_fresh(data, tmp_path):
 def test_the_classifier_reads_the_extract_token(data):
     config = read_config(data / "gpt", "--from", ("pretrained",))
     tok = load_tokenizer(data / "gpt")
-    add_input_tokens(config, tok)
+    _, config = add_input_tokens(config, tok)
     extract = tok.backend.token_to_id("<extract>")
     task = make_task("pair")
     rows = [{"text": "The cat sleeps.", "pair": "A dog runs over the old stone road.", "label": "x"},
@@ -122,7 +123,8 @@ def test_other_families_keep_their_encoding(family):
     tok = train_tokenizer(sentences(100), "wordpiece" if family == "bert" else "bpe", 200)
     before = tok.backend.to_str()
     config = RunConfig(kind="pretrained", family=family, model=TransformerConfig(vocab_size=tok.vocab_size))
-    assert not add_input_tokens(config, tok)
+    grew, config = add_input_tokens(config, tok)
+    assert not grew
     assert tok.backend.to_str() == before and config.model.vocab_size == tok.vocab_size
 
 

@@ -26,7 +26,7 @@ from sesame.tasks import make_task  # noqa: E402
 from sesame.tasks.classify import SequenceModel  # noqa: E402
 from sesame.train.checkpoint import load_weights, read_json, save_weights, write_json  # noqa: E402
 
-from .conftest import sentences, shared_data  # noqa: E402
+from .conftest import config_reads, sentences, shared_data  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 32, 2, 2, 64, 64
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -239,6 +239,18 @@ def test_finetune_starts_from_a_converted_run(tmp_path: Path, model_type: str) -
     if model_type == "bert":
         assert torch.equal(model.pooler[0].weight, weights["pooler.0.weight"])
     assert config.pooling == ("cls" if model_type == "bert" else "last")
+
+
+def test_a_transformers_source_s_config_json_is_read_once(tmp_path: Path, monkeypatch) -> None:
+    """``--from DIR`` resolves the source and converts it on reading its config.json once; so does ``convert``."""
+    make_hf(tmp_path / "hf", "bert")
+    reads = config_reads(monkeypatch, tmp_path / "hf")
+    source = resolve_source(str(tmp_path / "hf"), "--from")
+    with source.open() as run:
+        assert (run / "model.safetensors").is_file() and source.hf["model_type"] == "bert"
+    assert len(reads) == 1
+    from_hf(tmp_path / "hf", tmp_path / "run")
+    assert len(reads) == 2
 
 
 def test_a_converted_run_fine_tunes_and_remembers_its_source(tmp_path: Path, labeled, one_thread) -> None:

@@ -53,9 +53,9 @@ def test_the_check_reads_relative_imports_of_other_applications_and_of_the_libra
     assert crossings(library, "from .apps import generate\n") == ["sesame.generation imports sesame.apps.generate"]
 
 
-# family behaviour the registry's rows hold as objects (sesame.families.Reader, InputFormat, continued_words), which
-# were flags the pipelines tested: no module outside the registry reads such a flag
-RETIRED_FLAGS = {"feature_extractor", "word_vectors", "target_words", "input_tokens", "document_inputs"}
+# family behaviour the registry's rows hold as objects (sesame.families.Reader, InputFormat, SourceStart,
+# continued_words), which were flags the pipelines tested: no module outside the registry reads such a flag
+RETIRED_FLAGS = {"feature_extractor", "word_vectors", "target_words", "input_tokens", "document_inputs", "source_bos"}
 REGISTRY = PACKAGE / "families.py"
 # where a family's registry row is looked up by name: where a model is resolved (a --from/--model source, a pretrain
 # spec's family, a transformers checkpoint converted or exported, a run generated from) and the applications' own;

@@ -10,15 +10,17 @@ this test pass: a difference means config.json is written differently now.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
 
 from sesame.errors import SesameError
 from sesame.models import TransformerConfig
+from sesame.resume import record_training
 from sesame.run import (KEYS, PARTS, CovePart, FinetunedPart, PretrainedPart, RunConfig, read_config,
                         write_config)
+from sesame.train import TrainConfig
 from sesame.train.recipes import Recipe
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -76,3 +78,18 @@ def test_a_broken_recipe_record_is_refused_naming_the_file():
     for recipe in ({"colour": "red"}, [4]):
         with pytest.raises(SesameError, match=r"^config.json: a broken recipe record .*; recreate the run$"):
             RunConfig.parse({**data, "recipe": recipe}, "config.json")
+
+
+def test_a_run_config_and_its_parts_change_only_by_replacing_them(tmp_path):
+    run = FIXTURES / "runs" / "classifier"
+    config = read_config(run, "--model")
+    for record, name in ((config, "pooling"), (config.pretrained, "seq_len"), (config.finetuned, "epochs"),
+                         (config.cove, "vectors")):
+        with pytest.raises(FrozenInstanceError):
+            setattr(record, name, None)
+    recorded = record_training(tmp_path, config, TrainConfig(max_steps=7), 9, runtime={"device": "cpu"})
+    assert (recorded.finetuned.epochs, recorded.train["max_steps"], recorded.runtime) == (9, 7, {"device": "cpu"})
+    assert config == read_config(run, "--model") and read_config(tmp_path, "--out") == recorded
+    (tmp_path / "config.json").unlink()
+    assert record_training(tmp_path, recorded, TrainConfig(max_steps=7), 9, runtime={"device": "cpu"}) == recorded
+    assert not (tmp_path / "config.json").exists()  # nothing changed: nothing written

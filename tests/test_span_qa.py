@@ -299,6 +299,27 @@ def test_v2_score_reports_the_tuned_threshold_and_uses_a_saved_one():
     assert plain == {"exact": 1.0, "f1": 1.0, "questions": 1}
 
 
+def test_fine_tuning_records_the_tuned_threshold_in_a_new_config(tmp_path):
+    """The dev-tuned threshold goes into config.json's task options (as the run's config was replaced, not edited),
+    key order kept; an unchanged one, or none, writes nothing."""
+    from dataclasses import replace
+
+    from sesame.pipelines.finetune import _record_threshold
+    from sesame.run import read_config, write_config
+
+    fixture = read_config(Path(__file__).parent / "fixtures" / "runs" / "classifier", "--model")
+    options = make_task("span_qa", {"version": "2.0"}).options()
+    write_config(tmp_path, replace(fixture, finetuned=replace(fixture.finetuned, task="span_qa", task_options=options)))
+    _record_threshold(tmp_path, {"f1": 0.5, "null_threshold": -1.5})
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["task_options"] == {**options, "null_threshold": -1.5}
+    assert list(written["task_options"]) == list(options)
+    before = (tmp_path / "config.json").stat().st_mtime_ns
+    _record_threshold(tmp_path, {"f1": 0.5, "null_threshold": -1.5})
+    _record_threshold(tmp_path, {"f1": 0.5})
+    assert (tmp_path / "config.json").stat().st_mtime_ns == before
+
+
 def test_write_gives_the_official_scripts_id_to_answer_json(tmp_path):
     task = make_task("span_qa", {"version": "2.0"})
     predictions = [{"id": "q1", "answer": "Denver Broncos", "n_best": []}, {"id": "q2", "answer": "", "n_best": []}]

@@ -13,6 +13,7 @@ import torch
 from sesame.decoding import GenerationConfig
 from sesame.errors import SesameError
 from sesame.families import FAMILIES
+from sesame.inputs import source_start
 from sesame.metrics import bleu, regression_report
 from sesame.models import TransformerConfig
 from sesame.models.encoder_decoder import STYLES, EncoderDecoder, EncoderDecoderConfig
@@ -224,13 +225,22 @@ def test_features_end_with_the_end_token_within_their_lengths(tok):
 @pytest.mark.parametrize("family, given, bos", [("bart", None, True), ("t5", None, False), (None, None, False),
                                                ("bart", False, False), ("t5", True, True)])
 def test_bos_follows_the_family_row_unless_given(family, given, bos, tok):
-    """Not given, ``bos`` is the family's framing of inputs (BART's <s>, Family.source_bos); given, it wins. Either way
-    the options fine-tuning records hold it."""
+    """Not given, ``bos`` is the family's framing of inputs (BART's <s>, its row's source_start); given, it wins. Either
+    way the options fine-tuning records hold it."""
     task = make_task("text2text", {"bos": given})
     task.for_family(FAMILIES[family] if family else None)
     assert task.options()["bos"] is bos
     [feature] = task.features([{"source": "the cat runs", "target": "a dog", "line": 2}], tok, 16, [], False)
     assert (feature["ids"][0] == tok.specials.cls) is bos and (feature["target"][0] == tok.specials.cls) is bos
+
+
+def test_an_encoder_decoder_family_row_says_how_its_sources_start(tok):
+    """The row holds the framing as an object that callers ask for the tokens (no flag read outside the registry):
+    BART's sources open with <s>, T5's with the text; a recorded ``bos`` option gives the same objects back."""
+    assert FAMILIES["bart"].source_start.tokens(tok.specials) == [tok.specials.cls]
+    assert FAMILIES["t5"].source_start.tokens(tok.specials) == []
+    assert FAMILIES["t5v1_1"].source_start.tokens(tok.specials) == []
+    assert source_start(True) is FAMILIES["bart"].source_start and source_start(False) is FAMILIES["t5"].source_start
 
 
 def test_the_loss_sums_over_real_target_tokens_only(tok, one_thread):

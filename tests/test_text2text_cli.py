@@ -77,7 +77,7 @@ def test_finetune_evaluate_predict(family, options, pretrained, tmp_path, capsys
     config = json.loads((run / "config.json").read_text())
     assert config["task"] == "text2text" and config["family"] == family
     assert config["task_options"]["beams"] == (2 if "beams=2" in options else 1)  # evaluate and predict reuse it
-    # BART's inputs start with <s> without --task-option bos (its family row's source_bos), T5's do not
+    # BART's inputs start with <s> without --task-option bos (its family row's source_start), T5's do not
     assert config["task_options"]["bos"] is (family == "bart")
     tok = load_tokenizer(run)
     [feature] = make_task("text2text", config["task_options"]).features([{"source": "a cat", "target": "cat"}], tok,
@@ -226,7 +226,8 @@ def test_generate_reads_bart_sources_with_bos_and_refuses_tldr(pretrained, capsy
     model = load_generator(str(pretrained["bart"]))
     tok = model.tokenizer
     assert model.encode(["a cat"]) == [[tok.specials.cls, *tok.encode(["a cat"], special=False)[0], tok.specials.sep]]
-    assert not load_generator(str(pretrained["t5"])).bos
+    t5 = load_generator(str(pretrained["t5"]))
+    assert t5.encode(["a cat"]) == [[*t5.tokenizer.encode(["a cat"], special=False)[0], t5.tokenizer.specials.sep]]
     assert main(["generate", "--model", str(pretrained["bart"]), "--prompt", "a cat", "--tldr"]) == 2
     assert "--tldr" in capsys.readouterr().err
 

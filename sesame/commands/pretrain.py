@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..data.labeled import decode
 from ..errors import SesameError
+from ..objectives.distillation import Distillation
 from ..options import add_flags, given
 from ..specs import PretrainSpec
 from . import add_runtime_flags, add_training_flags, key_values, print_metrics, runtime_options, training_options
@@ -14,6 +15,7 @@ from . import add_runtime_flags, add_training_flags, key_values, print_metrics, 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="pre-train a language model")
     add_flags(p, PretrainSpec, required=("corpus", "out"))
+    add_flags(p.add_argument_group("DistilBERT's options (with --teacher)"), Distillation)
     p.add_argument("--json", action="store_true", help="print the final metrics as JSON")
     o = p.add_argument_group("objective options (defaults: the family's row in sesame.families)")
     o.add_argument("--masking", choices=["token", "whole_word", "phrase"],
@@ -43,7 +45,9 @@ def objective_options(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> None:
     from ..pipelines import pretrain
 
-    typed = given(args, PretrainSpec)
-    spec = PretrainSpec(**typed, objective_options=objective_options(args), training=training_options(args),
-                        runtime=runtime_options(args), explicit=frozenset(typed), progress=not args.no_progress)
+    typed, taught = given(args, PretrainSpec), given(args, Distillation)
+    spec = PretrainSpec(**typed, distillation=Distillation(**taught) if taught else None,
+                        objective_options=objective_options(args), training=training_options(args),
+                        runtime=runtime_options(args), explicit=frozenset({*typed, *taught}),
+                        progress=not args.no_progress)
     print_metrics(pretrain(spec), args.json)

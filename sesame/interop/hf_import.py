@@ -34,7 +34,7 @@ One generic converter follows the architecture's row. Tensor by tensor:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -47,14 +47,14 @@ from ..run import FinetunedPart, PretrainedPart, RunConfig, write_config
 from ..rundir import new_run
 from ..tasks import make_task
 from ..tokenizer import TextTokenizer
-from ..train.checkpoint import read_json, save_weights, write_json
+from ..train.checkpoint import save_weights, write_json
 from .architectures import ARCHITECTURES, HF_ACTIVATIONS, Architecture, architecture
 from .encoder_decoder import TYPES as SEQ2SEQ_TYPES, model_config as seq2seq_model
 from .hf_seq2seq import EVAL_SEQ_LEN, seq2seq_run
 from .hf_tokenizer import import_tokenizer
 from .xlnet import MODEL_TYPE as XLNET, model_config as xlnet_model, xlnet_run
-from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, check_tensors, classifier_labels, classifier_max_length,
-                     classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
+from .mapping import (Entry, GENERATOR_NAMES, Rows, check_new, check_tensors, checkpoint_config, classifier_labels,
+                     classifier_max_length, classifier_task, dense_entries, discriminator_entries, export_tensors, head_shapes,
                      import_tensors, is_sequence_classifier, lm_entries, meta_backbone, name_plan, pair_entries,
                      read_weights)
 
@@ -73,13 +73,6 @@ def transformers_family(hf: dict, where: str) -> Family:
     if model_type not in ROUTES:  # the architectures' table
         return get_family(architecture(model_type, where).family)
     return hf_family(model_type, xlnet_model(hf, where) if model_type == XLNET else seq2seq_model(hf, model_type, where))
-
-
-def transformers_type(src: Path) -> str | None:
-    """The ``model_type`` of the transformers directory ``src``'s config.json, if it names one."""
-    path = src / "config.json"
-    config = read_json(path) if path.is_file() else None
-    return config.get("model_type") if isinstance(config, dict) else None
 
 
 def _backbone_names(weights: dict[str, torch.Tensor], arch: Architecture) -> dict[str, torch.Tensor]:
@@ -218,7 +211,7 @@ def _drop_identity_projection(weights: dict[str, torch.Tensor], arch: Architectu
                           "stack has no projection then; this checkpoint cannot be converted")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Imported:
     """A converted checkpoint before it is written: the run's config.json, tensors, tokenizer, labels and summary."""
 
@@ -229,13 +222,11 @@ class Imported:
     summary: dict
 
 
-def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> Imported:
-    """The run the model directory ``src`` converts to (:func:`from_hf`); with ``discriminator``, an
-    ``ElectraForPreTraining`` whose head becomes the ``electra`` objective's (its generator still to add)."""
+def _import(src: Path, hf_config: dict, discriminator: bool = False, flag: str = "--from-hf") -> Imported:
+    """The run the model directory ``src`` (its config.json ``hf_config``) converts to (:func:`from_hf`); with
+    ``discriminator``, an ``ElectraForPreTraining`` whose head becomes the ``electra`` objective's (its generator still
+    to add)."""
     config_path = src / "config.json"
-    if not config_path.is_file():
-        raise SesameError(f"{flag} {src}: no config.json; give a transformers model directory (save_pretrained)")
-    hf_config = read_json(config_path)
     arch = architecture(hf_config.get("model_type"), str(config_path))
     if discriminator and not arch.discriminator:
         raise SesameError(f"{config_path}: a {arch.model_type} checkpoint; --generator pairs an ELECTRA discriminator "
@@ -307,8 +298,8 @@ def _import(src: Path, discriminator: bool = False, flag: str = "--from-hf") -> 
     return Imported(config, state, tok, labels, summary)
 
 
-def _add_generator(run: Imported, gen: Imported, where: str) -> None:
-    """Complete the discriminator ``run`` (``_import(..., discriminator=True)``) with the imported
+def _add_generator(run: Imported, gen: Imported, where: str) -> Imported:
+    """The discriminator ``run`` (``_import(..., discriminator=True)``) with the imported
     ``ElectraForMaskedLM`` ``gen`` as its ``electra`` objective's generator.
 
     sesame's generator (objectives/electra.py) reads the discriminator's embeddings and is the size
@@ -343,34 +334,41 @@ def _add_generator(run: Imported, gen: Imported, where: str) -> None:
         raise SesameError(f"{where}: the generator's embeddings differ from the discriminator's ({', '.join(differ)}); "
                           "sesame's electra generator reads the discriminator's, as the released ELECTRA pairs "
                           "(trained tied) do: give the generator trained with this discriminator")
+    state = dict(run.state)
     for name, tensor in gen.state.items():
         if not name.startswith("backbone.embed."):
             ours, mlm = next((o, m) for o, m in GENERATOR_NAMES.items() if name.startswith(m))
-            run.state[ours + name.removeprefix(mlm)] = tensor
-    run.config.pretrained.objective_options = {"generator_fraction": fraction}
-    run.config.hf["generator"] = {"source": gen.config.hf["source"], "config": gen.config.hf["config"]}
-    run.summary.update(generator_fraction=fraction,
-                       notes=run.summary["notes"] + [f"generator: {note}" for note in g["notes"]])
+            state[ours + name.removeprefix(mlm)] = tensor
+    config = replace(run.config, pretrained=replace(run.config.pretrained,
+                                                    objective_options={"generator_fraction": fraction}),
+                     hf={**run.config.hf, "generator": {"source": gen.config.hf["source"],
+                                                        "config": gen.config.hf["config"]}})
+    return replace(run, config=config, state=state, summary={
+        **run.summary, "generator_fraction": fraction,
+        "notes": run.summary["notes"] + [f"generator: {note}" for note in g["notes"]]})
 
 
-def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = None) -> dict:
+def from_hf(src: str | Path, out: str | Path, generator: str | Path | None = None, *, hf: dict | None = None) -> dict:
     """Convert the Hugging Face model directory ``src`` into the run ``out``: ``pretrained``, or
     ``finetuned`` for a sequence classifier whose head maps (:func:`sequence_task`). With ``generator``
     (an ``ElectraForMaskedLM`` directory) ``src`` must be its ``ElectraForPreTraining`` discriminator,
-    and the run is one ``electra`` run holding both (:func:`_add_generator`). Returns a summary."""
+    and the run is one ``electra`` run holding both (:func:`_add_generator`). ``hf``: ``src``'s config.json, where
+    the caller has read it (else it is read here, once, and passed down). Returns a summary."""
     src, out = Path(src), Path(out)
     check_new(out)
-    route = ROUTES.get(transformers_type(src))
+    hf = checkpoint_config(src) if hf is None else hf
+    model_type = hf.get("model_type") if isinstance(hf, dict) else None
+    route = ROUTES.get(model_type)
     if route is not None:
         if generator is not None:
-            raise SesameError(f"--generator: {src} is a {transformers_type(src)} model; --generator pairs an ELECTRA "
+            raise SesameError(f"--generator: {src} is a {model_type} model; --generator pairs an ELECTRA "
                               "discriminator with its generator. Drop --generator")
-        config_path = src / "config.json"
-        return route(src, out, family=transformers_family(read_json(config_path), str(config_path)))
-    imported = _import(src, discriminator=generator is not None)
+        return route(src, out, family=transformers_family(hf, str(src / "config.json")), hf=hf)
+    imported = _import(src, hf, discriminator=generator is not None)
     if generator is not None:
-        _add_generator(imported, _import(Path(generator), flag="--generator"),
-                       f"--from-hf {src} --generator {generator}")
+        given = Path(generator)
+        imported = _add_generator(imported, _import(given, checkpoint_config(given, "--generator"), flag="--generator"),
+                                  f"--from-hf {src} --generator {generator}")
     with new_run(out, imported.config.kind, resume=False) as run:
         imported.tok.save(run / "tokenizer.json")
         save_weights(run / "model.safetensors", imported.state)

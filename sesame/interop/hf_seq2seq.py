@@ -38,8 +38,8 @@ from .architectures import ARCHITECTURES
 from .encoder_decoder import (TYPES, check_style, classifier_weights, export_weights, hf_config, import_weights,
                               leading_rows, model_config, split_classifier, stores_own_head)
 from .hf_tokenizer import export_tokenizer, import_tokenizer
-from .mapping import (CLASSIFY_TASKS, check_new, claim_new, classifier_config, classifier_labels, classifier_max_length,
-                      classifier_task, is_sequence_classifier, read_weights)
+from .mapping import (CLASSIFY_TASKS, check_new, checkpoint_config, claim_new, classifier_config, classifier_labels,
+                      classifier_max_length, classifier_task, is_sequence_classifier, read_weights)
 
 EVAL_SEQ_LEN = 128  # a converted language model's evaluation window: sesame pretrain's default --seq-len
 ROLE_NAMES = {"pad": "pad token", "cls": "bos token", "sep": "eos token"}
@@ -81,14 +81,13 @@ def _meta_model(model: dict) -> EncoderDecoder:
         return EncoderDecoder(EncoderDecoderConfig(**model))
 
 
-def import_encoder_decoder(src: str | Path, flag: str = "--from-hf") -> Seq2SeqCheckpoint:
+def import_encoder_decoder(src: str | Path, flag: str = "--from-hf", *, hf: dict | None = None) -> Seq2SeqCheckpoint:
     """The T5 or BART model directory ``src`` (a ``*ForConditionalGeneration``, or its base model) as sesame's
-    encoder-decoder; anything sesame would not compute exactly is refused with one line naming it."""
+    encoder-decoder, ``hf`` its config.json where the caller read it already; anything sesame would not compute
+    exactly is refused with one line naming it."""
     src = Path(src)
     config_path = src / "config.json"
-    if not config_path.is_file():
-        raise SesameError(f"{flag} {src}: no config.json; give a transformers model directory (save_pretrained)")
-    hf = read_json(config_path)
+    hf = checkpoint_config(src, flag) if hf is None else hf
     model_type = hf.get("model_type") if isinstance(hf, dict) else None
     if model_type not in TYPES:
         raise SesameError(f"{config_path}: model_type {model_type!r} is not an encoder-decoder sesame converts "
@@ -165,13 +164,13 @@ def seq2seq_task(hf: dict) -> tuple[str | None, str]:
     return classifier_task(hf)
 
 
-def seq2seq_run(src: Path, out: Path, *, family: Family) -> dict:
+def seq2seq_run(src: Path, out: Path, *, family: Family, hf: dict) -> dict:
     """``convert --from-hf`` of a T5 or BART directory: a pretrained run of its ``family`` (the row
     :func:`.hf_import.transformers_family` resolved), with the row's objective (span corruption, denoising), its
     options and pooling, so the run evaluates, continues
     pre-training and fine-tunes as one sesame made; its weights are the model's under ``backbone.``. A sequence
-    classifier's is a fine-tuned run of its task, with its head (:func:`_classifier_run`)."""
-    c = import_encoder_decoder(src)
+    classifier's is a fine-tuned run of its task, with its head (:func:`_classifier_run`). ``hf``: its config.json."""
+    c = import_encoder_decoder(src, hf=hf)
     pretrained = PretrainedPart(objective=family.objective, objective_options=dict(family.objective_options),
                                 seq_len=min(EVAL_SEQ_LEN, c.model["max_positions"]))  # what `sesame evaluate` reads
     config = RunConfig(kind="pretrained", family=family.name, model=EncoderDecoderConfig(**c.model), hf=c.hf,

@@ -232,6 +232,15 @@ def identity_projection(arch: Architecture, hidden: int) -> dict[str, torch.Tens
     return {arch.modules["project"] + ".weight": torch.eye(hidden), arch.modules["project"] + ".bias": torch.zeros(hidden)}
 
 
+def checkpoint_config(src: Path, flag: str = "--from-hf") -> dict:
+    """The config.json of the transformers model directory ``src`` (named by ``flag``), which a conversion reads once
+    and passes down."""
+    path = src / "config.json"
+    if not path.is_file():
+        raise SesameError(f"{flag} {src}: no config.json; give a transformers model directory (save_pretrained)")
+    return read_json(path)
+
+
 def read_weights(src: Path, flag: str = "--from-hf", *, pickles: bool = True
                  ) -> tuple[dict[str, torch.Tensor], Path]:
     """The checkpoint's tensors (floating point ones as float32), and the file they came from: model.safetensors,

@@ -67,6 +67,15 @@ def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[
     if config is None:
         yield path
         return
+    with converted(path, config, model, flag, classifier=classifier) as run:
+        yield run
+
+
+@contextmanager
+def converted(path: Path, config: dict, model: str | Path, flag: str, *, classifier: bool = False) -> Iterator[Path]:
+    """The transformers model directory ``path``, whose config.json ``config`` the caller has read, converted into a
+    temporary run for the duration of the ``with``; ``model`` (as given), ``flag`` and ``classifier``: as
+    :func:`resolve`'s."""
     if classifier:
         model_type = config.get("model_type")
         own = TASKS.get(model_type)
@@ -76,5 +85,5 @@ def resolve(model: str | Path, flag: str, classifier: bool = False) -> Iterator[
             raise SesameError(f"{flag} {model}: {why_not}, so sesame cannot predict or evaluate with it; "
                               f"fine-tune it first (sesame finetune --from {model} ...) and use that run")
     with tempfile.TemporaryDirectory(prefix="sesame-hf-") as tmp:
-        from_hf(path, Path(tmp) / "run")
+        from_hf(path, Path(tmp) / "run", hf=config)
         yield Path(tmp) / "run"

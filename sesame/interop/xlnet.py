@@ -176,12 +176,12 @@ def xlnet_task(hf: dict) -> tuple[str | None, str]:
     return classifier_task(hf)
 
 
-def xlnet_run(src: Path, out: Path, *, family: Family) -> dict:
+def xlnet_run(src: Path, out: Path, *, family: Family, hf: dict) -> dict:
     """``convert --from-hf`` of an XLNet directory: a pretrained run of ``family`` (the row that names ``xlnet``,
     :func:`.hf_import.transformers_family`; objective ``plm`` with an ``lm_loss`` head, else none), or a fine-tuned
-    classify or regress run for a sequence classifier (pooling ``last``). Returns the summary."""
+    classify or regress run for a sequence classifier (pooling ``last``); ``hf``: its config.json. Returns the
+    summary."""
     config_path = src / "config.json"
-    hf = read_json(config_path)
     model = model_config(hf, str(config_path))
     tok, record, appended = import_tokenizer(src, builder="json", defaults=SPECIAL_TOKENS,
                                              model_vocab=model["vocab_size"])

@@ -110,10 +110,10 @@ class LayerMatching(nn.Module):
 
 # -- pre-training distillation (DistilBERT) ---------------------------------------------------------------------------
 
-@dataclass(kw_only=True)
-class DistilBertOptions:
-    """DistilBERT's options, fields of ``sesame pretrain``'s spec that mean something with ``--teacher`` alone (module
-    docstring)."""
+@dataclass(frozen=True, kw_only=True)
+class Distillation:
+    """DistilBERT's options (module docstring), one typed part of ``sesame pretrain``'s spec, its ``distillation``
+    (None without ``--teacher``); each field is a flag of the command and a keyword of ``sesame.pretrain``."""
     student_layers: list[int] | None = option(None, metavar="L", help="with --teacher: the teacher's layers the "
                                                                       "student's start from, bottom to top (0: the "
                                                                       "first layer; default: one out of two, 0 2 4 "
@@ -130,9 +130,9 @@ class DistilBertOptions:
                                        "(DistilBERT: 0.7, rare tokens more often; 0: each token by a uniform 15%% "
                                        "draw, as BERT); token masking only")
 
-    def check_distillation(self, teacher: str | None) -> None:
+    def check(self, teacher: str | None) -> None:
         """Refuse DistilBERT's options without a ``teacher``, or out of range."""
-        defaults = {f.name: f.default for f in fields(DistilBertOptions)}
+        defaults = {f.name: f.default for f in fields(Distillation)}
         if teacher is None:
             given = [f"--{name.replace('_', '-')}" for name in defaults if getattr(self, name) != defaults[name]]
             if given:

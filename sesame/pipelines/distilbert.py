@@ -26,7 +26,7 @@ from ..sources import opened
 from ..specs import PretrainSpec
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
-from .starts import dropout
+from .starts import Origin, dropout
 
 STUDENT_OBJECTIVE = "mlm"  # the student learns the masked LM alone (Sanh et al. 2019 §3: no next-sentence prediction)
 # what a student cannot change of its teacher (the spec's field → its flag)
@@ -82,7 +82,8 @@ class PretrainTeacher:
             given = f"--objective {spec.objective}" if spec.base is None else f"base={spec.base!r}"
             raise SesameError(f"{given}: DistilBERT's student learns the masked LM alone (no next-sentence "
                               f"prediction), from --teacher {self.given}; leave it out")
-        layers = spec.student_layers or every_other_layer(self.layers)
+        taught = spec.distillation
+        layers = taught.student_layers or every_other_layer(self.layers)
         if max(layers) >= self.layers:
             raise SesameError(f"--student-layers {' '.join(map(str, layers))}: --teacher {self.given} has layers 0 "
                               f"to {self.layers - 1}")
@@ -91,21 +92,22 @@ class PretrainTeacher:
             raise SesameError(f"{flag} {length}: --teacher {self.given} has {self.config.model.max_positions} "
                               "positions, which the student copies; give at most that")
         masking = spec.objective_options.get("masking", "token")
-        if spec.mlm_smoothing and masking != "token":
-            raise SesameError(f"--mlm-smoothing {spec.mlm_smoothing}: DistilBERT's smoothing chooses single tokens, and "
+        if taught.mlm_smoothing and masking != "token":
+            raise SesameError(f"--mlm-smoothing {taught.mlm_smoothing}: DistilBERT's smoothing chooses single tokens, and "
                               f"--masking {masking} chooses whole words; give --mlm-smoothing 0, or leave --masking "
                               "out")
-        if spec.kl_weight and not self.soft_targets:
-            raise SesameError(f"--kl-weight {spec.kl_weight}: --teacher {self.given} has no masked-LM head (converted "
+        if taught.kl_weight and not self.soft_targets:
+            raise SesameError(f"--kl-weight {taught.kl_weight}: --teacher {self.given} has no masked-LM head (converted "
                               "without one, as all-MiniLM-L6-v2, which ships its encoder alone), so it gives no soft "
                               "targets; give --kl-weight 0 to distil its hidden states (--cosine-weight) beside the "
                               "student's masked LM, or a teacher with the head (a sesame mlm run, a transformers "
                               "BertForMaskedLM directory)")
-        return replace(spec, family=self.config.family, objective=STUDENT_OBJECTIVE, student_layers=layers)
+        return replace(spec, family=self.config.family, objective=STUDENT_OBJECTIVE,
+                       distillation=replace(taught, student_layers=layers))
 
     def student_model(self, spec: PretrainSpec, dropout: float) -> TransformerConfig:
-        """The student's backbone config: the teacher's with ``spec.student_layers`` layers and ``dropout``."""
-        return replace(self.config.model, layers=len(spec.student_layers), dropout=dropout)
+        """The student's backbone config: the teacher's with the student's layers and ``dropout``."""
+        return replace(self.config.model, layers=len(spec.distillation.student_layers), dropout=dropout)
 
     # the pre-training pipeline's Start (sesame.pipelines.starts): the teacher's tokenizer and its student
 
@@ -115,19 +117,20 @@ class PretrainTeacher:
     def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> TransformerConfig:
         return self.student_model(spec, dropout(spec))
 
-    def origin(self, spec: PretrainSpec, model: TransformerConfig) -> dict:
-        return {"size": None, "base": spec.teacher, "added_words": 0}
+    def origin(self, spec: PretrainSpec, model: TransformerConfig) -> Origin:
+        return Origin(None, spec.teacher)
 
     def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:
         """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""
-        student.load_state_dict(student_weights(self.state, student.state_dict(), spec.student_layers))
+        student.load_state_dict(student_weights(self.state, student.state_dict(), spec.distillation.student_layers))
 
     def learner(self, student: MaskedLM, spec: PretrainSpec, corpus: Shards) -> MaskedLMDistillation:
         """What the trainer trains: ``student`` inside DistilBERT's loss, with the spec's weights, masking tokens by
-        their counts in the ``corpus`` shards when ``spec.mlm_smoothing`` says so."""
-        weights = {"mlm": spec.mlm_weight, "kl": spec.kl_weight, "cosine": spec.cosine_weight}
-        counts = torch.from_numpy(corpus.token_counts(self.tok.vocab_size)) if spec.mlm_smoothing else None
+        their counts in the ``corpus`` shards when its ``mlm_smoothing`` says so."""
+        taught = spec.distillation
+        weights = {"mlm": taught.mlm_weight, "kl": taught.kl_weight, "cosine": taught.cosine_weight}
+        counts = torch.from_numpy(corpus.token_counts(self.tok.vocab_size)) if taught.mlm_smoothing else None
         return MaskedLMDistillation(student, frozen_teacher(self.model), soft_targets=self.soft_targets,
-                                    weights=weights, temperature=spec.temperature, counts=counts,
-                                    smoothing=spec.mlm_smoothing, train_positions=spec.train_positions)
+                                    weights=weights, temperature=taught.temperature, counts=counts,
+                                    smoothing=taught.mlm_smoothing, train_positions=taught.train_positions)
 

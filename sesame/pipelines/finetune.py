@@ -89,15 +89,24 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         trainer, epochs = _trainer(teaching.learner(model, run, data.train), model, settings, spec, data, tok,
                                    techniques)
         # recorded: the epochs and steps the training set's size decided, or a resume's budget
-        metrics = trainer.fit(resume=resumed, record=lambda: record_training(
-            run, config, cfg, epochs, runtime=spec.runtime.record(placement)))
-        threshold = metrics.get("null_threshold")  # SQuAD 2.0: the no-answer threshold tuned on dev
-        options = config.finetuned.task_options
-        if threshold is not None and threshold != options.get("null_threshold") and world()[0] == 0:
-            options["null_threshold"] = threshold
-            write_config(run, config)
+        metrics = trainer.fit(resume=resumed, record=lambda: record_training(  # the TrainConfig the epochs decided
+            run, config, trainer.config, epochs, runtime=spec.runtime.record(placement)))
+        _record_threshold(run, metrics)
         return {**metrics, **coverage, "trainable_parameters": trainable,
                 "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _record_threshold(run: Path, metrics: dict) -> None:
+    """SQuAD 2.0: the no-answer threshold tuned on dev, recorded in config.json's task options (by rank 0) for
+    evaluate and predict, in the run's config as training recorded it."""
+    threshold = metrics.get("null_threshold")
+    if threshold is None or world()[0] != 0:
+        return
+    config = read_config(run, "--out", ("finetuned",))
+    options = config.finetuned.task_options
+    if threshold != options.get("null_threshold"):
+        tuned = replace(config.finetuned, task_options={**options, "null_threshold": threshold})
+        write_config(run, replace(config, finetuned=tuned))
 
 
 @dataclass(frozen=True)
@@ -239,7 +248,9 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
     at the rates of T5's mixing), evaluating ``model`` on dev and saving a checkpoint after every epoch (or every
     ``--eval-every`` and ``--save-every`` steps where given), with the recipe's parameter groups, per-step actions
     and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
-    size and the time budget; a mixture's epoch is as many examples as its tasks hold together)."""
+    size and the time budget; a mixture's epoch is as many examples as its tasks hold together). The trainer's
+    TrainConfig is a new one: ``settings.config`` with the steps the epochs decide where not given (:data:`BY_EPOCH`),
+    which config.json records once the trainer starts (:func:`sesame.resume.record_training`)."""
     job, cfg = data.job, settings.config
     causal = model.backbone.config.causal
     features = {name: p.job.features(p.train, tok, spec.max_length, p.labels, causal)
@@ -273,9 +284,9 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
     batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
     per_epoch = per_labeled_epoch * stride
     epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
-    for name, value in zip(BY_EPOCH, (epochs * per_epoch, per_epoch, per_epoch)):
-        if spec.training.get(name) is None:
-            setattr(cfg, name, value)
+    decided = {name: value for name, value in zip(BY_EPOCH, (epochs * per_epoch, per_epoch, per_epoch))
+               if spec.training.get(name) is None}
+    cfg = replace(cfg, **decided)
 
     def evaluate_dev(_: nn.Module) -> dict:  # the task model's, not the learner's around it
         reports = {}
@@ -286,8 +297,8 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
 
     groups = with_learners_own(techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay), model,
                                learner, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return Trainer(learner, settings, batches, evaluate=evaluate_dev, select=data.select, keeps=model,
-                   param_groups=groups,
+    return Trainer(learner, replace(settings, config=cfg), batches, evaluate=evaluate_dev, select=data.select,
+                   keeps=model, param_groups=groups,
                    before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
 
 

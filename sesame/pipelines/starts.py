@@ -6,7 +6,7 @@ run continued on a new corpus is :class:`Continued`; DistilBERT's student of a t
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -25,6 +25,15 @@ from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where a pre-trained model came from, as config.json records it: its ``size`` (None: a teacher's student), the
+    run or model it started from (``base``) and the words continued pre-training added to its vocabulary."""
+    size: str | None
+    base: str | None
+    added_words: int = 0
+
+
 class Start(Protocol):
     """The protocol (module docstring)."""
 
@@ -34,8 +43,8 @@ class Start(Protocol):
     def backbone(self, spec: PretrainSpec, tok: TextTokenizer) -> ModelConfig:
         """The backbone's configuration, before the spec's recurrent dropouts."""
 
-    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
-        """config.json's fields of where the model came from: ``size``, ``base`` and ``added_words``."""
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
+        """Where the model came from (its backbone configuration ``model``)."""
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         """Set the first weights of a run that starts at step 0 (a resumed run's are its checkpoint's)."""
@@ -69,8 +78,8 @@ class NewModel:
             config = replace(config, attention_window=spec.attention_window)
         return config
 
-    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
-        return {"size": spec.size, "base": spec.base, "added_words": 0}
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
+        return Origin(spec.size, spec.base)
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         pass
@@ -107,9 +116,8 @@ class Continued(NewModel):
         return replace(self.config.model, vocab_size=max(tok.vocab_size, self.config.model.vocab_size),
                        **({"dropout": spec.dropout} if spec.dropout is not None else {}))
 
-    def origin(self, spec: PretrainSpec, model: ModelConfig) -> dict:
-        return {"size": self.config.size, "base": spec.base,
-                "added_words": model.vocab_size - self.config.model.vocab_size}
+    def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
+        return Origin(self.config.size, spec.base, added_words=model.vocab_size - self.config.model.vocab_size)
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         obj.load_state_dict(with_new_words(load_weights(Path(spec.base) / "model.safetensors"),

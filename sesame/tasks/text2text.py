@@ -9,9 +9,9 @@ generated text is scored (:mod:`sesame.tasks.casts`).
 
 Inputs and targets are the tokenizer's pieces of the text, cut to ``--max-length`` and ``max_target_length``, then
 the end token ``</s>`` (T5 appends it after trimming, so every sequence ends with it); ``bos`` also starts both
-with ``<s>``, BART's format (Lewis et al. 2020), and by default follows the family (:attr:`Family.source_bos`: on for
-bart, off for t5). Batches are padded to their longest source and target, and the loss sums the cross-entropy over
-the real target tokens only. The outputs scored and predicted are decoded by
+with ``<s>``, BART's format (Lewis et al. 2020), and by default follows the family (its row's
+:class:`~sesame.inputs.SourceStart`: on for bart, off for t5). Batches are padded to their longest source and target,
+and the loss sums the cross-entropy over the real target tokens only. The outputs scored and predicted are decoded by
 :func:`sesame.seq2seq.generate_seq2seq` (the hook :func:`generate`): greedy, or beam search with the options
 ``beams`` and ``length_penalty``, up to ``max_target_length`` tokens.
 """
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..data.labeled import read_fields
 from ..errors import SesameError
+from ..inputs import TEXT_FIRST, source_start
 from ..models import ModelConfig
 from ..models.encoder_decoder import EncoderDecoder
 from ..tokenizer import TextTokenizer
@@ -100,7 +101,7 @@ class Text2Text(Task):
     label_words: dict | None = None
     languages: str | None = None
     max_target_length: int = 128
-    bos: bool | None = None  # None: the family's (Family.source_bos, :meth:`for_family`)
+    bos: bool | None = None  # None: the family's (its row's source_start, :meth:`for_family`)
     beams: int = 1
     length_penalty: float = 1.0
 
@@ -131,10 +132,10 @@ class Text2Text(Task):
         self.tokenizer: TextTokenizer | None = None  # the features' (scoring decodes with it); not an option
 
     def for_family(self, family: Family | None) -> None:
-        """``bos`` not given: the family's framing of an encoder-decoder's inputs (:attr:`Family.source_bos`, BART's
-        ``<s>``); an explicit ``--task-option bos=...`` is kept."""
+        """``bos`` not given: how the family's encoder-decoder inputs start (:attr:`Family.source_start`, BART's
+        ``<s>``), recorded as the option; an explicit ``--task-option bos=...`` is kept."""
         if self.bos is None:
-            self.bos = bool(family and family.source_bos)
+            self.bos = (family.source_start if family else TEXT_FIRST).bos
 
     @property
     def select(self) -> str:
@@ -213,7 +214,7 @@ class Text2Text(Task):
         """``ids``: the source's tokens cut to ``max_length`` with ``</s>`` last (and ``<s>`` first with ``bos``);
         ``target`` likewise within ``max_target_length``, for labeled examples."""
         self.tokenizer = tok
-        start, end = ([tok.specials.cls] if self.bos else []), [tok.specials.sep]
+        start, end = source_start(self.bos).tokens(tok.specials), [tok.specials.sep]
         for limit, flag in ((max_length, "--max-length"), (self.max_target_length, "--task-option max_target_length")):
             if limit < len(start) + 2:
                 raise SesameError(f"{flag} {limit}: leaves no room for a token beside {len(start) + 1} special ones")

@@ -21,7 +21,7 @@ from ...errors import SesameError
 from ...families import Family, get_family, get_size
 from ...interop.sources import MINILM, minilm_dir, transformers_config
 from ...objectives import OBJECTIVES
-from ...objectives.distillation import DistilBertOptions
+from ...objectives.distillation import Distillation
 from ...options import defaults as option_defaults
 from ...options import flag_name, parse_value
 from ...pipelines.distilbert import STUDENT_OBJECTIVE, TEACHERS_OWN
@@ -126,10 +126,10 @@ def dir_name(name: str) -> str:
 
 
 def _pretraining_defaults() -> dict:
-    """Every pre-training option an approach may name, with its default: PretrainSpec's and TrainConfig's fields,
-    but those compare sets itself (``RESERVED``)."""
-    defaults = {**option_defaults(PretrainSpec), **option_defaults(TrainConfig)}
-    return {k: v for k, v in defaults.items() if k not in RESERVED}
+    """Every pre-training option an approach may name, with its default: PretrainSpec's (its distillation's too) and
+    TrainConfig's fields, but those compare sets itself (``RESERVED``)."""
+    defaults = {**option_defaults(PretrainSpec), **option_defaults(Distillation), **option_defaults(TrainConfig)}
+    return {k: v for k, v in defaults.items() if k not in RESERVED and k != "distillation"}  # its fields are keys
 
 
 def _finetune_defaults() -> dict:
@@ -179,9 +179,9 @@ def _check_items(spec: str, fam: Family, options: dict, objective: dict) -> None
     options against the objective's (a student's: :data:`STUDENT_OBJECTIVE`)."""
     where = f"--approaches {spec}"
     teacher = options.get("teacher")
-    names = {f.name for f in fields(DistilBertOptions)}
+    names = {f.name for f in fields(Distillation)}
     try:
-        DistilBertOptions(**{k: v for k, v in options.items() if k in names}).check_distillation(teacher)
+        Distillation(**{k: v for k, v in options.items() if k in names}).check(teacher)
     except SesameError as err:
         raise SesameError(f"{where}: {err} (an approach's keys: teacher, {', '.join(sorted(names))})") from None
     if teacher is not None:
@@ -272,8 +272,9 @@ def parse_approach(spec: str) -> Approach:
                               "(--minutes, --max-steps, --seed, --corpus, --valid)")
         if key in known and known[key] is not None:
             options[key] = typed(f"--approaches {spec}", key, text, known[key])
-        elif key in known:  # a PretrainSpec field without a default to type it by: typed by its annotation
-            options[key] = parse_value(PretrainSpec, key, text, f"--approaches {spec}")
+        elif key in known:  # a PretrainSpec (or Distillation) field without a default to type it by: by its annotation
+            declared = Distillation if key in {f.name for f in fields(Distillation)} else PretrainSpec
+            options[key] = parse_value(declared, key, text, f"--approaches {spec}")
         else:  # the objective's, checked against its options below
             objective[key] = typed(f"--approaches {spec}", key, text, None)
     if options.get("teacher") is not None:
