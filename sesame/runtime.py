@@ -6,9 +6,10 @@ The placement rule: batches are built on the CPU, every random draw of the data 
 sentence pairs, batch orders) coming from CPU generators seeded by (seed, step, example), so they are the same
 on every device; the trainer builds the next step's batches while a step trains and :meth:`Placement.staged` pins
 them there (on CUDA), and :meth:`Placement.move` carries a whole batch to the model's device at the one point where
-it is consumed (a non-blocking copy from pinned memory on CUDA). Tensors made inside a forward pass take the
-device of their inputs. Draws made inside the model (dropout, ELECTRA's sampled replacements, ELMo's
-sampled softmax) use the device's own generator, seeded per step: repeatable on one kind of device, but not
+it is consumed (a non-blocking copy from pinned memory on CUDA). A padding mask that pads nothing is dropped in
+that staging, where the host can tell without waiting for a device (:func:`unpadded`). Tensors made inside a
+forward pass take the device of their inputs. Draws made inside the model (dropout, ELECTRA's sampled replacements,
+ELMo's sampled softmax) use the device's own generator, seeded per step: repeatable on one kind of device, but not
 the same stream on another. Weights are saved from CPU tensors and loaded onto the CPU, then copied in, so a
 checkpoint does not depend on the device that wrote it.
 
@@ -160,8 +161,10 @@ class Placement:
         return to_device(batch, self.device)
 
     def staged(self, batch: Any) -> Any:
-        """``batch`` made ready for :meth:`move` off the training thread: on CUDA its CPU tensors in pinned memory,
-        which :meth:`move` then copies without waiting; elsewhere ``batch`` as it is."""
+        """``batch`` made ready for :meth:`move` off the training thread: a padding mask that pads nothing dropped
+        (:func:`unpadded`), and on CUDA its CPU tensors in pinned memory, which :meth:`move` then copies without
+        waiting."""
+        batch = unpadded(batch)
         if self.device.type != "cuda":
             return batch
         return map_tensors(batch, lambda t: t.pin_memory() if t.device.type == "cpu" else t)
@@ -173,6 +176,18 @@ class Placement:
         if not self.compile:
             return fn
         return _Fallback(fn, torch.compile(fn), what)
+
+
+def unpadded(batch: Any) -> Any:
+    """``batch`` with its ``padding`` mask (True at real tokens) None when it is a CPU tensor that pads nothing, as
+    every backbone reads None: decided here, on the host where the batch was built, the question costs no wait, where
+    on an accelerator the model would make the host wait for the device at every step to ask it
+    (:func:`sesame.models.padding.is_padded`); and SDPA runs without a mask (packed pre-training windows, a
+    fine-tuning batch of equal lengths)."""
+    padding = batch.get("padding") if isinstance(batch, dict) else None
+    if isinstance(padding, torch.Tensor) and padding.device.type == "cpu" and bool(padding.all()):
+        return {**batch, "padding": None}
+    return batch
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

@@ -72,20 +72,108 @@ def test_objectives_make_no_tensor_off_the_models_device(objective, family, toke
 
 
 @pytest.mark.parametrize("objective, family", [("mlm", "bert"), ("clm", "gpt"), ("span", "spanbert"),
-                                               ("electra", "electra")])
-def test_a_model_on_the_meta_device_computes_its_loss_there(objective, family, tokenizer):
+                                               ("electra", "electra"), ("mlm_nsp", "bert"), ("span_corruption", "t5"),
+                                               ("denoising", "bart")])
+def test_a_model_on_the_meta_device_computes_its_loss_there(objective, family):
     """A model sized without memory (``meta``, which has no autocast) runs the fused projection: its product type is
-    float32, as on a device without bf16 autocast."""
+    float32, as on a device without bf16 autocast. Nothing in the forward pass or the loss reads a value back to
+    the host (a meta tensor has none): a padding mask given is applied, not asked whether it pads anything (issue
+    35: on a GPU the question would make the host wait at every step)."""
     from sesame.data.windows import generators
     from sesame.objectives.projection import product_dtype
 
     assert product_dtype(torch.zeros(2, 3, device="meta")) == torch.float32
     assert product_dtype(torch.zeros(2, 3, device="meta", dtype=torch.float64)) == torch.float64
-    obj = build_objective(objective, tiny_backbone(family, tokenizer), tokenizer, {})
-    batch = obj.make_batch(torch.randint(5, tokenizer.vocab_size, (2, obj.window_length(16))), generators(0, [0, 1]))
+    tok = train_tokenizer(sentences(300), FAMILIES[family].tokenizer, 200, sentinels=FAMILIES[family].sentinels)
+    obj = build_objective(objective, tiny_backbone(family, tok), tok, {})
+    text = torch.tensor(tok.encode(sentences(20, seed=1), special=False)[0] * 9)  # sentences for BART to permute
+    windows = text[: 2 * obj.window_length(16)].view(2, -1)
+    batch = obj.make_batch(windows, generators(0, [0, 1]), windows.flip(0) if obj.pairs else None)
+    assert objective not in ("mlm_nsp", "denoising") or "padding" in batch  # pairs and deletions pad their rows
     output = obj.to("meta")({k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
     losses = output.values() if isinstance(output, dict) else [output]
     assert all(loss.device.type == "meta" and loss.dtype == torch.float32 and loss.dim() == 0 for loss in losses)
+
+
+def test_a_padding_mask_is_asked_whether_it_pads_on_the_cpu_alone():
+    """On the CPU a mask that is all True is skipped (asking costs no wait); elsewhere a mask given is applied, read
+    as a mask that pads: ``meta`` stands in for the GPU (it has no values, so asking would fail)."""
+    from sesame.models.padding import is_padded
+
+    full, padded = torch.ones(2, 3, dtype=torch.bool), torch.tensor([[True, True, True], [True, False, False]])
+    assert [is_padded(None), is_padded(full), is_padded(padded)] == [False, False, True]
+    assert is_padded(full.to("meta")) and is_padded(padded.to("meta"))
+
+
+def no_mask_trains_as_a_mask_that_pads_nothing(model, batch):
+    """``model``'s training loss on ``batch`` (which pads nothing) is the same, bit for bit, when its padding mask is
+    None, as the trainer passes it (:func:`sesame.runtime.unpadded`)."""
+    assert batch["padding"].all()
+    model.train()
+    losses = []
+    for padding in (batch["padding"], None):
+        torch.manual_seed(0)  # the same dropout
+        output = model({**batch, "padding": padding})
+        losses.append(sum(output.values()) if isinstance(output, dict) else output)
+    assert torch.isfinite(losses[0]) and torch.equal(*losses)
+
+
+@pytest.mark.parametrize("family, pooling", [("bert", "mean"), ("lstm", "concat"), ("t5", "last"), ("t5", "mean"),
+                                             ("xlnet", "last")])
+def test_a_classifier_reads_no_padding_mask_as_every_token_real(family, pooling, tokenizer):
+    job = make_task("classify")
+    model = job.build(tiny_backbone(family, tokenizer), 2, pooling, 0.1)
+    features = job.features([{"text": "the cat sleeps", "label": "a", "line": i} for i in (1, 2)], tokenizer, 32,
+                            ["a", "b"], False)
+    no_mask_trains_as_a_mask_that_pads_nothing(model, job.collate(features, tokenizer.specials.pad))
+
+
+def test_gpts_auxiliary_lm_reads_no_padding_mask_as_every_token_real(tokenizer):
+    from sesame.train.auxiliary_lm import add_auxiliary_lm, next_tokens
+
+    job = make_task("classify")
+    model = job.build(tiny_backbone("gpt", tokenizer), 2, "last", 0.1)
+    add_auxiliary_lm(model, 0.5)
+    batch = job.collate(job.features([{"text": "the cat sleeps", "label": "a", "line": i} for i in (1, 2)],
+                                     tokenizer, 32, ["a", "b"], False), tokenizer.specials.pad)
+    batch["counts"] = {"loss": 2, "lm": int(next_tokens(batch["padding"]).sum())}
+    no_mask_trains_as_a_mask_that_pads_nothing(model, batch)
+
+
+def test_cross_view_training_and_the_mt_lstm_read_no_padding_mask_as_every_token_real(tokenizer, tmp_path):
+    from sesame.apps.cove import collate
+    from sesame.models.cove import MTLSTM, CoveConfig
+    from sesame.tasks.cvt import unlabeled_batch
+
+    (tmp_path / "unlabeled.txt").write_text("\n".join(sentences(10, seed=5)) + "\n")
+    job = make_task("tag", {"cvt_unlabeled": str(tmp_path / "unlabeled.txt")})
+    tagger = job.build(tiny_backbone("bilstm", tokenizer), 2, "max", 0.1)
+    no_mask_trains_as_a_mask_that_pads_nothing(tagger, unlabeled_batch([["the", "cat", "sleeps"]] * 2, tokenizer, 32))
+    translator = MTLSTM(CoveConfig(vocab_size=tokenizer.vocab_size, target_vocab_size=30, embedding_size=8,
+                                   hidden_size=6, dropout=0.1))
+    no_mask_trains_as_a_mask_that_pads_nothing(build_objective("translation", translator, tokenizer),
+                                               collate([[5, 6, 7], [9, 10, 11]], [[1, 5, 6, 2], [1, 7, 2]], 0, 0))
+
+
+def test_layer_matching_reads_no_padding_mask_as_every_token_real(tokenizer):
+    from sesame.objectives.distillation import LayerMatching
+    from sesame.pipelines.distil import layer_widths, teacher_states
+
+    student, teacher = tiny_backbone("bert", tokenizer), tiny_backbone("bert", tokenizer)
+    matching = LayerMatching([(0, 0), (2, 2)], layer_widths(student), layer_widths(teacher),
+                             teacher=lambda batch: teacher_states(teacher, batch), weight=1.0)
+
+    class Student(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.matching = student, matching
+
+        def forward(self, batch):
+            layers = self.backbone(batch["ids"], None, padding=batch["padding"], all_layers=True)
+            return self.matching(layers, batch)
+
+    ids = torch.randint(5, tokenizer.vocab_size, (2, 7))
+    no_mask_trains_as_a_mask_that_pads_nothing(Student(), {"ids": ids, "padding": torch.ones_like(ids, dtype=bool)})
 
 
 @pytest.mark.parametrize("objective, family, kind", [("span_corruption", "t5", "unigram"),

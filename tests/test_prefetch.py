@@ -128,3 +128,24 @@ def test_ctrl_c_while_a_batch_is_being_built_saves_and_leaves_no_thread(tmp_path
         trainer.fit()
     assert (tmp_path / "run/checkpoint/trainer_state.json").exists()
     assert not prefetch_threads()
+
+
+def test_the_model_is_given_no_padding_mask_for_a_batch_with_nothing_padded(tmp_path):
+    """Whether a batch pads anything is decided where it is built, on the CPU: a mask that is all True reaches the
+    model as None (so it never asks a device, which would make the host wait every step), a mask that pads keeps its
+    values, and the built batch itself keeps its mask."""
+    full, padded = torch.ones(2, 3, dtype=torch.bool), torch.tensor([[True, True, True], [True, True, False]])
+    built = {step: [{"ids": torch.ones(2, 3), "padding": mask, "targets": torch.ones(1)}]
+             for step, mask in enumerate([full, padded, full])}
+
+    class Masks(Recorder):
+        def forward(self, batch):
+            self.seen.append(batch["padding"])
+            return (self.weight * batch["ids"].sum()).pow(2) * 1e-6
+
+    trainer = Trainer(Masks(), RunSettings(tmp_path / "run", TrainConfig(max_steps=3), progress=False),
+                      lambda step, progress: built[step])
+    trainer.fit()
+    first, second, third = trainer.model.seen
+    assert first is None and third is None and torch.equal(second, padded)
+    assert all(batches[0]["padding"] is not None for batches in built.values())

@@ -21,7 +21,7 @@ GLUE tasks; sesame has no quantisation-aware training. ONNX Runtime's quantiser 
 ``quantize_dynamic`` because its result is the exported file itself, run by the runtime a client uses.
 
 The graph is traced by PyTorch's TorchScript-based exporter (``dynamo=False``) on a batch that holds padding,
-so the padding mask is in the graph (:func:`sesame.models.transformer.exporting`). Deviation from PyTorch's
+so the padding mask is in the graph (:func:`sesame.models.padding.exporting`). Deviation from PyTorch's
 default (the ``torch.export``-based exporter): that one spent minutes per tiny model here, against seconds.
 """
 from __future__ import annotations

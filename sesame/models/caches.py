@@ -7,6 +7,8 @@ from typing import Callable, Protocol
 
 import torch
 
+from .padding import is_padded
+
 
 class Shape(Protocol):
     """What a cache reads of a stack's config (:class:`~sesame.models.transformer.TransformerConfig`)."""
@@ -56,13 +58,14 @@ class KVCache:
 
 class Memory:
     """An encoder's output as the decoder's cross-attention reads it: ``states`` (batch, source, hidden), ``mask``
-    (batch, 1, 1, source; True at real tokens, None when nothing is padded) and each decoder layer's keys and
-    values, projected from the states on first use and kept: the cross-attention cache, so a decoder run token by
-    token projects them once. It holds one set of weights' projections: encode again after the weights change."""
+    (batch, 1, 1, source; True at real tokens, None where :func:`~.padding.is_padded` finds nothing padded) and
+    each decoder layer's keys and values, projected from the states on first use and kept: the cross-attention
+    cache, so a decoder run token by token projects them once. It holds one set of weights' projections: encode
+    again after the weights change."""
 
     def __init__(self, states: torch.Tensor, padding: torch.Tensor | None = None):
         self.states = states
-        self.mask = padding[:, None, None, :].bool() if padding is not None and not bool(padding.all()) else None
+        self.mask = padding[:, None, None, :].bool() if is_padded(padding) else None
         self.keys_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def layer(self, i: int, project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .padding import real_tokens
 from .recurrent import Recurrent, RecurrentConfig
 
 # (embedding size, hidden size per direction); "base" is the paper's: 300-d GloVe, 300 per direction (CoVe is 600-d)
@@ -126,12 +127,12 @@ class MTLSTM(nn.Module):
         return self.encoder.layer_modules()
 
     # -- translation ---------------------------------------------------------------------------------
-    def start(self, ids: torch.Tensor, padding: torch.Tensor) -> DecoderState:
+    def start(self, ids: torch.Tensor, padding: torch.Tensor | None) -> DecoderState:
         """Encode a source batch and set up the decoder: zero LSTM states and h̃_0 = 0."""
         memory = self.encoder(ids, padding=padding)
         n, layers, width = ids.shape[0], self.config.layers, self.config.hidden
         zeros = memory.new_zeros(layers, n, width)
-        return DecoderState(zeros, zeros.clone(), memory.new_zeros(n, width), memory, padding)
+        return DecoderState(zeros, zeros.clone(), memory.new_zeros(n, width), memory, real_tokens(ids, padding))
 
     def attention_step(self, previous: torch.Tensor, state: DecoderState
                        ) -> tuple[torch.Tensor, DecoderState, torch.Tensor]:
@@ -150,7 +151,7 @@ class MTLSTM(nn.Module):
         feed, state, _ = self.attention_step(previous, state)
         return self.out(self.drop(feed)).log_softmax(-1), state
 
-    def teacher_forced(self, ids: torch.Tensor, padding: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def teacher_forced(self, ids: torch.Tensor, padding: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: h̃_t after dropout, as W_out reads it, when step t reads the reference word
         ``target[:, t]`` (``target`` holds ``<s> y_1 .. y_n </s>``): (batch, target length − 1, width)."""
         state = self.start(ids, padding)

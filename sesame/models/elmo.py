@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from .additions import ScalarMix
+from .padding import is_padded
 
 # Character codes: 0 pads a word to max_chars, byte b is b + 1, then begin and end of word, then one
 # code per special token of the tokenizer (its pad, unk, cls, sep and mask), so no text can spell one.
@@ -225,7 +226,7 @@ class Elmo(nn.Module):
     def _run(self, ids: torch.Tensor, padding: torch.Tensor | None
              ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """(x, forward layers, backward layers), the backward ones back in reading order."""
-        lengths = padding.sum(1) if padding is not None and not bool(padding.all()) else None
+        lengths = padding.sum(1) if is_padded(padding) else None
         x = self.dropout(self.tokens(ids))
         directions = []
         for layers, reverse in ((self.forward_layers, False), (self.backward_layers, True)):

@@ -34,6 +34,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .padding import is_padded
+
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
@@ -163,7 +165,7 @@ class Recurrent(nn.Module):
         if self.features is not None:
             x = torch.cat([x, self.features.features(ids, padding)], -1)
         x = locked_dropout(x, cfg.input_dropout, self.training)
-        packed = padding is not None and not cfg.causal and not bool(padding.all())
+        packed = not cfg.causal and is_padded(padding)
         lengths = padding.sum(1).cpu() if packed else None
         layers = [x]
         for i, layer in enumerate(self.layers):

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .caches import KVCache, LayerCache
+from .padding import is_padded
 
 if TYPE_CHECKING:
     from .caches import Memory
@@ -115,12 +116,6 @@ def make_norm(cfg: TransformerConfig, width: int | None = None) -> nn.Module:
     """The configured normalisation over ``width`` (default hidden): LayerNorm, or RMSNorm."""
     norm = nn.RMSNorm if cfg.norm_kind == "rms" else nn.LayerNorm
     return norm(width or cfg.hidden, eps=cfg.layer_norm_eps)
-
-
-def exporting() -> bool:
-    """Whether the model is being traced for export (ONNX, ``torch.export``): a graph cannot branch on whether a
-    batch holds padding, so a padding mask given is then always applied."""
-    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -308,8 +303,11 @@ class Transformer(nn.Module):
         banded to ``window`` positions if given. None when SDPA needs no mask (``is_causal`` covers a causal
         model's prefix; one new query, a decoding step's, may see every key). A query that may see nothing (a left
         pad in a causal model) sees itself, so no row of the softmax is empty. With a position ``bias`` (1,
-        heads, length, keys): the bias where the mask is True, −inf elsewhere (the bias alone where all is True)."""
-        padded = padding is not None and (exporting() or not bool(padding.all()))
+        heads, length, keys): the bias where the mask is True, −inf elsewhere (the bias alone where all is True).
+        Whether ``padding`` pads anything is asked only on the CPU, where it costs no wait; under export and on an
+        accelerator a mask given is applied, so pass None when nothing is padded (:func:`~.padding.is_padded`:
+        asking there would make the host wait for the device at every forward pass)."""
+        padded = is_padded(padding)
         causal = self.config.causal and length > 1  # a single query is the last position: every key is before it
         if not padded and window is None and (not causal or past == 0 and bias is None):
             return bias

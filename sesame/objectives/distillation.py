@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import SesameError
+from ..models.padding import real_tokens
 from ..options import option
 from .masking import smoothed_weights
 from .mlm import MaskedLM, masked_entries
@@ -99,8 +100,9 @@ class LayerMatching(nn.Module):
 
     def forward(self, student: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Σ_pairs Σ_real tokens mean over the teacher's width of (h^S W − h^T)²: summed over the real tokens
-        (``batch["padding"]``), which the caller counts, so that the trainer's mean is TinyBERT's MSE per pair."""
-        teacher, real = self.teacher(batch), batch["padding"]
+        (``batch["padding"]``; every token where it is None), which the caller counts, so that the trainer's mean is
+        TinyBERT's MSE per pair."""
+        teacher, real = self.teacher(batch), real_tokens(batch["ids"], batch["padding"])
         total = torch.zeros((), device=real.device)
         for (s, t), projection in zip(self.pairs, self.maps):
             error = (projection(student[s]).float() - teacher[t].float()).pow(2).mean(-1)

@@ -54,7 +54,7 @@ def tokens_per_second(spec: PretrainSpec, backbone: nn.Module, tok: TextTokenize
     def step(index: int) -> int:
         tokens = 0
         for batch in batches(index, 0.0):
-            batch = placement.move(batch)
+            batch = placement.move(placement.staged(batch))  # as the trainer places it
             with placement.autocast():
                 loss = mean_loss(obj, batch)
             loss.backward()

@@ -40,6 +40,7 @@ from ..data.labeled import read_fields
 from ..errors import SesameError
 from ..metrics import classification_report, regression_report
 from ..models import EncoderDecoder, Transformer, XLNet
+from ..models.padding import real_tokens
 from ..tokenizer import TextTokenizer
 from .base import Task, TaskModel, label_vocabulary, pad, register, shown, texts_of
 
@@ -102,8 +103,8 @@ class SequenceModel(TaskModel):
             nn.init.normal_(layer.weight, std=0.02)
             nn.init.zeros_(layer.bias)
 
-    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
-        return self.pooler(pool(self.backbone(ids, types, padding=real), real, self.pooling))
+    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, padding: torch.Tensor | None) -> torch.Tensor:
+        return self.pooler(pool(self.backbone(ids, types, padding=padding), real_tokens(ids, padding), self.pooling))
 
     def outputs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         pooled = self.pool(batch["ids"], batch.get("types"), batch["padding"])
@@ -143,8 +144,8 @@ class EncoderDecoderSequenceModel(SequenceModel):
 
     dense_poolings = ("cls", "last")
 
-    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, real: torch.Tensor) -> torch.Tensor:
-        memory = self.backbone.encode(ids, real)
+    def pool(self, ids: torch.Tensor, types: torch.Tensor | None, padding: torch.Tensor | None) -> torch.Tensor:
+        memory, real = self.backbone.encode(ids, padding), real_tokens(ids, padding)
         if self.pooling != "last":
             return self.pooler(pool(memory.states, real, self.pooling))
         states = self.backbone.decode(self.backbone.decoder_inputs(ids), memory)

@@ -19,6 +19,7 @@ from torch import nn
 from ..data.labeled import read_text
 from ..errors import SesameError
 from ..models import ModelConfig, Recurrent, Transformer
+from ..models.padding import real_tokens
 from ..tokenizer import TextTokenizer
 from ..train.trainer import world
 from .base import Batches, TaskModel
@@ -115,7 +116,7 @@ class CrossViewModel(TaskModel):
         previous = torch.cat([forward.new_zeros(forward.shape[0], 1, forward.shape[2]), forward[:, :-1]], 1)
         following = backward.gather(1, after.clamp(0, after.shape[1] - 1)[..., None].expand_as(backward))
         starts = torch.arange(after.shape[1], device=after.device) >= 1
-        inside = after < batch["padding"].sum(1, keepdim=True)
+        inside = after < real_tokens(batch["ids"], batch["padding"]).sum(1, keepdim=True)
         states = {"fwd": (forward, words), "bwd": (backward, words), "future": (previous, words & starts),
                   "past": (following, words & inside)}
         return {view: (self.auxiliary[view](h), valid) for view, (h, valid) in states.items()}

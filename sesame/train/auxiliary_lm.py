@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import SesameError
+from ..models.padding import real_tokens
 from ..objectives.projection import linear_cross_entropy
 
 
@@ -35,7 +36,7 @@ def add_auxiliary_lm(model: nn.Module, weight: float) -> None:
         if not module.training:
             return task_loss
         batch, hidden = args[0], first.pop()
-        real = next_tokens(batch["padding"])
+        real = next_tokens(real_tokens(batch["ids"], batch["padding"]))
         lm = linear_cross_entropy(hidden[:, :-1][real], model.backbone.embed.tokens.weight, batch["ids"][:, 1:][real])
         return {"loss": task_loss, "lm": lm}
 
