@@ -179,11 +179,11 @@ class Placement:
 
 
 def unpadded(batch: Any) -> Any:
-    """``batch`` with its ``padding`` mask (True at real tokens) None when it is a CPU tensor that pads nothing, as
-    every backbone reads None: decided here, on the host where the batch was built, the question costs no wait, where
-    on an accelerator the model would make the host wait for the device at every step to ask it
-    (:func:`sesame.models.padding.is_padded`); and SDPA runs without a mask (packed pre-training windows, a
-    fine-tuning batch of equal lengths)."""
+    """``batch`` with its ``padding`` mask (True at real tokens) set to None, as backbones read a batch with nothing
+    padded, when it is a CPU tensor that pads nothing. Asked here, on the host where the batch was built, the question
+    costs no wait; a model on an accelerator does not ask it (:func:`sesame.models.padding.is_padded`: the host would
+    wait for the device every step), and SDPA then runs without a mask (pairs or denoised rows that fill their
+    window, a fine-tuning batch of one length)."""
     padding = batch.get("padding") if isinstance(batch, dict) else None
     if isinstance(padding, torch.Tensor) and padding.device.type == "cpu" and bool(padding.all()):
         return {**batch, "padding": None}
