@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import accumulate
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -243,27 +244,52 @@ def _read(spec: FinetuneSpec, job: Task, teaching: Teaching) -> _Data:
 
 def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: FinetuneSpec, data: _Data,
              tok: TextTokenizer, techniques: Techniques) -> tuple[Trainer, int]:
-    """The trainer of ``learner`` (``model``, or a module computing another loss around it) over length-bucketed (or
-    shuffled) batches of the training features, or a mixture's draws (:func:`sesame.tasks.mixing.mixture_example`,
-    at the rates of T5's mixing), evaluating ``model`` on dev and saving a checkpoint after every epoch (or every
-    ``--eval-every`` and ``--save-every`` steps where given), with the recipe's parameter groups, per-step actions
-    and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the training set's
-    size and the time budget; a mixture's epoch is as many examples as its tasks hold together). The trainer's
-    TrainConfig is a new one: ``settings.config`` with the steps the epochs decide where not given (:data:`BY_EPOCH`),
-    which config.json records once the trainer starts (:func:`sesame.resume.record_training`)."""
-    job, cfg = data.job, settings.config
+    """The trainer of ``learner`` (``model``, or a module computing another loss around it) over the batches of
+    :func:`_training_order`, evaluating ``model`` on dev (:func:`_dev_evaluation`) and saving a checkpoint after every
+    epoch (or every ``--eval-every`` and ``--save-every`` steps where given), with the recipe's parameter groups,
+    per-step actions and loss counts; and its epochs (``spec.epochs``, or :func:`sesame.specs.default_epochs` of the
+    training set's size and the time budget; a mixture's epoch is as many examples as its tasks hold together). The
+    trainer's TrainConfig is a new one: ``settings.config`` with the steps the epochs decide where not given
+    (:data:`BY_EPOCH`), which config.json records once the trainer starts (:func:`sesame.resume.record_training`)."""
+    cfg = settings.config
+    train_features, order, per_labeled_epoch = _training_order(model, spec, data, tok, cfg)
+    first_job = data.parts[next(iter(data.parts))].job  # a mixture's tasks frame and batch alike
+
+    def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
+        micro = micro_batches(order(step), cfg.accumulate, lambda part: data.teaching.collate(
+            first_job, [train_features[i] for i in part], tok.specials.pad))
+        for batch in micro:
+            techniques.count(batch)
+        return micro
+
+    batches, stride = data.job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
+    per_epoch = per_labeled_epoch * stride
+    epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
+    decided = {name: value for name, value in zip(BY_EPOCH, (epochs * per_epoch, per_epoch, per_epoch))
+               if spec.training.get(name) is None}
+    cfg = replace(cfg, **decided)
+    groups = with_learners_own(techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay), model,
+                               learner, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    evaluate = _dev_evaluation(model, data, tok, spec.max_length)
+    return Trainer(learner, replace(settings, config=cfg), batches, evaluate=evaluate, select=data.select,
+                   keeps=model, param_groups=groups,
+                   before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
+
+
+def _training_order(model: TaskModel, spec: FinetuneSpec, data: _Data, tok: TextTokenizer,
+                    cfg: TrainConfig) -> tuple[list, Callable[[int], list[int]], int]:
+    """Every task's training features (in task order), the feature indices of each step's batch (length-bucketed or
+    shuffled per epoch; a mixture's draws at the rates of T5's mixing, :func:`sesame.tasks.mixing.mixture_example`)
+    and the steps of a pass over the labeled features."""
     causal = model.backbone.config.causal
     features = {name: p.job.features(p.train, tok, spec.max_length, p.labels, causal)
                 for name, p in data.parts.items()}
-    dev_features = {name: p.job.features(p.dev, tok, spec.max_length, p.labels, causal)
-                    for name, p in data.parts.items()}
     train_features = [f for part in features.values() for f in part]
     first = dict(zip(features, accumulate([0, *map(len, features.values())])))  # each task's first feature
     sizes = {name: len(part) for name, part in features.items()}
     rates = mixing_rates(sizes, cap=spec.mixing_cap, temperature=spec.mixing_temperature) if data.mixture else None
-    first_job = data.parts[next(iter(data.parts))].job  # a mixture's tasks frame and batch alike
     per_labeled_epoch = steps_per_epoch(len(train_features), cfg.batch_size)
-    lengths = [job.length(f) for f in train_features]
+    lengths = [data.job.length(f) for f in train_features]
 
     def order(step: int) -> list[int]:
         if rates is not None:
@@ -274,32 +300,24 @@ def _trainer(learner: nn.Module, model: TaskModel, settings: RunSettings, spec: 
         return bucketed_batches(lengths, cfg.batch_size, torch.Generator().manual_seed(cfg.seed + epoch),
                                 window=BATCHINGS[spec.batching])[k]
 
-    def labeled_batches(step: int, progress: float) -> list[dict[str, torch.Tensor]]:
-        micro = micro_batches(order(step), cfg.accumulate, lambda part: data.teaching.collate(
-            first_job, [train_features[i] for i in part], tok.specials.pad))
-        for batch in micro:
-            techniques.count(batch)
-        return micro
+    return train_features, order, per_labeled_epoch
 
-    batches, stride = job.training_batches(labeled_batches, tok, spec.max_length, cfg.batch_size, cfg.seed)
-    per_epoch = per_labeled_epoch * stride
-    epochs = spec.epochs or default_epochs(per_epoch, timed=cfg.max_minutes is not None)
-    decided = {name: value for name, value in zip(BY_EPOCH, (epochs * per_epoch, per_epoch, per_epoch))
-               if spec.training.get(name) is None}
-    cfg = replace(cfg, **decided)
 
-    def evaluate_dev(_: nn.Module) -> dict:  # the task model's, not the learner's around it
+def _dev_evaluation(model: TaskModel, data: _Data, tok: TextTokenizer,
+                    max_length: int) -> Callable[[nn.Module], dict]:
+    """The trainer's dev evaluation: the task model's scores on every task's dev split (not the learner's around
+    it), combined as ``data.scores`` does."""
+    causal = model.backbone.config.causal
+    dev_features = {name: p.job.features(p.dev, tok, max_length, p.labels, causal) for name, p in data.parts.items()}
+
+    def evaluate_dev(_: nn.Module) -> dict:
         reports = {}
         for name, part in data.parts.items():
             outputs = infer(model, part.job, dev_features[name], tok.specials.pad)
             reports[name] = part.job.score(part.dev, dev_features[name], outputs, part.labels)
         return data.scores(reports)
 
-    groups = with_learners_own(techniques.param_groups(model, lr=cfg.lr, weight_decay=cfg.weight_decay), model,
-                               learner, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return Trainer(learner, replace(settings, config=cfg), batches, evaluate=evaluate_dev, select=data.select,
-                   keeps=model, param_groups=groups,
-                   before_step=lambda step: techniques.before_step(step=step, epoch=step // per_epoch)), epochs
+    return evaluate_dev
 
 
 def _as_given(cfg: TrainConfig, spec: FinetuneSpec) -> dict:
