@@ -20,7 +20,8 @@ It writes a Markdown table (mean ± sd over seeds) into ``--markdown`` between i
 against pre-training minutes beside it.
 
 An ablation (issue 36's short-budget recipe) changes one default with ``--pretrain-option KEY=VALUE`` or
-``--finetune-option KEY=VALUE`` (keywords of ``sesame.pretrain``/``finetune``, e.g. ``objective=mlm``), in its own
+``--finetune-option KEY=VALUE`` (keywords of ``sesame.pretrain``/``finetune``, e.g. ``objective=mlm``) or pre-trains
+on the task's texts alone with ``--task-text-only`` (TAPT, Gururangan et al. 2020), in its own
 ``--out`` (a folder refuses runs made with other changes); its table and plot go to the same page, in a block of
 their own named by the changes, so the defaults' and each ablation's rows sit side by side with their commands.
 
