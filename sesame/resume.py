@@ -174,6 +174,8 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     for key, value in spec.objective_options.items():
         flag = f"--{key}" if key in ("masking", "phrases") else f"--objective-option {key}"
         _check(flag, value, part.objective_options.get(key, "the objective's default"), spec)
+    for key, value in spec.model_options.items():
+        _check(f"--model-option {key}", value, getattr(config.model, key, None), spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
     if spec.teacher is not None and "teacher" not in config.setup:

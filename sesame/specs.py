@@ -20,7 +20,7 @@ from .models import ARCHITECTURES, model_config, position_limit
 from .objectives import OBJECTIVES
 from .objectives.distillation import LOSSES, Distillation
 from .objectives.seq2seq import require_sentinels
-from .options import RATE, check_ranges, defaults, option, split_known
+from .options import RATE, check_ranges, defaults, option, split_known, typed_value
 from .runtime import Runtime, given_runtime
 from .tasks import BATCHINGS, POOLINGS, TASKS
 from .tasks.mixing import MIXING_CAP, check_spec
@@ -129,6 +129,9 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                                            "dropout: 0 for Transformers, AWD-LSTM's and ELMo's own)")
     attention_window: int | None = option(None, metavar="W", help="GPT-3's locally banded attention: every second "
                                                                   "layer sees only the W nearest positions")
+    model_options: dict = option(factory=dict, cli=False,
+                                 help="a new model's configuration over its family and size's (--model-option): e.g. "
+                                      "norm=pre, bias=false, activation=gelu_tanh, layers=2")
     text_field: str = option("text", help="the text field of JSON Lines records (.jsonl, .jsonl.gz, .jsonl.zst), "
                                           "the text column of Parquet, .csv and .tsv files (a task's training file: "
                                           "its other columns, the labels among them, are never read)")
@@ -269,6 +272,40 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                   "e.g. 64")
         if self.static_masks < 0:
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
+        if self.model_options:
+            self._check_model_options()
+
+    def _check_model_options(self) -> None:
+        """``--model-option KEY=VALUE``: fields of a new model's configuration that neither the tokenizer, the
+        objective nor a flag of their own decides, each with a value the configuration accepts."""
+        given = set(self.model_options)
+        if self.base or self.teacher:
+            source = f"--from {self.base}" if self.base else f"--teacher {self.teacher}"
+            raise SesameError(f"--model-option {', '.join(sorted(given))}: {source} brings its own model; drop "
+                              "--model-option")
+        for key, flag in MODEL_FLAGS.items():
+            if key in given:
+                raise SesameError(f"--model-option {key}: set it with {flag}")
+        settable = {f.name: f for f in fields(ARCHITECTURES[self.fam.arch][0]) if f.name not in MODEL_FIXED}
+        unknown = given - set(settable)
+        if unknown:
+            raise SesameError(f"--model-option {', '.join(sorted(unknown))}: not a setting of a {self.fam.arch} "
+                              f"model; it takes {', '.join(sorted(settable))}")
+        for key, value in self.model_options.items():
+            typed_value(settable[key], value, where=f"--model-option {key}")
+        if self.size == AUTO and given & MODEL_SHAPE:
+            raise SesameError(f"--model-option {', '.join(sorted(given & MODEL_SHAPE))}: --size auto picks the shape; "
+                              "give a size, or drop the shape's options")
+        try:
+            model_config({"arch": self.fam.arch, "vocab_size": self.vocab_size, **self.fam.model_options,
+                          **self.model_options})
+        except (TypeError, ValueError) as error:
+            raise SesameError(f"--model-option: {error}") from None
+
+
+MODEL_FIXED = {"vocab_size", "pad_id", "causal", "decoder_start_id"}  # the tokenizer's and the objective's
+MODEL_FLAGS = {"dropout": "--dropout", "attention_window": "--attention-window"}  # options with a flag of their own
+MODEL_SHAPE = {"hidden", "layers", "heads", "intermediate", "embedding_size"}  # what --size sets
 
 
 @dataclass(kw_only=True)

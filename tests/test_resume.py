@@ -31,6 +31,11 @@ def test_pretrain_resume_refuses_what_contradicts_the_run(tiny_runs, capsys, fla
     refused(argv, capsys, tiny_runs, f"{flag} ", value, "was made with", made_with)
 
 
+def test_pretrain_resume_refuses_a_model_option_the_run_was_not_made_with(tiny_runs, capsys):
+    refused(pretrain_resume(tiny_runs, "--model-option", "norm=pre"), capsys, tiny_runs,
+            "--model-option norm pre: the run in", "was made with post")
+
+
 @pytest.mark.parametrize("flag, value, made_with", [
     ("--task", "regress", "classify"), ("--task", "pair", "classify"), ("--max-length", "64", "32"),
     ("--lr", "0.1", "0.0003"), ("--text-column", "sentence", "text"), ("--select", "macro_f1", "accuracy"),

@@ -90,11 +90,22 @@ def test_spec_validation_names_the_flag_before_anything_is_written(tmp_path):
            ({"lr": -1.0}, "--lr: must be positive"),
            ({"drop_mult": 0.5}, "--drop-mult: scales the five dropouts of a recurrent .* --family bert is a "
                                 "transformer model; drop --drop-mult"),
-           ({"family": "ulmfit", "drop_mult": 2.5}, "--drop-mult 2.5: makes weight_dropout 1.25")]
+           ({"family": "ulmfit", "drop_mult": 2.5}, "--drop-mult 2.5: makes weight_dropout 1.25"),
+           ({"model_options": {"norm": "pre", "depth": 2}}, "--model-option depth: not a setting of a transformer "
+                                                            "model; it takes activation, .*norm, "),
+           ({"model_options": {"vocab_size": 9}}, "--model-option vocab_size: not a setting"),
+           ({"model_options": {"dropout": 0.2}}, "--model-option dropout: set it with --dropout"),
+           ({"model_options": {"bias": "no"}}, '--model-option bias: bias="no" should be a bool'),
+           ({"model_options": {"norm_kind": "batch"}}, "--model-option: norm_kind 'batch': choose layer or rms"),
+           ({"model_options": {"layers": 2}, "size": "auto", "max_minutes": 1.0},
+            "--model-option layers: --size auto picks the shape")]
     for options, message in bad:
         with pytest.raises(SesameError, match=message):
             api.pretrain([str(tmp_path / "none.txt")], str(tmp_path / "run"), **options)
     assert not (tmp_path / "run").exists()
+    continued = PretrainSpec(corpus=["a.txt"], out="run", base="runs/pre", model_options={"norm": "pre"})
+    with pytest.raises(SesameError, match="--from runs/pre brings its own model; drop --model-option"):
+        continued.validate()
 
 
 def test_objective_options_are_declared_and_accepted_by_the_objective():

@@ -23,6 +23,11 @@ def add(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--phrases", help="text file, one phrase or entity per line, for --masking phrase")
     o.add_argument("--objective-option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other objective option, e.g. generator_fraction=0.25 or disc_weight=50 (repeatable)")
+    m = p.add_argument_group("model options (defaults: the family's row and --size)")
+    m.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting of the new model's configuration, e.g. norm=pre (pre-LN), bias=false, "
+                        "activation=gelu_tanh, layers=2 (repeatable; the fields of sesame.models' config of the "
+                        "family's architecture, docs/pretraining.md)")
     add_training_flags(p)
     add_runtime_flags(p)
     p.set_defaults(run=run)
@@ -42,12 +47,19 @@ def objective_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def model_options(args: argparse.Namespace) -> dict:
+    """--model-option KEY=VALUE, each value read as JSON where it parses (:meth:`PretrainSpec.validate` holds them to
+    the family's model configuration, whose family a resumed run only knows once read)."""
+    return key_values(args.model_option, "--model-option", "norm=pre")
+
+
 def run(args: argparse.Namespace) -> None:
     from ..pipelines import pretrain
 
     typed, taught = given(args, PretrainSpec), given(args, Distillation)
     spec = PretrainSpec(**typed, distillation=Distillation(**taught) if taught else None,
-                        objective_options=objective_options(args), training=training_options(args),
+                        objective_options=objective_options(args),
+                        model_options=model_options(args), training=training_options(args),
                         runtime=runtime_options(args), explicit=frozenset({*typed, *taught}),
                         progress=not args.no_progress)
     print_metrics(pretrain(spec), args.json)

@@ -76,7 +76,7 @@ class NewModel:
                                  max(spec.fam.context, spec.seq_len), specials=tok.specials)
         if spec.attention_window is not None:
             config = replace(config, attention_window=spec.attention_window)
-        return config
+        return replace(config, **spec.model_options)  # (checked by PretrainSpec.validate)
 
     def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
         return Origin(spec.size, spec.base)
