@@ -167,6 +167,7 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
     recorded = {"family": config.family, "size": AUTO if part.sizing else config.size, "objective": part.objective,
                 "seq_len": part.seq_len, "static_masks": part.static_masks, "final_seq_len": part.final_seq_len,
                 "discriminative": part.discriminative, "base": config.base,
+                "mixing_temperature": part.corpus_mixing.temperature if part.corpus_mixing else None,
                 "dropout": config.model.dropout, "attention_window": getattr(config.model, "attention_window", None),
                 **(TEACHER_BEFORE if "teacher" in config.setup else {}), **config.setup}
     explicit = _explicit(spec)
@@ -176,6 +177,8 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
         _check(flag, value, part.objective_options.get(key, "the objective's default"), spec)
     for key, value in spec.model_options.items():
         _check(f"--model-option {key}", value, getattr(config.model, key, None), spec)
+    if spec.mixing_temperature is not None and part.corpus_mixing is None:  # (else checked with the fields)
+        _refuse("--mixing-temperature", spec.mixing_temperature, "no mixing", spec)
     training = _training(spec, config)
     _check_fields(spec, recorded, explicit, paths=True)
     if spec.teacher is not None and "teacher" not in config.setup:

@@ -29,6 +29,25 @@ SCHEMA_VERSION = 1  # config.json's layout; runs written before versioning (sesa
 KINDS = ("pretrained", "finetuned")
 
 
+@dataclass(frozen=True)
+class CorpusMixing:
+    """config.json's ``corpus_mixing``: ``sesame pretrain --mixing-temperature T`` draws each training window from
+    one of the ``--corpus`` arguments (``sources``, as given) at its ``rate`` (:mod:`sesame.data.mixing`: windows^(1/T),
+    normalised), from ``windows`` training windows each; ``files`` maps each file of the shards (meta.json's
+    ``sources``, in order) to its source."""
+    temperature: float
+    sources: list[str]
+    windows: list[int]
+    rates: list[float]
+    files: list[int]
+
+    def line(self) -> str:
+        """The one line ``sesame pretrain`` prints."""
+        shares = ", ".join(f"{Path(source).name} {rate:.0%} ({n:,} windows)"
+                           for source, rate, n in zip(self.sources, self.rates, self.windows))
+        return f"--mixing-temperature {self.temperature:g}: each window drawn from {shares}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PretrainedPart:
     """What a pretrained run adds (``sesame pretrain``; ``sesame cove`` and an import from transformers fill some):
@@ -45,6 +64,7 @@ class PretrainedPart:
     valid_shards: str | None = None
     valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
     sizing: Sizing | None = None  # --size auto: the size and batch chosen, and the throughput measured
+    corpus_mixing: CorpusMixing | None = None  # --mixing-temperature: each --corpus argument's rate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +151,7 @@ class RunConfig:
             raise SesameError(f"{where}: a broken run config (missing {', '.join(missing) or 'nothing'}, kind "
                               f"{data.get('kind')!r}); recreate the run")
         data = {**data, "sizing": _record(Sizing, data.get("sizing"), "sizing", where),
+                "corpus_mixing": _record(CorpusMixing, data.get("corpus_mixing"), "corpus_mixing", where),
                 "recipe": _record(Recipe, data.get("recipe"), "recipe", where)}
         read, additions = _additions(data, where)  # version 0 has the same fields
         try:
@@ -165,9 +186,9 @@ PARTS = {"pretrained": PretrainedPart, "finetuned": FinetunedPart, "cove": CoveP
 # and each part's, pinned to be exactly those by tests/test_run_schema.py
 KEYS = ("kind", "family", "model", "additions", "size", "pooling", "base", "train", "hf", "runtime", "version",
         "sesame_version", "objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
-        "discriminative", "shards", "valid_shards", "valid_size", "setup", "sizing", "task", "task_options", "select",
-        "max_length", "recipe", "epochs", "batching", "train_file", "dev_file", "mixture", "lowercase", "vectors",
-        "vector_coverage", "train_src", "train_tgt", "valid_src", "valid_tgt")
+        "discriminative", "shards", "valid_shards", "valid_size", "setup", "sizing", "corpus_mixing", "task",
+        "task_options", "select", "max_length", "recipe", "epochs", "batching", "train_file", "dev_file", "mixture",
+        "lowercase", "vectors", "vector_coverage", "train_src", "train_tgt", "valid_src", "valid_tgt")
 # the keys config.json always holds for a run of each kind (any other only when not at its default)
 SECTIONS = {
     "common": {"version", "sesame_version", "kind", "family", "size", "model", "pooling", "base", "train"},

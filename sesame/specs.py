@@ -135,6 +135,11 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
     text_field: str = option("text", help="the text field of JSON Lines records (.jsonl, .jsonl.gz, .jsonl.zst), "
                                           "the text column of Parquet, .csv and .tsv files (a task's training file: "
                                           "its other columns, the labels among them, are never read)")
+    mixing_temperature: float | None = option(None, metavar="T", help="draw each training window from one --corpus "
+                                              "argument (a file or folder: a source) at a rate ∝ its windows^(1/T) "
+                                              "(T5's temperature-scaled mixing, Raffel et al. 2020, §3.5.2): 1 keeps "
+                                              "the sources' shares, larger upsamples the small ones, such as the "
+                                              "task's own texts (default: the windows as they come, shuffled)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")
@@ -198,6 +203,10 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         """The length of the longest examples, and its flag: ``--final-seq-len`` when given, else ``--seq-len``."""
         return (self.final_seq_len, "--final-seq-len") if self.final_seq_len else (self.seq_len, "--seq-len")
 
+    def window_length(self) -> int:
+        """The corpus tokens of one training example of the objective, with its options, at ``--seq-len``."""
+        return OBJECTIVES[self.objective_name].window_length(self.seq_len, **self.objective_settings())
+
     def objective_settings(self) -> dict:
         """The objective's options: the family's (for its own objective), then the spec's."""
         fam = self.fam
@@ -238,7 +247,7 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
         # one made of windows of a corpus? (and span corruption's options: room for text at this length?)
-        OBJECTIVES[self.objective_name].window_length(self.seq_len, **self.objective_settings())
+        self.window_length()
         self.train_config()
         self.recurrent_dropouts(self.family, self.dropout, arch=fam.arch, what=f"--family {fam.name}")
         if self.discriminative < 1:
@@ -274,6 +283,21 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
         if self.model_options:
             self._check_model_options()
+        if self.mixing_temperature is not None:
+            self._check_mixing()
+
+    def _check_mixing(self) -> None:
+        """``--mixing-temperature`` mixes two or more --corpus arguments of text, each window drawn anew."""
+        flag = f"--mixing-temperature {self.mixing_temperature:g}"
+        if not (self.mixing_temperature > 0 and math.isfinite(self.mixing_temperature)):
+            raise SesameError(f"{flag}: a number above 0 (1: each source at its share of the windows)")
+        if len(self.corpus) < 2 or self.base:
+            what = f"--from {self.base} continues on --corpus alone" if self.base else "one --corpus is one source"
+            raise SesameError(f"{flag}: mixes two or more --corpus arguments, and {what}; give each source as a "
+                              "--corpus argument of its own, or drop the flag")
+        if self.static_masks:
+            raise SesameError(f"{flag}: draws each window afresh, where --static-masks {self.static_masks} fixes a "
+                              "window's masks per pass over the corpus; drop one of them")
 
     def _check_model_options(self) -> None:
         """``--model-option KEY=VALUE``: fields of a new model's configuration that neither the tokenizer, the

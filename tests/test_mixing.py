@@ -9,7 +9,8 @@ import pytest
 
 from sesame.errors import SesameError
 from sesame.specs import FinetuneSpec
-from sesame.tasks.mixing import MIXING_CAP, mixing_rates, mixture_example, mixture_scores, read_mixture
+from sesame.data.mixing import mixing_rates, mixture_example
+from sesame.tasks.mixing import MIXING_CAP, mixture_scores, read_mixture
 
 
 def test_mixing_rates_follow_t5s_formula():

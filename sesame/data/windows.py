@@ -17,13 +17,14 @@ import numpy as np
 import torch
 
 from ..errors import SesameError, warn
-from ..run import load_tokenizer
+from ..run import CorpusMixing, load_tokenizer
 from ..seeding import generators
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import TrainConfig
 from ..train.prefetch import Phased
 from ..train.trainer import micro_batches
 from .corpus import iter_texts, record_format, resolve_sources
+from .mixing import mixing_rates, mixture_example
 from .shards import Shards, Window, is_shard_dir, prepare_corpus
 
 MAX_EVAL_WINDOWS = 256
@@ -154,8 +155,25 @@ def examples(obj: Objective, shards: Shards, windows: list[Window], picks: Seque
     return obj.make_batch(rows, generators(seed, seeds), paired)
 
 
+def corpus_mixing(corpus: Corpus, shards: Shards, windows: list[Window], temperature: float) -> CorpusMixing:
+    """The mixing of ``corpus``'s arguments (its sources) at ``temperature``: each source's share of the training
+    ``windows`` (a window belongs to the source of its first token), and its rate
+    (:func:`sesame.data.mixing.mixing_rates`, uncapped)."""
+    source_of = {str(f): i for i, path in enumerate(corpus.paths) for f in resolve_sources([path], corpus.flag)}
+    files = [source_of[str(f)] for f in shards.meta["sources"]]
+    counts = np.bincount(window_sources(shards, windows, files), minlength=len(corpus.paths)).tolist()
+    rates = mixing_rates(dict(enumerate(counts)), cap=max(counts), temperature=temperature)
+    return CorpusMixing(temperature, [str(Path(p).resolve()) for p in corpus.paths], counts,
+                        [rates[i] for i in range(len(counts))], files)
+
+
+def window_sources(shards: Shards, windows: list[Window], files: Sequence[int]) -> np.ndarray:
+    """The source of each window: that of the file its first token's document came from (``files``: each file's)."""
+    return np.asarray(files, dtype=np.int64)[shards.doc_sources[shards.documents(windows)]]
+
+
 def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[Window]]], cfg: TrainConfig,
-                   static_masks: int = 0) -> Phased:
+                   static_masks: int = 0, mixing: CorpusMixing | None = None) -> Phased:
     """``batches(step, progress)``: this process's micro-batches of global step ``step``, a :class:`Phased` source
     (the trainer builds a step's batches while the one before trains).
 
@@ -165,10 +183,14 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
     epoch ``e = g div N`` and is corrupted with a generator seeded by ``g`` alone, so neither
     accumulation nor the number of processes changes it. With ``static_masks = k`` the seed is
     ``(window, e mod k)`` instead: each window has k fixed corruptions, as when BERT duplicated its
-    data k times with different masks at preparation (same effect, nothing stored).
+    data k times with different masks at preparation (same effect, nothing stored). With ``mixing``
+    (``--mixing-temperature``), example ``g`` is instead a window of the source drawn for ``g`` at the sources'
+    rates, uniform among that source's windows (:func:`sesame.data.mixing.mixture_example`, with replacement: a
+    function of (seed, g) alone as well); a source with no window of a phase's length is left out of that phase.
     """
     cache: dict[tuple[int, int], list[int]] = {}
     drawers = [partners(shards, windows, length) if obj.pairs else None for length, windows in phases]
+    pools = [source_pools(shards, windows, mixing) for _, windows in phases] if mixing else None
 
     def permutation(n: int, epoch: int) -> list[int]:
         if (n, epoch) not in cache:
@@ -184,13 +206,26 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
         n = len(windows)
 
         def build(chunk: list[int]) -> dict[str, torch.Tensor]:
-            picks = [permutation(n, g // n)[g % n] for g in chunk]
+            if pools is not None:
+                pool = pools[phase]
+                sizes = {source: len(own) for source, own in enumerate(pool)}
+                rates = {source: rate if sizes[source] else 0.0 for source, rate in enumerate(mixing.rates)}
+                drawn = (mixture_example(rates, sizes, seed=cfg.seed, index=g) for g in chunk)
+                picks = [int(pool[source][k]) for source, k in drawn]
+            else:
+                picks = [permutation(n, g // n)[g % n] for g in chunk]
             seeds = [w * static_masks + (g // n) % static_masks for g, w in zip(chunk, picks)] if static_masks else chunk
             return examples(obj, shards, windows, picks, seeds, length, cfg.seed, drawers[phase])
 
         return micro_batches(range(step * cfg.batch_size, (step + 1) * cfg.batch_size), cfg.accumulate, build)
 
     return Phased(batches, phase_at)
+
+
+def source_pools(shards: Shards, windows: list[Window], mixing: CorpusMixing) -> list[np.ndarray]:
+    """For each source of ``mixing``, the indices of its ``windows``."""
+    own = window_sources(shards, windows, mixing.files)
+    return [np.flatnonzero(own == source) for source in range(len(mixing.sources))]
 
 
 def warn_if_few(windows: list[Window], length: int, what: str) -> None:

@@ -33,7 +33,8 @@ from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..tasks.mixing import MEAN, SHARED, mixing_rates, mixture_example, mixture_metrics, mixture_scores, read_mixture
+from ..data.mixing import mixing_rates, mixture_example
+from ..tasks.mixing import MEAN, SHARED, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, TrainConfig, recipes
 from ..train.checkpoint import load_weights, write_json

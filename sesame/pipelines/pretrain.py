@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from ..data.shards import Shards, Window
-from ..data.windows import (Corpus, examples, partners, require_documents, training_windows, warn_if_few,
-                            window_batches)
+from ..data.windows import (Corpus, corpus_mixing, examples, partners, require_documents, training_windows,
+                            warn_if_few, window_batches)
 from ..metrics import language_model_report
 from ..objectives import OBJECTIVES, CausalLM, Objective, build_objective
 from ..objectives.seq2seq import require_sentinels
@@ -90,6 +90,11 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
                       none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
     shards = corpus.shards(tok, run / "shards", spec.progress)
     valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
+    mixing = corpus_mixing(corpus, shards, training_windows(shards, valid, length=spec.window_length(),
+                                                            seq_len=spec.seq_len)[0], spec.mixing_temperature) \
+        if spec.mixing_temperature is not None else None
+    if mixing is not None:
+        print(f"sesame: {mixing.line()}", file=sys.stderr, flush=True)
     sizing = auto_size(spec, tok, shards, cfg, placement) if spec.size == AUTO else None
     if sizing is not None:
         print(f"sesame: {sizing.line()}", file=sys.stderr, flush=True)
@@ -104,7 +109,7 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin.added_words,
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
-            valid_size=held_out.size() if held_out else None, sizing=sizing))
+            valid_size=held_out.size() if held_out else None, sizing=sizing, corpus_mixing=mixing))
     _check_windows(config, shards, valid)
     fam.inputs.pretrained(tok)  # the run's tokenizer frames fine-tuning's inputs as the family reads them (after the
     # shards, which a tokenizer without the template may have made)
@@ -139,7 +144,8 @@ def _trainer(learner: nn.Module, obj: Objective, config: RunConfig, shards: Shar
     factor = part.discriminative
     rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                 factor) if factor != 1 else None
-    return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, part.static_masks),
+    return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, part.static_masks,
+                                                     part.corpus_mixing),
                    evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config), cfg.seed,
                                                  part.valid_size), param_groups=rates, keeps=obj)
 

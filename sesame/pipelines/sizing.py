@@ -13,7 +13,7 @@ from ..data.shards import Shards
 from ..data.windows import training_windows, window_batches
 from ..families import SIZES
 from ..models import build_model
-from ..objectives import OBJECTIVES, build_objective
+from ..objectives import build_objective
 from ..runtime import Placement
 from ..specs import PretrainSpec
 from ..tokenizer import TextTokenizer
@@ -28,7 +28,7 @@ def auto_size(spec: PretrainSpec, tok: TextTokenizer, shards: Shards, cfg: Train
               ) -> Sizing:
     """What ``--size auto`` picks for the spec's ``--max-minutes`` (:func:`sesame.budget.sizing`), timing the
     family's sizes on ``shards`` as :func:`tokens_per_second` does."""
-    window = OBJECTIVES[spec.objective_name].window_length(spec.seq_len, **spec.objective_settings())
+    window = spec.window_length()
     windows, _, _ = training_windows(shards, None, length=window, seq_len=spec.seq_len)  # once, for every size
 
     def measure(size: str) -> Candidate:

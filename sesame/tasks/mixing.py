@@ -10,10 +10,11 @@ T = 1 is examples-proportional mixing capped at K (the cap keeps a huge task fro
 larger T moves the rates towards equal mixing, T → ∞ gives it exactly. K's default is 2^19, the limit T5 pre-trains
 its multi-task mixture with (§3.5.3; Table 11 tries 2^16 … 2^21), and T's is 1.
 
-Every draw is a function of (seed, draw) alone (:func:`mixture_example`), so a resumed run draws as the
-uninterrupted one did. Deviation from T5: the example a draw takes from its task is uniform over the task's
-examples (with replacement), where T5 reads each task's shuffled data set in order, repeated; a draw then needs no
-history of earlier draws.
+The rates and the draws are :mod:`sesame.data.mixing`'s, which pre-training's corpora share (``sesame pretrain
+--mixing-temperature``). Every draw is a function of (seed, draw) alone
+(:func:`~sesame.data.mixing.mixture_example`), so a resumed run draws as the uninterrupted one did. Deviation from
+T5: the example a draw takes from its task is uniform over the task's examples (with replacement), where T5 reads
+each task's shuffled data set in order, repeated; a draw then needs no history of earlier draws.
 
 A mixture file names the tasks (:func:`read_mixture`): each its train and dev files and how its rows become text
 (:data:`READING`); what one model and one decoding share (:data:`SHARED`) is given once, by ``--task-option``. Dev
@@ -25,14 +26,12 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
 from pathlib import Path
 from typing import Mapping
 
 from ..data.labeled import read_text
 from ..errors import SesameError
-from ..seeding import example_seed
 from .base import make_task
 
 MIXING_CAP = 2 ** 19  # K: T5's artificial data set size limit (§3.5.3)
@@ -44,43 +43,6 @@ PERCENT = frozenset({"bleu"})  # metrics already on a 0–100 scale; the others 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 EXAMPLE = '{"mt": {"train": "train.en", "dev": "val.en", "languages": "en-de", "prefix": "translate English to ' \
           'German:"}, "sst2": {"train": "sst2/train.tsv", "dev": "sst2/dev.tsv", "cast": "classify", "prefix": "sst2"}}'
-
-
-def mixing_rates(examples: Mapping[str, int], *, cap: int, temperature: float = 1.0) -> dict[str, float]:
-    """r_m = min(e_m, K)^(1/T) / Σ_n min(e_n, K)^(1/T) for each task m of ``examples`` ({task: e_m}); ``cap`` is K,
-    ``temperature`` T (``math.inf``: equal mixing). A task without examples gets rate 0."""
-    if not examples or any(not isinstance(n, int) or n < 0 for n in examples.values()):
-        raise SesameError(f"mixing: give each task's number of examples, whole numbers of 0 or more ({dict(examples)})")
-    if cap < 1:
-        raise SesameError(f"mixing: the size limit K={cap} must be at least 1")
-    if not temperature > 0:
-        raise SesameError(f"mixing: the temperature T={temperature} must be above 0")
-    if not any(examples.values()):
-        raise SesameError("mixing: every task has 0 examples")
-    weights = {task: min(n, cap) ** (1 / temperature) if n else 0.0 for task, n in examples.items()}
-    total = math.fsum(weights.values())
-    return {task: weight / total for task, weight in weights.items()}
-
-
-def mixture_example(rates: Mapping[str, float], sizes: Mapping[str, int], *, seed: int, index: int
-                    ) -> tuple[str, int]:
-    """Draw ``index`` of a mixture (training step s's j-th example is draw s·batch_size + j): its task, one uniform
-    number read against the cumulative ``rates`` in their order, and which of the task's ``sizes[task]`` examples,
-    uniform; both from one generator seeded by (seed, index) alone (:func:`~sesame.seeding.example_seed`;
-    Python's Mersenne Twister, the same on every machine)."""
-
-    draw = random.Random(example_seed(seed, index))
-    u = draw.random()
-    total = math.fsum(rates.values())
-    cumulative, task = 0.0, None
-    for name, rate in rates.items():
-        cumulative += rate / total
-        if u < cumulative and rate > 0:
-            task = name
-            break
-    if task is None:  # u at the top, after rounding
-        task = next(name for name, rate in reversed(list(rates.items())) if rate > 0)
-    return task, draw.randrange(sizes[task])
 
 
 def check_spec(*, mixture: str | None, task: str, cap: int, temperature: float, task_options: dict) -> None:
