@@ -40,6 +40,7 @@ import csv
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -255,9 +256,18 @@ def shown(value: tuple[float, float, int] | str | None) -> str:
 def changes(args: argparse.Namespace) -> list[str]:
     """What an ablation changes from the defaults (``corpus=task``, ``pretrain.KEY=VALUE``, ``finetune.KEY=VALUE``);
     [] for none."""
+    def shown(value: object) -> str:
+        return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
     return (["corpus=task"] * args.task_text_only +
-            [f"pretrain.{key}={value}" for key, value in args.pretrain_option] +
-            [f"finetune.{key}={value}" for key, value in args.finetune_option])
+            [f"pretrain.{key}={shown(value)}" for key, value in args.pretrain_option] +
+            [f"finetune.{key}={shown(value)}" for key, value in args.finetune_option])
+
+
+def figure_name(ablation: list[str]) -> str:
+    """The plot's file name: ``time_to_quality`` and the ablation's changes, each run of other characters than
+    letters, digits, dots and dashes one dash (a JSON option's braces and quotes too)."""
+    return re.sub(r"[^\w.-]+", "-", "_".join(["time_to_quality", *ablation])).strip("-") + ".png"
 
 
 def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: dict[str, Task]) -> None:
@@ -265,7 +275,7 @@ def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: d
     markdown = Path(args.markdown) if args.markdown else (Path(args.out) / "time_to_quality.md" if args.smoke else
                                                             Path("docs/results/time_to_quality.md"))
     ablation = changes(args)  # an ablation's table and plot sit beside the defaults' on the same page
-    figure = markdown.with_name("_".join(["time_to_quality", *ablation]).replace("=", "-") + ".png")
+    figure = markdown.with_name(figure_name(ablation))
     seeds = settings.seeds
     lines = ["```bash", "python benchmarks/time_to_quality.py " + " ".join(args.argv), "```",
              "", "Dev accuracy in %, mean ± sd over fine-tuning seeds (their number in brackets); budgets are "

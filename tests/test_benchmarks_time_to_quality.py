@@ -80,3 +80,14 @@ def test_an_ablation_reaches_sesame_gets_its_own_block_and_cannot_mix_with_other
         benchmark.main([arg for arg in argv if arg not in ("--pretrain-option", "objective=mlm", "--finetune-option",
                                                            "lr=0.001", "--task-text-only")])
     assert mixed.value.code == 2 and (out / "results.json").read_bytes() == before
+
+
+def test_a_json_option_names_its_ablation_compactly_and_its_plot_a_plain_file() -> None:
+    benchmark = load_script(SCRIPT, "time_to_quality")
+    args = benchmark.parser().parse_args(["--out", "x", "--pretrain-option", 'model_options={"norm": "pre"}',
+                                          "--pretrain-option", "mixing_temperature=3"])
+    changes = benchmark.changes(args)
+    assert changes == ['pretrain.model_options={"norm":"pre"}', "pretrain.mixing_temperature=3"]
+    assert benchmark.figure_name(changes) == \
+        "time_to_quality_pretrain.model_options-norm-pre-_pretrain.mixing_temperature-3.png"
+    assert benchmark.figure_name(["pretrain.size=auto"]) == "time_to_quality_pretrain.size-auto.png"  # as before
