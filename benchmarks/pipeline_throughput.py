@@ -69,7 +69,6 @@ JOBS = ("bert", "gpt", "t5", "electra", "finetune")
 PIPELINES = {"pretrain": "sesame.pipelines.pretrain", "finetune": "sesame.pipelines.finetune"}  # (the package's
 # names pretrain and finetune are the functions)
 PEERS = {"bert": ("BertConfig", "BertForMaskedLM"), "gpt": ("GPT2Config", "GPT2LMHeadModel")}
-BUILT = 8  # distinct batches the bare step cycles over
 SMOKE = {"size": "tiny", "batch_size": 8, "seq_len": 32, "steps": 2, "warmup": 1, "vocab_size": 200}
 WORDS = ("the a cat dog bird fish tree river stone cloud runs sleeps sings jumps over under near quickly slowly "
          "happy sad green blue old young small large house garden city road").split()
@@ -214,10 +213,13 @@ def run_loop(step: Callable[[], None], feed: Feed, *, steps: int, warmup: int, d
 
 
 def bare(record: Recording, *, steps: int, warmup: int) -> Loop:
-    """The command's model stepping over :data:`BUILT` of its batches, built and moved beforehand."""
+    """The command's model stepping over the batches of the very steps the command timed, built and moved
+    beforehand: its warm-up steps take the first of them, then the timed steps take each once, in order (a T5
+    batch's target length varies from step to step, so other batches would be another workload)."""
     trainer = record.trainer
     placement, model = trainer.placement, trainer.model
-    feed = Feed(itertools.cycle([placement.move(b) for s in range(BUILT) for b in record.batches(s, 0.0)]), dict)
+    timed = [placement.move(b) for s in range(warmup, warmup + steps) for b in record.batches(s, 0.0)]
+    feed = Feed(itertools.chain(itertools.islice(itertools.cycle(timed), warmup), itertools.cycle(timed)), dict)
     forward = placement.compiled(model, "bare step")
     step = make_step(model, lambda: mean_loss(forward, feed()), placement)
     return run_loop(step, feed, steps=steps, warmup=warmup, device=placement.device)

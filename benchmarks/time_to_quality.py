@@ -23,10 +23,14 @@ An ablation (issue 36's short-budget recipe) changes one default with ``--pretra
 ``--finetune-option KEY=VALUE`` (keywords of ``sesame.pretrain``/``finetune``, e.g. ``objective=mlm``) or pre-trains
 on the task's texts alone with ``--task-text-only`` (TAPT, Gururangan et al. 2020), in its own
 ``--out`` (a folder refuses runs made with other changes); its table and plot go to the same page, in a block of
-their own named by the changes, so the defaults' and each ablation's rows sit side by side with their commands.
+their own named by the changes, so the defaults' and each ablation's rows sit side by side with their commands. A
+``--finetune-option`` ablation can fine-tune the very weights another folder pre-trained (``--pretrained-from
+FOLDER``, pre-trained there with the same pre-training changes), so that only fine-tuning differs.
 
     python benchmarks/time_to_quality.py --out runs/ttq            # 15 and 60 minutes: days on 2 cores
     python benchmarks/time_to_quality.py --out runs/ttq-mlm --budgets 15 --pretrain-option objective=mlm
+    python benchmarks/time_to_quality.py --out runs/ttq-mlm-mean --budgets 15 --pretrain-option objective=mlm \
+        --finetune-option pooling=mean --pretrained-from runs/ttq-mlm
     python benchmarks/time_to_quality.py --out runs/ttq-gpu --budgets 2 5 10 --device cuda
     python benchmarks/time_to_quality.py --out /tmp/ttq --smoke    # the plumbing, not the numbers: minutes
 
@@ -193,9 +197,12 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                           missing else finetuned("minilm", task, train, out / "minilm" / f"{task.name}-{label}-s{seed}",
                                                  seed, settings, runtime))
         for budget in settings.budgets:
-            run = out / f"pretrained-{task.name}-{budget:g}min"
-            stage(results, f"{task.name}/pretrain/{budget:g}", record,
-                  lambda: pretrained(corpus, task, run, budget, settings, runtime))
+            key, run = f"{task.name}/pretrain/{budget:g}", out / f"pretrained-{task.name}-{budget:g}min"
+            if args.pretrained_from:  # a fine-tuning ablation: another folder's pre-trained runs, read only
+                run = Path(args.pretrained_from) / run.name
+                stage(results, key, record, lambda: borrowed(Path(args.pretrained_from), key, args))
+            else:
+                stage(results, key, record, lambda: pretrained(corpus, task, run, budget, settings, runtime))
             for n in settings.labels:
                 label = ALL if n is None else str(n)
                 train = out / f"{task.name}-train-{label}{task.train.suffix}"
@@ -220,6 +227,21 @@ def pretrained(corpus: list[Path], task: Task, run: Path, budget: float, setting
     config = json.loads((run / "config.json").read_text())
     return {"size": config["size"], "loss": metrics.get("loss"), "steps": json.loads(
         (run / "checkpoint/trainer_state.json").read_text())["step"]}
+
+
+def borrowed(folder: Path, key: str, args: argparse.Namespace) -> dict:
+    """What ``folder``'s record says of its pre-training ``key``, when that folder pre-trained with the same changes
+    as this ablation; else exit 2 naming what differs."""
+    _, theirs = open_record(folder) if (folder / "results.json").is_file() else (None, {})
+    made_with = [c for c in theirs.get("ablation", {}).get("changes", []) if not c.startswith("finetune.")]
+    wanted = [c for c in changes(args) if not c.startswith("finetune.")]
+    if key not in theirs or made_with != wanted:
+        why = (f"holds no finished {key}" if key not in theirs else
+               f"pre-trained with {made_with or 'the defaults'}, not {wanted or 'the defaults'}")
+        print(f"time_to_quality: --pretrained-from {folder}: {why}; run the pre-training there first, or drop "
+              "--pretrained-from", file=sys.stderr)
+        raise SystemExit(2)
+    return {k: v for k, v in theirs[key].items() if k != "minutes"}
 
 
 def finetuned(base: str, task: Task, train: Path, run: Path, seed: int, settings: Settings, runtime: dict) -> dict:
@@ -357,6 +379,10 @@ def parser() -> argparse.ArgumentParser:
                         "(task-adaptive pre-training, Gururangan et al. 2020)")
     p.add_argument("--finetune-option", action="append", default=[], type=keyword, metavar="KEY=VALUE",
                    help="a keyword of sesame.finetune beyond the defaults, for an ablation (repeatable)")
+    p.add_argument("--pretrained-from", metavar="FOLDER",
+                   help="fine-tune another benchmark folder's pre-trained runs instead of pre-training again (a "
+                        "--finetune-option ablation on the very same weights; FOLDER must have pre-trained with the "
+                        "same --pretrain-option and --task-text-only changes); they are read, never written")
     p.add_argument("--markdown", help="the page the table goes to (default docs/results/time_to_quality.md; with "
                                       "--smoke, OUT/time_to_quality.md)")
     p.add_argument("--smoke", action="store_true", help="tiny data, model and budgets: checks the plumbing")

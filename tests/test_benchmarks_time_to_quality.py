@@ -91,3 +91,29 @@ def test_a_json_option_names_its_ablation_compactly_and_its_plot_a_plain_file() 
     assert benchmark.figure_name(changes) == \
         "time_to_quality_pretrain.model_options-norm-pre-_pretrain.mixing_temperature-3.png"
     assert benchmark.figure_name(["pretrain.size=auto"]) == "time_to_quality_pretrain.size-auto.png"  # as before
+
+
+def test_a_fine_tuning_ablation_reuses_the_runs_another_folder_pre_trained(tmp_path, monkeypatch, capsys) -> None:
+    benchmark = load_script(SCRIPT, "time_to_quality")
+    theirs = tmp_path / "ttq-mlm"
+    theirs.mkdir()
+    (theirs / "results.json").write_text(json.dumps({"ablation": {"changes": ["pretrain.objective=mlm"]},
+                                                     "airline/pretrain/15": {"size": "mini", "steps": 9}}))
+    bases = []
+    monkeypatch.setattr(benchmark, "pretrained", lambda *args: pytest.fail("pre-trained again"))
+    monkeypatch.setattr(benchmark, "finetuned", lambda base, task, train, run, seed, settings, runtime:
+                        bases.append((base, settings.finetune)) or {"accuracy": 0.5})
+    argv = ["--out", str(tmp_path / "mean"), "--data", str(shared_data()), "--budgets", "15", "--labels", "1000",
+            "--seeds", "1", "--tasks", "airline", "--approaches", "pretrained", "scratch", "--markdown",
+            str(tmp_path / "page.md"), "--pretrain-option", "objective=mlm", "--finetune-option", "pooling=mean"]
+    results = benchmark.main([*argv, "--pretrained-from", str(theirs)])
+    run = theirs / "pretrained-airline-15min"
+    assert bases == [(str(run), {"pooling": "mean"}), (f"scratch:{run}", {"pooling": "mean"})]
+    assert results["airline/pretrain/15"]["steps"] == 9
+    other = [{"objective=mlm": "objective=mlm_nsp", str(tmp_path / "mean"): str(tmp_path / "nsp")}.get(arg, arg)
+             for arg in argv]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # another pre-training than the folder's
+        benchmark.main([*other, "--pretrained-from", str(theirs)])
+    assert refused.value.code == 2
+    assert "pre-trained with ['pretrain.objective=mlm'], not ['pretrain.objective=mlm_nsp']" in capsys.readouterr().err
