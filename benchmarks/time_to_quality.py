@@ -45,6 +45,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -299,7 +300,7 @@ def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: d
     ablation = changes(args)  # an ablation's table and plot sit beside the defaults' on the same page
     figure = markdown.with_name(figure_name(ablation))
     seeds = settings.seeds
-    lines = ["```bash", "python benchmarks/time_to_quality.py " + " ".join(args.argv), "```",
+    lines = ["```bash", "python benchmarks/time_to_quality.py " + shlex.join(args.argv), "```",
              "", "Dev accuracy in %, mean ± sd over fine-tuning seeds (their number in brackets); budgets are "
              "minutes of `sesame pretrain --max-minutes` on the machine that ran it.", "",
              "| task | labels | pre-training minutes | pre-trained | scratch twin | gain | TF-IDF + LR | MiniLM |",
