@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..data.mixing import mixing_rates, mixture_example
 from ..errors import SesameError
 from ..families import Family, backbone_config, head_dropouts, run_family
 from ..inputs import grow_token_embedding
@@ -33,7 +34,6 @@ from ..rundir import check_batch, claimed_run, from_checkpoint
 from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
-from ..data.mixing import mixing_rates, mixture_example
 from ..tasks.mixing import MEAN, SHARED, mixture_metrics, mixture_scores, read_mixture
 from ..tokenizer import TextTokenizer, train_tokenizer
 from ..train import RunSettings, Trainer, TrainConfig, recipes
