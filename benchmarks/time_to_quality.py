@@ -279,12 +279,12 @@ def shown(value: tuple[float, float, int] | str | None) -> str:
 def changes(args: argparse.Namespace) -> list[str]:
     """What an ablation changes from the defaults (``corpus=task``, ``pretrain.KEY=VALUE``, ``finetune.KEY=VALUE``);
     [] for none."""
-    def shown(value: object) -> str:
+    def written(value: object) -> str:  # a JSON value (an object, a number) as compact JSON
         return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
     return (["corpus=task"] * args.task_text_only +
-            [f"pretrain.{key}={shown(value)}" for key, value in args.pretrain_option] +
-            [f"finetune.{key}={shown(value)}" for key, value in args.finetune_option])
+            [f"pretrain.{key}={written(value)}" for key, value in args.pretrain_option] +
+            [f"finetune.{key}={written(value)}" for key, value in args.finetune_option])
 
 
 def figure_name(ablation: list[str]) -> str:
