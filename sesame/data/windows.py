@@ -207,9 +207,7 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
 
         def build(chunk: list[int]) -> dict[str, torch.Tensor]:
             if pools is not None:
-                pool = pools[phase]
-                sizes = {source: len(own) for source, own in enumerate(pool)}
-                rates = {source: rate if sizes[source] else 0.0 for source, rate in enumerate(mixing.rates)}
+                pool, sizes, rates = pools[phase]
                 drawn = (mixture_example(rates, sizes, seed=cfg.seed, index=g) for g in chunk)
                 picks = [int(pool[source][k]) for source, k in drawn]
             else:
@@ -222,10 +220,14 @@ def window_batches(obj: Objective, shards: Shards, phases: list[tuple[int, list[
     return Phased(batches, phase_at)
 
 
-def source_pools(shards: Shards, windows: list[Window], mixing: CorpusMixing) -> list[np.ndarray]:
-    """For each source of ``mixing``, the indices of its ``windows``."""
+def source_pools(shards: Shards, windows: list[Window], mixing: CorpusMixing
+                 ) -> tuple[list[np.ndarray], dict[int, int], dict[int, float]]:
+    """For each source of ``mixing``, the indices of its ``windows``, their number and its rate (0 for a source
+    without any of these windows)."""
     own = window_sources(shards, windows, mixing.files)
-    return [np.flatnonzero(own == source) for source in range(len(mixing.sources))]
+    pool = [np.flatnonzero(own == source) for source in range(len(mixing.sources))]
+    sizes = {source: len(indices) for source, indices in enumerate(pool)}
+    return pool, sizes, {source: rate if sizes[source] else 0.0 for source, rate in enumerate(mixing.rates)}
 
 
 def warn_if_few(windows: list[Window], length: int, what: str) -> None:

@@ -90,8 +90,8 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
                       none=f"train one with them (`sesame tokenizer train --kind {fam.tokenizer} --sentinels 100`)")
     shards = corpus.shards(tok, run / "shards", spec.progress)
     valid = held_out.shards(tok, run / "valid-shards", spec.progress) if held_out else None
-    mixing = corpus_mixing(corpus, shards, training_windows(shards, valid, length=spec.window_length(),
-                                                            seq_len=spec.seq_len)[0], spec.mixing_temperature) \
+    windows, _, valid_windows = training_windows(shards, valid, length=spec.window_length(), seq_len=spec.seq_len)
+    mixing = corpus_mixing(corpus, shards, windows, spec.mixing_temperature) \
         if spec.mixing_temperature is not None else None
     if mixing is not None:
         print(f"sesame: {mixing.line()}", file=sys.stderr, flush=True)
@@ -110,17 +110,16 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
             discriminative=spec.discriminative, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, sizing=sizing, corpus_mixing=mixing))
-    _check_windows(config, shards, valid)
+    _check_windows(config, shards, valid, valid_windows)
     fam.inputs.pretrained(tok)  # the run's tokenizer frames fine-tuning's inputs as the family reads them (after the
     # shards, which a tokenizer without the template may have made)
     tok.save(run / "tokenizer.json")
     write_config(run, config)
 
 
-def _check_windows(config: RunConfig, shards: Shards, valid: Shards | None) -> None:
+def _check_windows(config: RunConfig, shards: Shards, valid: Shards | None, valid_windows: list[Window]) -> None:
     """Enough text for the objective's windows (and, for pair objectives, documents to draw partners from); a
     warning where the validation windows are few."""
-    _, _, valid_windows = _windows(config, shards, valid)
     objective = config.pretrained.objective
     if OBJECTIVES[objective].pairs:
         for flag, given in (("--corpus", shards), ("--valid", valid)):
