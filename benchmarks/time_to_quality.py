@@ -163,15 +163,26 @@ SMOKE = {"budgets": (0.05,), "labels": (32, None), "seeds": 2,
          "finetune": {"max_steps": 2, "batch_size": 8, "max_length": 32}}
 
 
+def check_data(data: Path, chosen: dict[str, Task], *, general: bool) -> None:
+    """Exit 2 naming the first input file or folder missing under ``data`` (before anything is written)."""
+    needed = [path for task in chosen.values() for path in (task.train, task.dev)]
+    for path in [*needed, *(general_corpus(data) if general else [])]:
+        if not path.exists():
+            print(f"time_to_quality: {path} not found: point --data (or SESAME_DATA) at the shared data folder "
+                  "(its README lists the files)", file=sys.stderr)
+            raise SystemExit(2)
+
+
 def run_benchmark(args: argparse.Namespace) -> dict:
     data, out = Path(args.data), Path(args.out)
+    chosen = {name: task for name, task in tasks(data).items() if name in args.tasks}
+    check_data(data, chosen, general=args.smoke or not args.task_text_only)
     record, results = open_record(out)
     ablation = stage(results, "ablation", record, lambda: {"changes": changes(args)})["changes"]
     if ablation != changes(args):
         print(f"time_to_quality: {out} holds runs made with {ablation or 'the defaults'}, not with "
               f"{changes(args) or 'the defaults'}: give this ablation its own --out", file=sys.stderr)
         raise SystemExit(2)
-    chosen = {name: task for name, task in tasks(data).items() if name in args.tasks}
     pretrain, finetune = dict(args.pretrain_option), dict(args.finetune_option)
     if args.smoke:
         settings = Settings(SMOKE["budgets"], SMOKE["labels"], args.seeds or SMOKE["seeds"],

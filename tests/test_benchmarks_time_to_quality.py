@@ -117,3 +117,15 @@ def test_a_fine_tuning_ablation_reuses_the_runs_another_folder_pre_trained(tmp_p
         benchmark.main([*other, "--pretrained-from", str(theirs)])
     assert refused.value.code == 2
     assert "pre-trained with ['pretrain.objective=mlm'], not ['pretrain.objective=mlm_nsp']" in capsys.readouterr().err
+
+
+def test_a_missing_data_file_exits_2_naming_it_before_anything_is_written(tmp_path, capsys) -> None:
+    benchmark = load_script(SCRIPT, "time_to_quality")
+    data = tmp_path / "data"
+    (data / "airline").mkdir(parents=True)
+    (data / "airline/train.csv").write_text("text,airline_sentiment\ngood,positive\n")
+    with pytest.raises(SystemExit) as missing:
+        benchmark.main(["--data", str(data), "--out", str(tmp_path / "ttq"), "--tasks", "airline"])
+    assert missing.value.code == 2
+    assert f"{data / 'airline/dev.csv'} not found: point --data (or SESAME_DATA)" in capsys.readouterr().err
+    assert not (tmp_path / "ttq").exists()
