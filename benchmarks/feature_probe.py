@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     p.add_argument("--seed", type=int, default=0, help="a scratch twin's random weights")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
+    if args.max_length < 1:
+        p.error(f"--max-length {args.max_length}: give a positive number of tokens")
     task = LabeledFiles("probe", args.train, args.dev, args.text_column, args.label_column)
     try:
         rows = {split: task.read(path) for split, path in (("train", args.train), ("dev", args.dev))}
