@@ -35,6 +35,8 @@ from sesame.errors import SesameError  # noqa: E402
 from sesame.models import EncoderDecoder  # noqa: E402
 from sesame.pipelines.stages import LabeledFiles  # noqa: E402
 from sesame.run import build_backbone, load_backbone, load_tokenizer, read_config  # noqa: E402
+from sesame.tasks.base import pad  # noqa: E402
+from sesame.tasks.classify import collate  # noqa: E402
 from sesame.tokenizer import TextTokenizer  # noqa: E402
 from sesame.train.checkpoint import write_json  # noqa: E402
 
@@ -58,13 +60,8 @@ def pooled(backbone: torch.nn.Module, tokenizer: TextTokenizer, texts: list[str]
     out: dict[str, list[torch.Tensor]] = {p: [] for p in POOLINGS}
     for first in range(0, len(texts), BATCH):
         encodings = tokenizer.encodings(texts[first: first + BATCH])
-        width = min(max_length, max(len(e.ids) for e in encodings))
-        ids = torch.full((len(encodings), width), tokenizer.specials.pad)
-        types = torch.zeros_like(ids)
-        real = torch.zeros_like(ids, dtype=torch.bool)
-        for i, e in enumerate(encodings):
-            n = min(width, len(e.ids))
-            ids[i, :n], types[i, :n], real[i, :n] = torch.tensor(e.ids[:n]), torch.tensor(e.type_ids[:n]), True
+        batch = collate([e.ids[:max_length] for e in encodings], tokenizer.specials.pad)
+        ids, real, types = batch["ids"], batch["padding"], pad([e.type_ids[:max_length] for e in encodings], 0)
         layers = (backbone.encoder_layers(ids, real) if isinstance(backbone, EncoderDecoder) else
                   backbone(ids, types=types, padding=real, all_layers=True))
         weights = real[..., None].float() / real.sum(1)[:, None, None]
