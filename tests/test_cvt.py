@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import sesame
 from sesame.errors import SesameError
@@ -93,6 +94,18 @@ def test_unlabeled_loss_trains_the_views_against_a_fixed_dropout_free_primary(tm
     model(labeled).backward()  # labeled batches train the primary alone (the paper's L_sup)
     assert all(p.grad is None for p in model.auxiliary.parameters())
     assert all(p.grad.any() for p in model.primary.parameters())
+
+
+def test_the_unlabeled_loss_is_each_views_kl_summed_over_its_valid_positions(tmp_path, tok):
+    """Every position is scored and the invalid ones zeroed, as selecting them would make a GPU's host wait for the
+    device (issue 35): the loss is Σ over views of KL(primary ‖ view) at that view's valid positions (§3.1)."""
+    model = cvt_task(tmp_path).build(bilstm(tok.vocab_size), 3, "max", 0.0)
+    batch = unlabeled(tok)
+    targets = model.soft_targets(batch)
+    assert not all(valid.all() for _, valid in model.views(batch).values())  # some positions are left out
+    expected = sum(F.kl_div(F.log_softmax(logits[valid], -1), targets[valid], log_target=True, reduction="sum")
+                   for logits, valid in model.views(batch).values())
+    torch.testing.assert_close(model(batch), expected)
 
 
 def test_trainer_steps_alternate_labeled_and_unlabeled_and_repeat_on_resume(tmp_path, tok):

@@ -65,6 +65,22 @@ def test_token_layer_is_duplicated_and_context_free():
     torch.testing.assert_close(with_long_word[0, 0], model.tokens(torch.tensor([[7]]))[0, 0])
 
 
+def test_off_the_cpu_the_token_layer_reads_nothing_back_and_gives_the_same_vectors(monkeypatch):
+    """Issue 35: off the CPU the character CNN runs once per position at the full ``max_chars`` width, instead of
+    once per distinct id cut to the batch's longest word (finding either would make the host wait for the device):
+    the same states. ``meta`` stands in for a GPU: it has no values, so a forward pass that read one back would fail."""
+    model = tiny()
+    ids = torch.tensor([[7, 13, 9, 7], [9, 7, 5, 0]])
+    padding = ids != 0
+    on_the_cpu = model(ids, padding=padding, all_layers=True)
+    monkeypatch.setattr(sesame.models.elmo, "host_can_read", lambda tensor: False)
+    for got, expected in zip(model(ids, padding=padding, all_layers=True), on_the_cpu):
+        torch.testing.assert_close(got, expected)
+    monkeypatch.undo()
+    states = tiny().to("meta")(ids.to("meta"), padding=padding.to("meta"))
+    assert states.device.type == "meta" and states.shape == on_the_cpu[-1].shape
+
+
 def test_scalar_mix_is_a_softmax_weighted_sum_times_gamma():
     model = tiny(scalar_mix=True)
     with torch.no_grad():

@@ -25,7 +25,7 @@ Deviations from the paper and its released code:
   multi-byte character keeps its leading bytes;
 * each filter is max-pooled over the windows inside the word rather than over all ``max_chars``
   positions (the released model pools every window, padding included), so a batch's codes can be cut to
-  its longest word; and the character CNN runs once per distinct word id of the batch;
+  its longest word (on the CPU); and on the CPU the character CNN runs once per distinct word id of the batch;
 * no cell or projection clipping of the LSTM states, and plain (not variational) dropout on the token
   representation and on each layer's output;
 * the sizes below ``base`` (:meth:`ElmoConfig.sized`) are scaled down for a CPU; the paper's model
@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from .additions import ScalarMix
-from .padding import is_padded
+from .padding import host_can_read, is_padded
 
 # Character codes: 0 pads a word to max_chars, byte b is b + 1, then begin and end of word, then one
 # code per special token of the tokenizer (its pad, unk, cls, sep and mask), so no text can spell one.
@@ -150,11 +150,13 @@ class CharCNN(nn.Module):
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """Each filter is max-pooled over the windows inside the word (begin to end of word; the first
-        window only when the word is shorter than the filter), so trailing padding changes nothing and
-        the codes are cut to the longest word of the batch (or the widest filter) before convolving."""
+        window only when the word is shorter than the filter), so trailing padding changes nothing. On the
+        CPU the codes are cut to the longest word of the batch (or the widest filter) before convolving; on an
+        accelerator they keep all ``max_chars`` columns, as measuring the longest word would make the host wait."""
         n = (codes != CHAR_PAD).sum(1)  # characters per word, begin and end included
-        widest = max(conv.kernel_size[0] for conv in self.convs)
-        codes = codes[:, : max(int(n.max()), widest)]
+        if host_can_read(codes):
+            widest = max(conv.kernel_size[0] for conv in self.convs)
+            codes = codes[:, : max(int(n.max()), widest)]
         x = self.chars(codes).transpose(1, 2)  # (words, char_embedding, chars)
         pooled = []
         for conv in self.convs:
@@ -211,7 +213,10 @@ class Elmo(nn.Module):
         self.chars.copy_(torch.tensor(rows, dtype=torch.long))
 
     def tokens(self, ids: torch.Tensor) -> torch.Tensor:
-        """x_k: the context-independent token representations (…, projection), computed once per distinct id."""
+        """x_k: the context-independent token representations (…, projection): on the CPU computed once per
+        distinct id; on an accelerator once per position, as finding the distinct ids would make the host wait."""
+        if not host_can_read(ids):
+            return self.embed(self.chars[ids.flatten()]).unflatten(0, ids.shape)
         unique, inverse = torch.unique(ids, return_inverse=True)
         return self.embed(self.chars[unique])[inverse]
 

@@ -17,6 +17,12 @@ def exporting() -> bool:
     return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
+def host_can_read(tensor: torch.Tensor) -> bool:
+    """Whether reading a value of ``tensor`` back to the host costs no wait: on the CPU, outside export (a traced
+    graph would keep the value it read). Elsewhere a forward pass computes without asking (issue 35)."""
+    return tensor.device.type == "cpu" and not exporting()
+
+
 def is_padded(padding: torch.Tensor | None) -> bool:
     """Whether a forward pass must mask ``padding``: False for None; on the CPU, whether any position is padding
     (asking costs no wait there, and a mask that is all True is then skipped); True under export (the graph keeps
@@ -24,7 +30,7 @@ def is_padded(padding: torch.Tensor | None) -> bool:
     to give a mask only when something is padded (the trainer drops one that is all True before the batch moves)."""
     if padding is None:
         return False
-    if exporting() or padding.device.type != "cpu":
+    if not host_can_read(padding):
         return True
     return not bool(padding.all())
 

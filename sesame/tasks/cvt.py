@@ -88,8 +88,10 @@ class CrossViewModel(TaskModel):
         targets = self.soft_targets(batch)
         loss = targets.new_zeros(())
         for logits, valid in self.views(batch).values():
-            loss = loss + F.kl_div(F.log_softmax(logits[valid].float(), -1), targets[valid], log_target=True,
-                                   reduction="sum")
+            # every position is scored and the invalid ones zeroed: selecting with ``logits[valid]`` would make
+            # the host wait for the device to learn how many positions there are
+            kl = F.kl_div(F.log_softmax(logits.float(), -1), targets, log_target=True, reduction="none").sum(-1)
+            loss = loss + torch.where(valid, kl, 0.0).sum()
         return loss
 
     def soft_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
