@@ -44,6 +44,7 @@ SCRATCH_TRAINING = PRETRAIN_TRAINING
 # EPOCHS (BERT's 3 for large ones; 20 at most); with --max-minutes, as many as the time allows (TIMED_EPOCHS).
 MIN_STEPS, EPOCHS, TIMED_EPOCHS = 250, (3, 20), 1000
 SEQ_LENGTHS = (8, 4096)  # the window lengths a spec accepts
+EMBEDDING_INITS = ("random", "ppmi")  # pretrain --embedding-init: a new model's first token embeddings
 AUTO = "auto"  # pretrain --size auto: the size a --max-minutes budget affords (sesame.budget)
 
 
@@ -140,6 +141,10 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                               "(T5's temperature-scaled mixing, Raffel et al. 2020, §3.5.2): 1 keeps "
                                               "the sources' shares, larger upsamples the small ones, such as the "
                                               "task's own texts (default: the windows as they come, shuffled)")
+    embedding_init: str = option("random", choices=EMBEDDING_INITS,
+                                 help="a new model's first token embeddings: random (the family's initialisation), "
+                                      "or ppmi: the truncated SVD of the corpus's positive PMI (Levy et al. 2015), "
+                                      "computed within the budget (docs/pretraining.md)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")
@@ -281,6 +286,8 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                   "e.g. 64")
         if self.static_masks < 0:
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
+        if self.embedding_init != "random":
+            self._check_embedding_init()
         if self.model_options:
             self._check_model_options()
         if self.mixing_temperature is not None:
@@ -298,6 +305,16 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         if self.static_masks:
             raise SesameError(f"{flag}: draws each window afresh, where --static-masks {self.static_masks} fixes a "
                               "window's masks per pass over the corpus; drop one of them")
+
+    def _check_embedding_init(self) -> None:
+        """``--embedding-init ppmi`` starts a new model's table of token embeddings."""
+        flag = f"--embedding-init {self.embedding_init}"
+        if self.base or self.teacher:
+            source = f"--from {self.base}" if self.base else f"--teacher {self.teacher}"
+            raise SesameError(f"{flag}: {source} brings its own embeddings; drop {flag}")
+        if any(f.name == "max_chars" for f in fields(ARCHITECTURES[self.fam.arch][0])):
+            raise SesameError(f"{flag}: {self.fam.name} spells its tokens from characters and has no table of token "
+                              "embeddings; drop the flag")
 
     def _check_model_options(self) -> None:
         """``--model-option KEY=VALUE``: fields of a new model's configuration that neither the tokenizer, the

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..data.corpus import iter_texts, resolve_sources
+from ..data.ppmi import cooccurrence_counts
 from ..data.vectors import PAD, UNK, WordVectors, words
 from ..errors import SesameError
 from ..options import option
@@ -111,16 +112,10 @@ class Cooccurrence:
     size: int  # the vocabulary size V (X is V x V)
 
 
-def _reduce(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sum the weights of equal keys: (sorted unique keys, their sums)."""
-    unique, inverse = np.unique(keys, return_inverse=True)
-    return unique, np.bincount(inverse, weights=weights, minlength=len(unique))
-
-
 def cooccurrence(files: Sequence[Path], vocab: Vocabulary, window: int = 10, text_field: str = "text") -> Cooccurrence:
     """X_ij = Σ 1/d over the occurrences of word j at distance d ≤ ``window`` from word i, on the same line
-    (Pennington et al. 2014, §4.2); pairs with ``<pad>``/``<unk>`` are left out. Accumulated distance by
-    distance as sorted int64 keys i·V + j, so memory is a few arrays the size of the corpus and of X."""
+    (Pennington et al. 2014, §4.2); pairs with ``<pad>``/``<unk>`` are left out. The library's counts
+    (:func:`sesame.data.ppmi.cooccurrence_counts`, lines as segments), entries in row-major order."""
     if window < 1:
         raise SesameError(f"--window {window}: must be 1 or more")
     ids_list, line_list = [], []
@@ -130,16 +125,8 @@ def cooccurrence(files: Sequence[Path], vocab: Vocabulary, window: int = 10, tex
         line_list.append(np.full(len(ids), n, dtype=np.int64))
     ids = np.concatenate(ids_list) if ids_list else np.zeros(0, np.int64)
     lines = np.concatenate(line_list) if line_list else np.zeros(0, np.int64)
-    size = len(vocab)
-    keys, sums = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    for d in range(1, window + 1):
-        left, right = ids[:-d], ids[d:]
-        ok = (lines[:-d] == lines[d:]) & (left > 1) & (right > 1)
-        new_keys, new_sums = _reduce(left[ok] * size + right[ok], np.full(int(ok.sum()), 1.0 / d))
-        keys, sums = _reduce(np.concatenate([keys, new_keys]), np.concatenate([sums, new_sums]))
-    # each pair was counted once, left word first; X is that plus its transpose
-    keys, sums = _reduce(np.concatenate([keys, (keys % size) * size + keys // size]), np.concatenate([sums, sums]))
-    return Cooccurrence(keys // size, keys % size, sums, size)
+    counts = cooccurrence_counts(ids, lines, len(vocab), window, skip=(0, 1)).sorted_indices().tocoo()
+    return Cooccurrence(counts.row.astype(np.int64), counts.col.astype(np.int64), counts.data, len(vocab))
 
 
 def glove_weight(x: torch.Tensor, x_max: float = 100.0, alpha: float = 0.75) -> torch.Tensor:

@@ -31,7 +31,7 @@ from ..train import RunSettings, Trainer, TrainConfig, recipes
 from ..train.trainer import all_sum, loss_counts, loss_parts, world
 from .distilbert import PretrainTeacher
 from .sizing import auto_size
-from .starts import Continued, NewModel, Start
+from .starts import Continued, NewModel, Start, ppmi_embedding
 
 
 def pretrain(spec: PretrainSpec) -> dict:
@@ -51,11 +51,13 @@ def pretrain(spec: PretrainSpec) -> dict:
         if config.pretrained.sizing:  # --size auto's batch (a resumed run's recorded choice: nothing is measured again)
             cfg = replace(cfg, batch_size=config.pretrained.sizing.batch_size)
         torch.manual_seed(cfg.seed)
-        obj = build_objective(config.pretrained.objective, build_backbone(config), load_tokenizer(run),
+        tok, shards = load_tokenizer(run), Shards(config.pretrained.shards)
+        obj = build_objective(config.pretrained.objective, build_backbone(config), tok,
                               config.pretrained.objective_options)
         if not resumed:
             start.initialise(obj, spec)
-        shards = Shards(config.pretrained.shards)
+            if config.pretrained.embedding_init == "ppmi":
+                ppmi_embedding(obj.backbone, shards, skip=tok.specials.all, seed=cfg.seed, progress=spec.progress)
         learner = start.learner(obj, spec, shards)  # trained; obj's weights are kept
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         return _trainer(learner, obj, config, shards, settings).fit(resume=resumed, record=lambda: record_training(
@@ -107,7 +109,7 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
         model=model, train=asdict(cfg), setup=setup_record(spec), pretrained=PretrainedPart(
             objective=spec.objective_name, objective_options=spec.objective_settings(), seq_len=spec.seq_len,
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin.added_words,
-            discriminative=spec.discriminative, shards=str(shards.path.resolve()),
+            discriminative=spec.discriminative, embedding_init=spec.embedding_init, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, sizing=sizing, corpus_mixing=mixing))
     _check_windows(config, shards, valid, valid_windows)

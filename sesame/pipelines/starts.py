@@ -6,13 +6,16 @@ run continued on a new corpus is :class:`Continued`; DistilBERT's student of a t
 """
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import torch
 from torch import nn
 
+from ..data.ppmi import ppmi_vectors
 from ..data.shards import Shards
 from ..data.windows import Corpus
 from ..errors import SesameError
@@ -132,3 +135,26 @@ def with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[st
     if table is None or table.shape[0] == vocab_size:
         return weights
     return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
+
+
+def ppmi_embedding(backbone: nn.Module, corpus: Shards, *, skip: Sequence[int], seed: int, progress: bool) -> None:
+    """Start ``backbone``'s token embeddings (``embed.tokens``) from the PPMI-SVD vectors of the ``corpus`` shards
+    (:mod:`sesame.data.ppmi`): centred (the mean vector of the ids that have one taken away) and each scaled to the
+    random rows' mean norm, so that every token enters the model at the scale the family's initialisation gives it and
+    only the directions come from the counts (uncentred, unnormalised vectors share one dominant direction and span
+    norms over orders of magnitude, and a BERT pre-trained from them stalled at the unigram loss). Ids in ``skip``
+    (the specials) and ids that never co-occur keep their random rows; columns beyond the SVD's rank (a vocabulary
+    narrower than the table) are zero. (``--embedding-init ppmi``: a deliberate departure from every family's paper,
+    which starts from random embeddings; docs/pretraining.md.)"""
+    began = time.perf_counter()
+    table = backbone.embed.tokens.weight
+    vectors, counted = ppmi_vectors(corpus, table.shape[0], table.shape[1], skip=skip, seed=seed, progress=progress)
+    vectors, counted = torch.from_numpy(vectors).to(table.device), torch.from_numpy(counted).to(table.device)
+    with torch.no_grad():
+        centred = vectors[counted] - vectors[counted].mean(0)
+        rows = torch.zeros(len(centred), table.shape[1], device=table.device)
+        rows[:, :vectors.shape[1]] = torch.nn.functional.normalize(centred, dim=1) * table.norm(dim=1).mean()
+        table[counted] = rows.to(table.dtype)
+    print(f"sesame: token embeddings from the corpus's PPMI-SVD: {int(counted.sum()):,} of {table.shape[0]:,} ids, "
+          f"{vectors.shape[1]} of {table.shape[1]} dimensions ({time.perf_counter() - began:.0f} s)",
+          file=sys.stderr, flush=True)

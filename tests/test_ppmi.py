@@ -1,0 +1,138 @@
+"""Count-based token vectors (sesame.data.ppmi, Levy, Goldberg & Dagan 2015) and `sesame pretrain --embedding-init
+ppmi`, which starts a new model's token embeddings from them."""
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from scipy import sparse
+
+import sesame
+from sesame.data.ppmi import cooccurrence_counts, ppmi, ppmi_vectors, shard_cooccurrence, svd_vectors
+from sesame.data.shards import Shards
+from sesame.pipelines.starts import ppmi_embedding
+from sesame.run import build_backbone, load_tokenizer, read_config
+
+from .conftest import refused
+
+
+def test_counts_weigh_a_pair_by_its_distance_within_a_segment_and_leave_out_skipped_ids():
+    ids = np.array([2, 3, 4, 5, 2, 3])
+    segments = np.array([0, 0, 0, 0, 1, 1])
+    counts = cooccurrence_counts(ids, segments, 6, 2, skip=[5]).toarray()
+    expected = np.zeros((6, 6))
+    for i, j, weight in ((2, 3, 1.0), (3, 4, 1.0), (2, 4, 0.5), (2, 3, 1.0)):  # 4-5 and 3-5: 5 is skipped
+        expected[i, j] += weight
+        expected[j, i] += weight
+    np.testing.assert_allclose(counts, expected)  # 5-2 and 4-2 straddle the segments: not counted
+
+
+def test_ppmi_is_the_positive_part_of_pmi_with_smoothed_contexts():
+    draw = np.random.default_rng(0)
+    dense = draw.integers(0, 5, (7, 7)).astype(float)
+    dense = dense + dense.T
+    got = ppmi(sparse.csr_matrix(dense), alpha=0.75).toarray()
+    contexts = dense.sum(0) ** 0.75
+    with np.errstate(divide="ignore"):  # log 0 where a pair never co-occurs
+        pmi = np.log((dense / dense.sum()) / (dense.sum(1, keepdims=True) / dense.sum() * contexts / contexts.sum()))
+    expected = np.where(dense > 0, np.maximum(pmi, 0), 0)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert (got >= 0).all() and (got > 0).sum() < (dense > 0).sum()  # some PMI was negative, and dropped
+
+
+def test_svd_vectors_with_half_powers_factor_a_symmetric_low_rank_matrix():
+    draw = np.random.default_rng(1)
+    factor = draw.normal(size=(40, 3))
+    matrix = factor @ factor.T  # rank 3, positive semi-definite: U Σ^½ (U Σ^½)ᵀ = U Σ Uᵀ is the matrix
+    vectors = svd_vectors(sparse.csr_matrix(matrix), 3, seed=0)
+    assert vectors.shape == (40, 3)
+    np.testing.assert_allclose(vectors @ vectors.T, matrix, atol=1e-3)
+    assert svd_vectors(sparse.csr_matrix(matrix), 64, seed=0).shape == (40, 39)  # no wider than the rank allows
+
+
+def test_words_that_share_contexts_get_close_vectors():
+    """The distributional hypothesis the method rests on: 'cat' and 'dog' take the same neighbours, 'car' others."""
+    draw = random.Random(0)
+    animal, vehicle = ["feeds", "pets", "the", "furry", "sleepy"], ["drives", "parks", "the", "fast", "red"]
+    words = {w: i for i, w in enumerate(sorted({"cat", "dog", "car", "bus", *animal, *vehicle}))}
+    stream = []
+    for _ in range(400):
+        head, context = draw.choice([("cat", animal), ("dog", animal), ("car", vehicle), ("bus", vehicle)])
+        stream += [draw.choice(context), head, draw.choice(context)]
+    ids = np.array([words[w] for w in stream])
+    vectors = svd_vectors(ppmi(cooccurrence_counts(ids, np.zeros_like(ids), len(words), 2)), 4, seed=0)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cos = lambda a, b: float(unit[words[a]] @ unit[words[b]])  # noqa: E731
+    assert cos("cat", "dog") > 0.9 and cos("car", "bus") > 0.9 and cos("cat", "car") < 0.5
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny BERT pre-trained one step with --embedding-init ppmi on three documents of repeated words."""
+    folder = tmp_path_factory.mktemp("ppmi")
+    draw = random.Random(2)
+    words = "apple banana cherry grape lemon mango melon olive peach pear plum".split()
+    (folder / "corpus.txt").write_text("\n\n".join(" ".join(draw.choice(words) for _ in range(300))
+                                                   for _ in range(6)))
+    sesame.pretrain([str(folder / "corpus.txt")], str(folder / "run"), size="tiny", vocab_size=120, seq_len=32,
+                    batch_size=4, max_steps=1, objective="mlm", embedding_init="ppmi", progress=False)
+    return folder
+
+
+def test_shard_counts_keep_windows_inside_documents(tiny_run):
+    run = tiny_run / "run"
+    shards, tok = Shards(read_config(run, "--out").pretrained.shards), load_tokenizer(run)
+    ids = np.concatenate([np.asarray(a, dtype=np.int64) for a in shards.arrays])
+    documents = np.searchsorted(shards.doc_ends, np.arange(len(ids)), side="right")
+    whole = cooccurrence_counts(ids, documents, tok.vocab_size, 10, tok.specials.all)
+    assert len(set(documents.tolist())) > 1
+    assert (shard_cooccurrence(shards, tok.vocab_size, 10, tok.specials.all) != whole).nnz == 0
+    assert (cooccurrence_counts(ids, np.zeros_like(ids), tok.vocab_size, 10, tok.specials.all) != whole).nnz > 0
+
+
+def test_the_embedding_starts_from_the_centred_vectors_at_the_random_rows_norm(tiny_run):
+    run = tiny_run / "run"
+    config, tok = read_config(run, "--out"), load_tokenizer(run)
+    assert config.pretrained.embedding_init == "ppmi"
+    assert json.loads((run / "config.json").read_text())["embedding_init"] == "ppmi"
+    shards = Shards(config.pretrained.shards)
+    torch.manual_seed(0)
+    backbone = build_backbone(config)
+    before = backbone.embed.tokens.weight.detach().clone()
+    ppmi_embedding(backbone, shards, skip=tok.specials.all, seed=0, progress=False)
+    after = backbone.embed.tokens.weight.detach()
+    vectors, counted = ppmi_vectors(shards, *before.shape, skip=tok.specials.all, seed=0)
+    ids = torch.from_numpy(np.flatnonzero(counted))
+    assert 0 < len(ids) < before.shape[0] and not counted[tok.specials.all].any()
+    width = vectors.shape[1]
+    assert width < before.shape[1]  # the tiny vocabulary's rank: the other columns are zero
+    centred = torch.from_numpy(vectors[counted] - vectors[counted].mean(0))
+    new = after[ids]
+    torch.testing.assert_close(new[:, :width], centred / centred.norm(dim=1, keepdim=True) * new.norm(dim=1, keepdim=True))
+    torch.testing.assert_close(new.norm(dim=1), before.norm(dim=1).mean().expand(len(ids)))
+    assert not new[:, width:].any()
+    kept = torch.ones(before.shape[0], dtype=torch.bool)
+    kept[ids] = False
+    assert after[kept].equal(before[kept])  # the specials and the ids never seen stay random
+
+
+def test_a_run_records_the_start_and_a_resume_refuses_another(tiny_run, tmp_path, capsys):
+    config = read_config(tiny_run / "run", "--out")
+    assert config.pretrained.embedding_init == "ppmi"
+    plain = tmp_path / "plain"
+    sesame.pretrain([str(tiny_run / "corpus.txt")], str(plain), size="tiny", vocab_size=120, seq_len=32, batch_size=4,
+                    max_steps=1, objective="mlm", progress=False)
+    assert "embedding_init" not in json.loads((plain / "config.json").read_text())  # runs as before: random
+    assert read_config(plain, "--out").pretrained.embedding_init == "random"
+    refused(["pretrain", "--resume", "--corpus", str(tiny_run / "corpus.txt"), "--out", str(plain),
+             "--embedding-init", "ppmi"], capsys, tmp_path, "--embedding-init ppmi", "was made with random")
+
+
+def test_what_the_start_cannot_do_is_refused_in_one_line(tiny_run, tmp_path, capsys):
+    corpus = ["pretrain", "--corpus", str(tiny_run / "corpus.txt"), "--out", str(tmp_path / "run"), "--embedding-init",
+              "ppmi"]
+    refused([*corpus, "--family", "elmo"], capsys, tmp_path, "--embedding-init ppmi: elmo spells its tokens from "
+            "characters")
+    refused([*corpus, "--from", str(tiny_run / "run")], capsys, tmp_path, "--embedding-init ppmi: --from",
+            "brings its own embeddings")
