@@ -90,4 +90,6 @@ def ppmi_vectors(shards: Shards, size: int, dim: int, *, window: int = 10, skip:
     that co-occur with another outside ``skip``; the other rows are zero)."""
     counts = shard_cooccurrence(shards, size, window, skip, progress=progress)
     counted = np.asarray(counts.sum(1)).ravel() > 0
+    if not counted.any():  # no two tokens outside ``skip`` share a window
+        return np.zeros((size, 0), np.float32), counted
     return svd_vectors(ppmi(counts), dim, seed), counted

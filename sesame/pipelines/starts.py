@@ -150,6 +150,10 @@ def ppmi_embedding(backbone: nn.Module, corpus: Shards, *, skip: Sequence[int], 
     table = backbone.embed.tokens.weight
     vectors, counted = ppmi_vectors(corpus, table.shape[0], table.shape[1], skip=skip, seed=seed, progress=progress)
     vectors, counted = torch.from_numpy(vectors).to(table.device), torch.from_numpy(counted).to(table.device)
+    if not counted.any():
+        print("sesame: --embedding-init ppmi: no two tokens of the corpus share a window; the token embeddings stay "
+              "random", file=sys.stderr, flush=True)
+        return
     with torch.no_grad():
         centred = vectors[counted] - vectors[counted].mean(0)
         rows = torch.zeros(len(centred), table.shape[1], device=table.device)
