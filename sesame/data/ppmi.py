@@ -10,7 +10,8 @@ tokens are left out. The SVD is randomized (Halko, Martinsson & Tropp 2011, scik
 
 Here the tokens are a run's own subword ids, read from its shards, so the vectors can start a model's token embedding
 (:func:`sesame.pipelines.starts.ppmi_embedding`) within the run's time budget: on WikiText-2 + the Gutenberg books
-(8.3M tokens, 16k ids) counting takes about 10 s and a 256-dimensional SVD about 25 s on two cores.
+(8.3M tokens, 16k ids) counting and a 256-dimensional SVD took 29 to 41 s on two cores (the line `sesame pretrain`
+prints).
 """
 from __future__ import annotations
 
