@@ -2,6 +2,7 @@
 the shards, and what NSP and SOP draw from them (negatives from other documents of the same file, both
 SOP segments in one document)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,9 @@ from sesame.objectives import AlbertPretraining, BertPretraining, MaskedLM
 from sesame.pipelines.pretrain import lm_metrics
 from sesame.tokenizer import train_tokenizer
 
-from .conftest import sentences
+from .conftest import load_script, sentences
+
+NSP_TOPICS = Path(__file__).resolve().parents[1] / "benchmarks" / "nsp_topics.py"  # the corpus, and its sweep over seeds
 
 WIKITEXT = """ 
  = Alpha Article = 
@@ -232,20 +235,7 @@ def test_nsp_learns_to_tell_another_documents_sentence_from_the_next(tmp_path, o
     (another document of the file) shares the topic one time in eight: accuracy can reach about 94%. A wiring
     fault (labels not following the pairs, the pooler not trained, partners from the same document) keeps it
     at chance."""
-    rng = np.random.default_rng(0)
-    topics = [[f"{a}{b}" for b in ("ra", "lo", "mi", "ne", "ku", "so")] for a in ("ba", "de", "fi", "go", "hu",
-                                                                                 "ja", "ke", "po")]
-
-    def corpus(n_docs: int) -> str:
-        docs = []
-        for d in range(n_docs):
-            words = topics[d % len(topics)]
-            docs.append("\n".join(" ".join(rng.choice(words, 8)) + " ." for _ in range(12)))
-        return "\n\n".join(docs) + "\n"
-
-    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
-    train.write_text(corpus(160))
-    valid.write_text(corpus(32))
+    train, valid = load_script(NSP_TOPICS, "nsp_topics").write_corpus(tmp_path)
     metrics = sesame.pretrain([str(train)], str(tmp_path / "run"), family="bert", size="tiny", vocab_size=120,
                               seq_len=32, valid=[str(valid)], max_steps=300, eval_every=300, progress=False)
     assert metrics["nsp_accuracy"] > 0.8, metrics
