@@ -145,6 +145,10 @@ class Family:
     # (Geiping & Goldstein 2022, "Cramming"; docs/results/foundation.md found the same at 20 minutes). Fine-tuning puts
     # --dropout (0.1) back.
     pretrain_dropout: float | None = 0.0
+    # how a new model's token embeddings start (pretrain --embedding-init): random, as every family's paper, or ppmi,
+    # the corpus's PPMI-SVD vectors (sesame.pipelines.starts.ppmi_embedding), where the 15-minute ablations chose it
+    # (docs/results/time_to_quality.md)
+    pretrain_embedding_init: str = "random"
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
     decoder_start: str | None = None
     # how an encoder-decoder's inputs start (sesame.inputs.SourceStart): BART's <s> text </s> (Lewis et al. 2020, §2.2,
@@ -172,7 +176,8 @@ FAMILIES: dict[str, Family] = {
     f.name: f
     for f in [
         #      name        tokenizer    objective  causal norm  emb-LN pooling paper
-        Family("bert", "wordpiece", "mlm_nsp", False, "post", True, "cls", "Devlin et al. 2019"),
+        Family("bert", "wordpiece", "mlm_nsp", False, "post", True, "cls", "Devlin et al. 2019",
+               pretrain_embedding_init="ppmi"),
         Family("roberta", "bpe", "mlm", False, "post", True, "cls", "Liu et al. 2019",
                recipe={"batch_size": 128, "accumulate": 4}),  # FULL-SENTENCES, dynamic masks, large batches
         Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",

@@ -141,10 +141,11 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                               "(T5's temperature-scaled mixing, Raffel et al. 2020, §3.5.2): 1 keeps "
                                               "the sources' shares, larger upsamples the small ones, such as the "
                                               "task's own texts (default: the windows as they come, shuffled)")
-    embedding_init: str = option("random", choices=EMBEDDING_INITS,
-                                 help="a new model's first token embeddings: random (the family's initialisation), "
-                                      "or ppmi: the truncated SVD of the corpus's positive PMI (Levy et al. 2015), "
-                                      "computed within the budget (docs/pretraining.md)")
+    embedding_init: str | None = option(None, choices=EMBEDDING_INITS,
+                                        help="a new model's first token embeddings: random (the family's "
+                                             "initialisation), or ppmi: the truncated SVD of the corpus's positive "
+                                             "PMI (Levy et al. 2015), computed within the budget (default: the "
+                                             "family's: ppmi for bert, random for the others; docs/pretraining.md)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")
@@ -192,6 +193,13 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
     @property
     def objective_name(self) -> str:
         return self.objective or self.fam.objective
+
+    @property
+    def embedding_start(self) -> str:
+        """``--embedding-init``, else the family's for a new model (``--from`` and ``--teacher`` bring theirs)."""
+        if self.embedding_init is not None:
+            return self.embedding_init
+        return "random" if self.base or self.teacher else self.fam.pretrain_embedding_init
 
     def given_fields(self) -> set[str]:
         """The fields the user set: ``explicit``, else those not at their default."""
@@ -286,7 +294,7 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                   "e.g. 64")
         if self.static_masks < 0:
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
-        if self.embedding_init != "random":
+        if self.embedding_init not in (None, "random"):
             self._check_embedding_init()
         if self.model_options:
             self._check_model_options()

@@ -234,8 +234,12 @@ def test_nsp_learns_to_tell_another_documents_sentence_from_the_next(tmp_path, o
     document are told apart. Eight topics, each document drawing its words from its own topic's, so a negative
     (another document of the file) shares the topic one time in eight: accuracy can reach about 94%. A wiring
     fault (labels not following the pairs, the pooler not trained, partners from the same document) keeps it
-    at chance."""
+    at chance. NSP sits at chance for a while before it learns, and how long depends on the seed and the start of
+    the token embeddings: from BERT's default, the corpus's PPMI-SVD, seed 0's plateau outlasts the 300 steps (0.55)
+    while seeds 1 to 7 pass (`benchmarks/nsp_topics.py`, docs/pretraining.md); so the wiring is tested from the
+    random start, whose eight seeds there all pass by step 200."""
     train, valid = load_script(NSP_TOPICS, "nsp_topics").write_corpus(tmp_path)
     metrics = sesame.pretrain([str(train)], str(tmp_path / "run"), family="bert", size="tiny", vocab_size=120,
-                              seq_len=32, valid=[str(valid)], max_steps=300, eval_every=300, progress=False)
+                              seq_len=32, valid=[str(valid)], max_steps=300, eval_every=300, embedding_init="random",
+                              progress=False)
     assert metrics["nsp_accuracy"] > 0.8, metrics

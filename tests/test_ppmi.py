@@ -117,16 +117,26 @@ def test_the_embedding_starts_from_the_centred_vectors_at_the_random_rows_norm(t
     assert after[kept].equal(before[kept])  # the specials and the ids never seen stay random
 
 
-def test_a_run_records_the_start_and_a_resume_refuses_another(tiny_run, tmp_path, capsys):
-    config = read_config(tiny_run / "run", "--out")
-    assert config.pretrained.embedding_init == "ppmi"
-    plain = tmp_path / "plain"
-    sesame.pretrain([str(tiny_run / "corpus.txt")], str(plain), size="tiny", vocab_size=120, seq_len=32, batch_size=4,
-                    max_steps=1, objective="mlm", progress=False)
-    assert "embedding_init" not in json.loads((plain / "config.json").read_text())  # runs as before: random
-    assert read_config(plain, "--out").pretrained.embedding_init == "random"
-    refused(["pretrain", "--resume", "--corpus", str(tiny_run / "corpus.txt"), "--out", str(plain),
-             "--embedding-init", "ppmi"], capsys, tmp_path, "--embedding-init ppmi", "was made with random")
+def tiny_pretrain(corpus, out, **options):
+    return sesame.pretrain([str(corpus)], str(out), size="tiny", vocab_size=120, seq_len=32, batch_size=4,
+                           max_steps=1, progress=False, **options)
+
+
+def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
+    """BERT's default (the 15-minute ablations', docs/results/time_to_quality.md); every other family's random start;
+    a continued run's embeddings are its base's; a run records its start and a resume refuses another."""
+    corpus = tiny_run / "corpus.txt"
+    tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
+    assert read_config(tmp_path / "bert", "--out").pretrained.embedding_init == "ppmi"
+    assert "sesame: token embeddings from the corpus's PPMI-SVD" in capsys.readouterr().err
+    for name, options in (("gpt", {"family": "gpt"}), ("random", {"embedding_init": "random"}),
+                          ("continued", {"base": str(tmp_path / "bert"), "objective": "mlm"})):
+        tiny_pretrain(corpus, tmp_path / name, **options)
+        assert "embedding_init" not in json.loads((tmp_path / name / "config.json").read_text())  # as runs before
+        assert read_config(tmp_path / name, "--out").pretrained.embedding_init == "random"
+        assert "PPMI" not in capsys.readouterr().err
+    refused(["pretrain", "--resume", "--corpus", str(corpus), "--out", str(tmp_path / "random"), "--embedding-init",
+             "ppmi"], capsys, tmp_path, "--embedding-init ppmi", "was made with random")
 
 
 def test_what_the_start_cannot_do_is_refused_in_one_line(tiny_run, tmp_path, capsys):

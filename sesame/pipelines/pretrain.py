@@ -109,7 +109,7 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
         model=model, train=asdict(cfg), setup=setup_record(spec), pretrained=PretrainedPart(
             objective=spec.objective_name, objective_options=spec.objective_settings(), seq_len=spec.seq_len,
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin.added_words,
-            discriminative=spec.discriminative, embedding_init=spec.embedding_init, shards=str(shards.path.resolve()),
+            discriminative=spec.discriminative, embedding_init=spec.embedding_start, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, sizing=sizing, corpus_mixing=mixing))
     _check_windows(config, shards, valid, valid_windows)

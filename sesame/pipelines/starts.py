@@ -144,8 +144,8 @@ def ppmi_embedding(backbone: nn.Module, corpus: Shards, *, skip: Sequence[int], 
     only the directions come from the counts (uncentred, unnormalised vectors share one dominant direction and span
     norms over orders of magnitude, and a BERT pre-trained from them stalled at the unigram loss). Ids in ``skip``
     (the specials) and ids that never co-occur keep their random rows; columns beyond the SVD's rank (a vocabulary
-    narrower than the table) are zero. (``--embedding-init ppmi``: a deliberate departure from every family's paper,
-    which starts from random embeddings; docs/pretraining.md.)"""
+    narrower than the table) are zero. (BERT's default and ``--embedding-init ppmi``: a deliberate departure from
+    every family's paper, which starts from random embeddings; docs/pretraining.md.)"""
     began = time.perf_counter()
     table = backbone.embed.tokens.weight
     vectors, counted = ppmi_vectors(corpus, table.shape[0], table.shape[1], skip=skip, seed=seed, progress=progress)
