@@ -27,7 +27,8 @@ from recorded import open_record, stage  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sesame  # noqa: E402
 
-TOPICS = [[f"{a}{b}" for b in ("ra", "lo", "mi", "ne", "ku", "so")] for a in ("ba", "de", "fi", "go", "hu", "ja", "ke", "po")]
+TOPICS = [[f"{a}{b}" for b in ("ra", "lo", "mi", "ne", "ku", "so")]
+          for a in ("ba", "de", "fi", "go", "hu", "ja", "ke", "po")]
 PASSED = 0.8
 
 
@@ -68,8 +69,8 @@ def table(results: dict, starts: list[str], seeds: list[int]) -> list[str]:
         cells = []
         for start in starts:
             r = results.get(f"{start}-seed{seed}")
-            cells.append("not run" if r is None else
-                         f"{100 * r['nsp_accuracy']:.1f} ({'step ' + str(r['passed_at']) if r['passed_at'] else 'never'})")
+            passed = f"step {r['passed_at']}" if r and r["passed_at"] else "never"
+            cells.append("not run" if r is None else f"{100 * r['nsp_accuracy']:.1f} ({passed})")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     return lines
 

@@ -20,7 +20,7 @@ from sesame.tokenizer import train_tokenizer
 
 from .conftest import load_script, sentences
 
-NSP_TOPICS = Path(__file__).resolve().parents[1] / "benchmarks" / "nsp_topics.py"  # the corpus, and its sweep over seeds
+NSP_TOPICS = Path(__file__).resolve().parents[1] / "benchmarks" / "nsp_topics.py"  # the corpus, and its seed sweep
 
 WIKITEXT = """ 
  = Alpha Article = 
