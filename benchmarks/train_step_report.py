@@ -13,10 +13,10 @@ bfloat16 computes bf16 matrix products by conversion, slower than fp32: its ``pe
 and the bf16 lines report that slowdown as measured. There the bf16 "peak" (square products up to 2048) is the
 conversion path's speed, not a ceiling: a tiny model's smaller products can beat it, and its bf16 MFU pass 1
 (one row read 1.06 at ``--size tiny`` on a 2-core AMD EPYC without AVX-512, 2026-11-29; a rerun's highest, BART's,
-0.79). Whether bf16 trains as well as fp32 is ``benchmarks/precision_loss.py``'s question. On CUDA each JSON line adds each side's peak step memory
-(``{side}_peak_step_memory_mib``: ``torch.cuda.max_memory_allocated`` during its timed steps above what was
-allocated when they began, i.e. activations, gradients and temporaries; the weights and AdamW state, equal on both
-sides, are left out; null on a CPU).
+0.79). Whether bf16 trains as well as fp32 is ``benchmarks/precision_loss.py``'s question. On CUDA each JSON line
+adds each side's peak step memory (``{side}_peak_step_memory_mib``: ``torch.cuda.max_memory_allocated`` during
+its timed steps above what was allocated when they began, i.e. activations, gradients and temporaries; the
+weights and AdamW state, equal on both sides, are left out; null on a CPU).
 """
 from __future__ import annotations
 
