@@ -226,11 +226,14 @@ def test_a_generation_whose_client_leaves_stops_at_the_next_token(runs, monkeypa
 
 
 GATED_SERVE = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
 import sesame.apps.serve.app as app
 from sesame.cli import main
 
+# Ctrl-C as a terminal delivers it: a background job of a script (``nohup pytest ... &``) starts with SIGINT ignored,
+# and a server started so drains on SIGINT and then exits 0, since the ignored signal uvicorn raises again is ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 gate, load = Path(sys.argv[1]), app.load
 
 def held(model, **kw):  # its generation's third forward pass waits until the file ``gate`` exists
