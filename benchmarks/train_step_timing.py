@@ -36,6 +36,10 @@ PRIMING_STEPS = 3  # untimed steps of a compiled contender: sesame's model compi
 # every unit busy (an H200 read 677-743 bf16 TFLOP/s at 4096)
 PEAK_SIZES = {"cpu": (512, 1024, 2048), "accelerator": (4096, 8192)}
 PEAK_REPEATS, PEAK_SECONDS = 3, 0.3  # timed products of each size, at least so many and for at least so long
+# a larger size is not timed when one product would take longer than this at the best rate so far: only an emulated
+# dtype is that slow, and there larger products read lower, not higher (bfloat16 on one AVX2 core without AVX512-BF16
+# or AMX: 1.1 GFLOP/s at 512, 0.3 at 2048, a minute a product)
+PEAK_PRODUCT_SECONDS = 4.0
 
 
 def synchronize(device: torch.device) -> None:
@@ -50,9 +54,12 @@ def matmul_peak(*, dtype: torch.dtype = torch.float32, device: torch.device = to
     matrices of each size of :data:`PEAK_SIZES` (a device's own, whatever the model's size), each size repeated
     :data:`PEAK_REPEATS` times and for ``seconds`` at least after a warm-up product. A product too small to fill the
     machine misreads it (a 256 x 256 one read 4 GFLOP/s in one run and 101 in another on two loaded cores,
-    docs/results/speed.md), and the best of many repeats skips those a descheduled thread slowed."""
+    docs/results/speed.md), and the best of many repeats skips those a descheduled thread slowed. The sweep stops
+    before a size whose one product would take over :data:`PEAK_PRODUCT_SECONDS` at the best rate so far."""
     best = 0.0
     for n in PEAK_SIZES["cpu" if device.type == "cpu" else "accelerator"]:
+        if best and 2 * n ** 3 / best > PEAK_PRODUCT_SECONDS:
+            break
         a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
         out = torch.empty(n, n, dtype=dtype, device=device)
         torch.mm(a, b, out=out)

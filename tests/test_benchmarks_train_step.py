@@ -69,6 +69,24 @@ def test_the_matmul_peak_is_taken_on_products_that_fill_the_machine(monkeypatch)
     assert min(products.values()) == 1 + train_step_timing.PEAK_REPEATS
 
 
+def test_the_peak_stops_before_a_product_too_slow_to_be_it(monkeypatch) -> None:
+    """On a CPU without native bfloat16 one 2048 x 2048 bfloat16 product took a minute (0.3 GFLOP/s against 1.1 at
+    512): a size whose product would take over PEAK_PRODUCT_SECONDS at the best rate so far is not timed."""
+    train_step()
+    import train_step_timing
+    sizes: Counter = Counter()
+    mm = torch.mm
+
+    def counted(a, b, *, out=None):
+        sizes[a.shape[0]] += 1
+        return mm(a, b, out=out)
+
+    monkeypatch.setattr(torch, "mm", counted)
+    monkeypatch.setattr(train_step_timing, "PEAK_PRODUCT_SECONDS", 1e-9)  # any product is too slow after the first
+    assert train_step_timing.matmul_peak(seconds=0) > 0
+    assert set(sizes) == {train_step_timing.PEAK_SIZES["cpu"][0]}
+
+
 @pytest.mark.parametrize("style", ["t5", "bart"])
 def test_both_sides_of_an_encoder_decoder_step_compute_one_function(style: str) -> None:
     """transformers' model has the configuration the interop derives from sesame's, and sesame's model its weights:
