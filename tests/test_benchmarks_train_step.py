@@ -50,12 +50,8 @@ def test_each_precision_against_transformers_and_against_fp32(capsys) -> None:
     assert rows[2]["peak_ratio"] == pytest.approx(mlm_bf16["peak_gflop_per_s"] / mlm_fp32["peak_gflop_per_s"])
 
 
-def test_the_matmul_peak_is_taken_on_products_that_fill_the_machine(monkeypatch) -> None:
-    """Whatever the model's size, the peak is the best of square products up to 2048 x 2048 on a CPU, each size timed
-    at least PEAK_REPEATS times after a warm-up: at --size tiny one 256 x 256 product once set it, which read 4 GFLOP/s
-    on two loaded cores in one run and 101 in another."""
-    train_step()
-    import train_step_timing  # importable once the script put benchmarks/ on the path
+def counted_products(monkeypatch) -> Counter:
+    """``torch.mm``'s calls from now on, counted by their first operand's shape."""
     products: Counter = Counter()
     mm = torch.mm
 
@@ -64,6 +60,16 @@ def test_the_matmul_peak_is_taken_on_products_that_fill_the_machine(monkeypatch)
         return mm(a, b, out=out)
 
     monkeypatch.setattr(torch, "mm", counted)
+    return products
+
+
+def test_the_matmul_peak_is_taken_on_products_that_fill_the_machine(monkeypatch) -> None:
+    """Whatever the model's size, the peak is the best of square products up to 2048 x 2048 on a CPU, each size timed
+    at least PEAK_REPEATS times after a warm-up: at --size tiny one 256 x 256 product once set it, which read 4 GFLOP/s
+    on two loaded cores in one run and 101 in another."""
+    train_step()
+    import train_step_timing  # importable once the script put benchmarks/ on the path
+    products = counted_products(monkeypatch)
     assert train_step_timing.matmul_peak(seconds=0) > 0
     assert max(n for n, _ in products) >= 2048 and all(n == m for n, m in products)
     assert min(products.values()) == 1 + train_step_timing.PEAK_REPEATS
@@ -74,17 +80,10 @@ def test_the_peak_stops_before_a_product_too_slow_to_be_it(monkeypatch) -> None:
     512): a size whose product would take over PEAK_PRODUCT_SECONDS at the best rate so far is not timed."""
     train_step()
     import train_step_timing
-    sizes: Counter = Counter()
-    mm = torch.mm
-
-    def counted(a, b, *, out=None):
-        sizes[a.shape[0]] += 1
-        return mm(a, b, out=out)
-
-    monkeypatch.setattr(torch, "mm", counted)
+    products = counted_products(monkeypatch)
     monkeypatch.setattr(train_step_timing, "PEAK_PRODUCT_SECONDS", 1e-9)  # any product is too slow after the first
     assert train_step_timing.matmul_peak(seconds=0) > 0
-    assert set(sizes) == {train_step_timing.PEAK_SIZES["cpu"][0]}
+    assert {n for n, _ in products} == {train_step_timing.PEAK_SIZES["cpu"][0]}
 
 
 @pytest.mark.parametrize("style", ["t5", "bart"])
