@@ -1,10 +1,11 @@
 """Frozen-feature probe: how well a pre-trained backbone's hidden states separate a task's classes, without fine-tuning.
 
-For each run (a pretrained run directory, or ``scratch:RUN`` for the same shape and tokenizer with random weights,
-seeded), every text of ``--train`` and ``--dev`` is read as the tokenizer's single-text template gives it (cut to
-``--max-length`` tokens) and pooled three ways: the first position of the last layer ([CLS] for BERT-style
-encoders), the mean of the last layer over the real tokens, and the means of every layer (the embeddings' output
-first) side by side, as ELMo's scalar mix would read them (Peters et al. 2018, Eq. 1, without the learned weights).
+For each run (a pretrained run directory; ``scratch:RUN`` for the same shape and tokenizer with random weights,
+seeded; or ``counts:RUN`` for those random weights with the token embeddings a new run of RUN's corpus starts from,
+its shards' PPMI-SVD, as ``--embedding-init ppmi`` sets them: what the counts give before any pre-training), every text of ``--train`` and ``--dev`` is read as the tokenizer's single-text template gives it (cut to
+``--max-length`` tokens) and pooled four ways: the first position of the last layer ([CLS] for BERT-style
+encoders), the mean of the last layer over the real tokens, the mean of the embeddings' output (the token table,
+with positions, before any layer), and the means of every layer (the embeddings' output first) side by side, as ELMo's scalar mix would read them (Peters et al. 2018, Eq. 1, without the learned weights).
 Each pooling is standardised on the training rows and fitted by logistic regression, with the inverse
 regularisation of :data:`C_GRID` that scores best on dev (so, like ``sesame compare``'s TF-IDF baseline, whose grid
 is picked the same way, the dev score is slightly optimistic). Dense features of a few hundred dimensions fitted on
@@ -31,27 +32,45 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sesame.data.shards import Shards  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
 from sesame.models import EncoderDecoder  # noqa: E402
 from sesame.pipelines.stages import LabeledFiles  # noqa: E402
+from sesame.pipelines.starts import ppmi_embedding  # noqa: E402
 from sesame.run import build_backbone, load_backbone, load_tokenizer, read_config  # noqa: E402
 from sesame.tasks.base import pad  # noqa: E402
 from sesame.tasks.classify import collate  # noqa: E402
 from sesame.tokenizer import TextTokenizer  # noqa: E402
 from sesame.train.checkpoint import write_json  # noqa: E402
 
-POOLINGS = ("first", "mean", "mean of every layer")
+POOLINGS = ("first", "mean", "mean of the embeddings", "mean of every layer")
 C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # logistic regression's inverse regularisation, picked on dev
-SCRATCH = "scratch:"
+SCRATCH, COUNTS = "scratch:", "counts:"
 BATCH = 64
 
 
+def run_of(name: str) -> str:
+    """The run directory ``name`` names (without its ``scratch:`` or ``counts:``)."""
+    return name.removeprefix(SCRATCH).removeprefix(COUNTS)
+
+
 def backbone_of(name: str, seed: int) -> torch.nn.Module:
-    """The backbone ``name`` names: a run's with its weights, or (``scratch:RUN``) its shape with random ones."""
-    if not name.startswith(SCRATCH):
+    """The backbone ``name`` names: a run's with its weights, its shape with random ones (``scratch:RUN``), or those
+    with the token embeddings from RUN's shards' PPMI-SVD (``counts:RUN``, the run's pre-training seed)."""
+    if not name.startswith((SCRATCH, COUNTS)):
         return load_backbone(name, "--runs")
+    config = read_config(run_of(name), "--runs", ("pretrained", "finetuned"))
     torch.manual_seed(seed)
-    return build_backbone(read_config(name[len(SCRATCH):], "--runs", ("pretrained", "finetuned"))).eval()
+    backbone = build_backbone(config).eval()
+    if name.startswith(COUNTS):
+        shards = config.pretrained.shards
+        if shards is None or not Path(shards).is_dir():
+            raise SesameError(f"--runs {name}: its config.json names no shards folder that is still there "
+                              f"({shards}); probe a run whose shards are kept")
+        specials = load_tokenizer(run_of(name), "--runs").specials.all
+        ppmi_embedding(backbone, Shards(shards), skip=specials, seed=(config.train or {}).get("seed", 0),
+                       progress=False)
+    return backbone
 
 
 @torch.no_grad()
@@ -68,6 +87,7 @@ def pooled(backbone: torch.nn.Module, tokenizer: TextTokenizer, texts: list[str]
         means = [(h.float() * weights).sum(1) for h in layers]
         out["first"].append(layers[-1][:, 0].float())
         out["mean"].append(means[-1])
+        out["mean of the embeddings"].append(means[0])
         out["mean of every layer"].append(torch.cat(means, -1))
     return {p: torch.cat(rows).numpy() for p, rows in out.items()}
 
@@ -93,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     p.add_argument("--dev", required=True)
     p.add_argument("--text-column", default="text")
     p.add_argument("--label-column", default="label")
-    p.add_argument("--runs", nargs="+", required=True, help="pretrained runs, or scratch:RUN for its random twin")
+    p.add_argument("--runs", nargs="+", required=True, help="pretrained runs; scratch:RUN for its random twin; "
+                                                            "counts:RUN for that twin with the counted token table")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--seed", type=int, default=0, help="a scratch twin's random weights")
     p.add_argument("--json", help="write the figures here")
@@ -105,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         rows = {split: task.read(path) for split, path in (("train", args.train), ("dev", args.dev))}
         results = {}
         for name in args.runs:
-            backbone, tokenizer = backbone_of(name, args.seed), load_tokenizer(name.removeprefix(SCRATCH), "--runs")
+            backbone, tokenizer = backbone_of(name, args.seed), load_tokenizer(run_of(name), "--runs")
             train, dev = ((pooled(backbone, tokenizer, [r["text"] for r in rows[s]], args.max_length),
                            [r["label"] for r in rows[s]]) for s in ("train", "dev"))
             results[name] = probe(train, dev)
