@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import MISSING, Field, field, fields
 from typing import Any, Callable, Iterable
 
@@ -77,7 +78,8 @@ def check_ranges(spec: Any) -> None:
         if within is None or value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not within[0] <= value < within[1]:
-            raise SesameError(f"{flag_name(f)} {value}: must be at least {within[0]:g} and below {within[1]:g}")
+            below = f" and below {within[1]:g}" if math.isfinite(within[1]) else ""
+            raise SesameError(f"{flag_name(f)} {value}: must be at least {within[0]:g}{below}")
 
 
 def given(args: argparse.Namespace, cls: type) -> dict:

@@ -166,7 +166,8 @@ def resumed_pretraining(spec: PretrainSpec) -> PretrainSpec:
                           f"{spec.out} --corpus FILES --out NEW")
     recorded = {"family": config.family, "size": AUTO if part.sizing else config.size, "objective": part.objective,
                 "seq_len": part.seq_len, "static_masks": part.static_masks, "final_seq_len": part.final_seq_len,
-                "discriminative": part.discriminative, "embedding_init": part.embedding_init, "base": config.base,
+                "discriminative": part.discriminative, "embedding_init": part.embedding_init,
+                "embedding_rate": part.embedding_rate, "base": config.base,
                 "mixing_temperature": part.corpus_mixing.temperature if part.corpus_mixing else None,
                 "dropout": config.model.dropout, "attention_window": getattr(config.model, "attention_window", None),
                 **(TEACHER_BEFORE if "teacher" in config.setup else {}), **config.setup}

@@ -61,6 +61,7 @@ class PretrainedPart:
     added_words: int = 0  # continued pre-training: the new corpus's words added to the vocabulary
     discriminative: float = 1.0
     embedding_init: str = "random"  # --embedding-init: how a new model's token embeddings started (runs before: random)
+    embedding_rate: float = 1.0  # --embedding-rate: the token table's share of the peak rate (runs before: 1)
     shards: str | None = None
     valid_shards: str | None = None
     valid_size: dict | None = None  # bytes and characters of --valid's text (bits per byte)
@@ -187,7 +188,7 @@ PARTS = {"pretrained": PretrainedPart, "finetuned": FinetunedPart, "cove": CoveP
 # and each part's, pinned to be exactly those by tests/test_run_schema.py
 KEYS = ("kind", "family", "model", "additions", "size", "pooling", "base", "train", "hf", "runtime", "version",
         "sesame_version", "objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
-        "discriminative", "embedding_init", "shards", "valid_shards", "valid_size", "setup", "sizing", "corpus_mixing",
+        "discriminative", "embedding_init", "embedding_rate", "shards", "valid_shards", "valid_size", "setup", "sizing", "corpus_mixing",
         "task", "task_options", "select", "max_length", "recipe", "epochs", "batching", "train_file", "dev_file",
         "mixture", "lowercase", "vectors", "vector_coverage", "train_src", "train_tgt", "valid_src", "valid_tgt")
 # the keys config.json always holds for a run of each kind (any other only when not at its default)

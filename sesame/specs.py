@@ -146,6 +146,11 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                              "initialisation), or ppmi: the truncated SVD of the corpus's positive "
                                              "PMI (Levy et al. 2015), computed within the budget (default: the "
                                              "family's: ppmi for bert, random for the others; docs/pretraining.md)")
+    embedding_rate: float = option(1.0, within=(0.0, math.inf), metavar="SHARE",
+                                   help="the token embeddings' learning rate as a share of the peak rate: 0 keeps "
+                                        "the table as it started (with --embedding-init ppmi, the counted vectors) "
+                                        "while the layers learn over it (default 1: one rate for every weight; "
+                                        "docs/pretraining.md)")
     objective: str | None = option(None, help="override the family's objective, e.g. mlm for BERT without NSP")
     objective_options: dict = option(factory=dict, cli=False,
                                      help="the objective's options over the family's (--masking, --objective-option)")
@@ -295,7 +300,9 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         if self.static_masks < 0:
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
         if self.embedding_init not in (None, "random"):
-            self._check_embedding_init()
+            self._check_embedding_init(f"--embedding-init {self.embedding_init}", new_model=True)
+        if self.embedding_rate != 1:
+            self._check_embedding_init(f"--embedding-rate {self.embedding_rate:g}", new_model=False)
         if self.model_options:
             self._check_model_options()
         if self.mixing_temperature is not None:
@@ -314,10 +321,10 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
             raise SesameError(f"{flag}: draws each window afresh, where --static-masks {self.static_masks} fixes a "
                               "window's masks per pass over the corpus; drop one of them")
 
-    def _check_embedding_init(self) -> None:
-        """``--embedding-init ppmi`` starts a new model's table of token embeddings."""
-        flag = f"--embedding-init {self.embedding_init}"
-        if self.base or self.teacher:
+    def _check_embedding_init(self, flag: str, *, new_model: bool) -> None:
+        """``--embedding-init ppmi`` starts a new model's table of token embeddings (``new_model``);
+        ``--embedding-rate`` sets any model's rate for its table."""
+        if new_model and (self.base or self.teacher):
             source = f"--from {self.base}" if self.base else f"--teacher {self.teacher}"
             raise SesameError(f"{flag}: {source} brings its own embeddings; drop {flag}")
         if any(f.name == "max_chars" for f in fields(ARCHITECTURES[self.fam.arch][0])):

@@ -1,5 +1,6 @@
-"""Count-based token vectors (sesame.data.ppmi, Levy, Goldberg & Dagan 2015) and `sesame pretrain --embedding-init
-ppmi`, which starts a new model's token embeddings from them."""
+"""Count-based token vectors (sesame.data.ppmi, Levy, Goldberg & Dagan 2015), `sesame pretrain --embedding-init
+ppmi`, which starts a new model's token embeddings from them, and `--embedding-rate`, the table's share of the rate
+(0 keeps it as it started)."""
 import json
 import random
 
@@ -13,6 +14,8 @@ from sesame.data.ppmi import cooccurrence_counts, ppmi, ppmi_vectors, shard_cooc
 from sesame.data.shards import Shards
 from sesame.pipelines.starts import ppmi_embedding
 from sesame.run import build_backbone, load_tokenizer, read_config
+from sesame.train.checkpoint import load_weights
+from sesame.train.recipes import table_share
 
 from .conftest import refused
 
@@ -118,8 +121,8 @@ def test_the_embedding_starts_from_the_centred_vectors_at_the_random_rows_norm(t
 
 
 def tiny_pretrain(corpus, out, **options):
-    return sesame.pretrain([str(corpus)], str(out), size="tiny", vocab_size=120, seq_len=32, batch_size=4,
-                           max_steps=1, progress=False, **options)
+    return sesame.pretrain([str(corpus)], str(out), **{"size": "tiny", "vocab_size": 120, "seq_len": 32,
+                                                       "batch_size": 4, "max_steps": 1, "progress": False, **options})
 
 
 def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
@@ -146,3 +149,46 @@ def test_what_the_start_cannot_do_is_refused_in_one_line(tiny_run, tmp_path, cap
             "characters")
     refused([*corpus, "--from", str(tiny_run / "run")], capsys, tmp_path, "--embedding-init ppmi: --from",
             "brings its own embeddings")
+    refused([*corpus[:-2], "--family", "elmo", "--embedding-rate", "0"], capsys, tmp_path, "--embedding-rate 0: elmo "
+            "spells its tokens from characters")
+    refused([*corpus[:-2], "--embedding-rate", "-1"], capsys, tmp_path, "--embedding-rate -1.0: must be at least 0")
+
+
+TABLE = "backbone.embed.tokens.weight"
+
+
+def test_a_table_at_rate_0_stays_as_it_started_while_the_layers_learn_and_a_resume_keeps_it(tiny_run, tmp_path):
+    corpus, run = tiny_run / "corpus.txt", tmp_path / "frozen"
+    tiny_pretrain(corpus, run, objective="mlm", embedding_rate=0.0, max_steps=2)
+    assert json.loads((run / "config.json").read_text())["embedding_rate"] == 0.0
+    config, tok = read_config(run, "--out"), load_tokenizer(run)
+    torch.manual_seed(0)  # the run's first weights: its seed's random draws, then the counts
+    backbone = build_backbone(config)
+    ppmi_embedding(backbone, Shards(config.pretrained.shards), skip=tok.specials.all, seed=0, progress=False)
+    at_2 = load_weights(run / "model.safetensors")
+    assert at_2[TABLE].equal(backbone.embed.tokens.weight.detach())
+    sesame.pretrain([str(corpus)], str(run), resume=True, max_steps=4, progress=False)
+    at_4 = load_weights(run / "model.safetensors")
+    assert at_4[TABLE].equal(at_2[TABLE])
+    moved = [name for name in at_2 if name != TABLE and not at_4[name].equal(at_2[name])]
+    assert len(moved) > len(at_2) // 2  # the layers (and the output bias) trained on
+
+
+def test_a_share_of_the_rate_moves_the_table_to_a_group_of_its_own_at_that_share():
+    table, weight, bias = (torch.nn.Parameter(torch.zeros(shape)) for shape in ((8, 4), (4, 4), (4,)))
+    groups = [{"params": [table, weight], "lr": 1e-3, "base_lr": 1e-3, "weight_decay": 0.01},
+              {"params": [bias], "lr": 1e-3, "base_lr": 1e-3, "weight_decay": 0.0}]
+    shared = table_share(groups, table, 0.25)
+    assert [g["params"] for g in shared] == [[weight], [bias], [table]]  # the peak's group stays first
+    assert (shared[-1]["lr"], shared[-1]["base_lr"], shared[-1]["weight_decay"]) == (2.5e-4, 2.5e-4, 0.01)
+    assert shared[0] == {**groups[0], "params": [weight]} and shared[1] == groups[1]
+
+
+def test_a_run_records_its_table_rate_and_a_resume_refuses_another(tiny_run, tmp_path, capsys):
+    corpus = tiny_run / "corpus.txt"
+    tiny_pretrain(corpus, tmp_path / "half", objective="mlm", embedding_rate=0.5)
+    assert read_config(tmp_path / "half", "--out").pretrained.embedding_rate == 0.5
+    tiny_pretrain(corpus, tmp_path / "one", objective="mlm")
+    assert "embedding_rate" not in json.loads((tmp_path / "one" / "config.json").read_text())  # as runs before
+    refused(["pretrain", "--resume", "--corpus", str(corpus), "--out", str(tmp_path / "half"), "--embedding-rate",
+             "1"], capsys, tmp_path, "--embedding-rate 1", "was made with 0.5")

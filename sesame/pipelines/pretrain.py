@@ -109,7 +109,8 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
         model=model, train=asdict(cfg), setup=setup_record(spec), pretrained=PretrainedPart(
             objective=spec.objective_name, objective_options=spec.objective_settings(), seq_len=spec.seq_len,
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin.added_words,
-            discriminative=spec.discriminative, embedding_init=spec.embedding_start, shards=str(shards.path.resolve()),
+            discriminative=spec.discriminative, embedding_init=spec.embedding_start,
+            embedding_rate=spec.embedding_rate, shards=str(shards.path.resolve()),
             valid_shards=str(valid.path.resolve()) if valid else None,
             valid_size=held_out.size() if held_out else None, sizing=sizing, corpus_mixing=mixing))
     _check_windows(config, shards, valid, valid_windows)
@@ -134,7 +135,8 @@ def _check_windows(config: RunConfig, shards: Shards, valid: Shards | None, vali
 def _trainer(learner: nn.Module, obj: Objective, config: RunConfig, shards: Shards, settings: RunSettings
              ) -> Trainer:
     """The trainer of ``learner`` over the windows of the run's ``shards`` (BERT's second phase of longer ones last),
-    validating ``obj`` on the held-out windows, with ULMFiT's discriminative rates when the run has them."""
+    validating ``obj`` on the held-out windows, with ULMFiT's discriminative rates when the run has them and the
+    token table at its own share of the rate (``--embedding-rate``; 0: frozen, so no gradient is computed for it)."""
     cfg, part = settings.config, config.pretrained
     windows, valid_shards, valid_windows = _windows(config, shards, Shards(part.valid_shards)
                                                     if part.valid_shards else None)
@@ -142,9 +144,13 @@ def _trainer(learner: nn.Module, obj: Objective, config: RunConfig, shards: Shar
     if part.final_seq_len:
         final = window_length(config, part.final_seq_len)
         phases.append((final, shards.windows(final)))
-    factor = part.discriminative
+    factor, share, table = part.discriminative, part.embedding_rate, obj.backbone.embed.tokens.weight
+    if share == 0:
+        table.requires_grad_(False)
     rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
-                                                factor) if factor != 1 else None
+                                                factor) if factor != 1 or share not in (0, 1) else None
+    if share not in (0, 1):
+        rates = recipes.table_share(rates, table, share)
     return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, part.static_masks,
                                                      part.corpus_mixing),
                    evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config), cfg.seed,

@@ -289,6 +289,20 @@ def discriminative_param_groups(groups: list[list[nn.Parameter]], lr: float, wei
     return param_groups
 
 
+def table_share(groups: list[dict], table: nn.Parameter, share: float) -> list[dict]:
+    """``groups`` with the token embedding ``table`` moved to a group of its own at ``share`` × the rate (and the
+    decay) of the group it was in (``pretrain --embedding-rate``); that group comes last, so the first group's rate,
+    the one the log shows, stays the peak's."""
+    kept, own = [], []
+    for group in groups:
+        rest = [p for p in group["params"] if p is not table]
+        if len(rest) < len(group["params"]):
+            own.append({**group, "params": [table], "lr": group["lr"] * share, "base_lr": group["base_lr"] * share})
+        if rest:
+            kept.append({**group, "params": rest})
+    return kept + own
+
+
 def gradual_unfreezing(groups: list[list[nn.Parameter]], epoch: int) -> int:
     """Gradual unfreezing (ULMFiT §3.2): in epoch ``epoch`` (from 0) the top ``epoch + 1`` layer groups
     train and the others are frozen (``requires_grad`` False), so the head trains alone first and one
