@@ -2,10 +2,12 @@
 
 For each run (a pretrained run directory; ``scratch:RUN`` for the same shape and tokenizer with random weights,
 seeded; or ``counts:RUN`` for those random weights with the token embeddings a new run of RUN's corpus starts from,
-its shards' PPMI-SVD, as ``--embedding-init ppmi`` sets them: what the counts give before any pre-training), every text of ``--train`` and ``--dev`` is read as the tokenizer's single-text template gives it (cut to
-``--max-length`` tokens) and pooled four ways: the first position of the last layer ([CLS] for BERT-style
-encoders), the mean of the last layer over the real tokens, the mean of the embeddings' output (the token table,
-with positions, before any layer), and the means of every layer (the embeddings' output first) side by side, as ELMo's scalar mix would read them (Peters et al. 2018, Eq. 1, without the learned weights).
+its shards' PPMI-SVD, as ``--embedding-init ppmi`` sets them: what the counts give before any pre-training), every
+text of ``--train`` and ``--dev`` is read as the tokenizer's single-text template gives it (cut to ``--max-length``
+tokens) and pooled four ways: the first position of the last layer ([CLS] for BERT-style encoders), the mean of the
+last layer over the real tokens, the mean of the embeddings' output (the token table, with positions, before any
+layer), and the means of every layer (the embeddings' output first) side by side, as ELMo's scalar mix would read
+them (Peters et al. 2018, Eq. 1, without the learned weights).
 Each pooling is standardised on the training rows and fitted by logistic regression, with the inverse
 regularisation of :data:`C_GRID` that scores best on dev (so, like ``sesame compare``'s TF-IDF baseline, whose grid
 is picked the same way, the dev score is slightly optimistic). Dense features of a few hundred dimensions fitted on

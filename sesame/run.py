@@ -188,9 +188,10 @@ PARTS = {"pretrained": PretrainedPart, "finetuned": FinetunedPart, "cove": CoveP
 # and each part's, pinned to be exactly those by tests/test_run_schema.py
 KEYS = ("kind", "family", "model", "additions", "size", "pooling", "base", "train", "hf", "runtime", "version",
         "sesame_version", "objective", "objective_options", "seq_len", "static_masks", "final_seq_len", "added_words",
-        "discriminative", "embedding_init", "embedding_rate", "shards", "valid_shards", "valid_size", "setup", "sizing", "corpus_mixing",
-        "task", "task_options", "select", "max_length", "recipe", "epochs", "batching", "train_file", "dev_file",
-        "mixture", "lowercase", "vectors", "vector_coverage", "train_src", "train_tgt", "valid_src", "valid_tgt")
+        "discriminative", "embedding_init", "embedding_rate", "shards", "valid_shards", "valid_size", "setup", "sizing",
+        "corpus_mixing", "task", "task_options", "select", "max_length", "recipe", "epochs", "batching", "train_file",
+        "dev_file", "mixture", "lowercase", "vectors", "vector_coverage", "train_src", "train_tgt", "valid_src",
+        "valid_tgt")
 # the keys config.json always holds for a run of each kind (any other only when not at its default)
 SECTIONS = {
     "common": {"version", "sesame_version", "kind", "family", "size", "model", "pooling", "base", "train"},

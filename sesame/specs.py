@@ -300,9 +300,9 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         if self.static_masks < 0:
             raise SesameError(f"--static-masks {self.static_masks}: use 0 (fresh masks each time) or a positive count")
         if self.embedding_init not in (None, "random"):
-            self._check_embedding_init(f"--embedding-init {self.embedding_init}", new_model=True)
+            self._check_token_table(f"--embedding-init {self.embedding_init}", new_model=True)
         if self.embedding_rate != 1:
-            self._check_embedding_init(f"--embedding-rate {self.embedding_rate:g}", new_model=False)
+            self._check_token_table(f"--embedding-rate {self.embedding_rate:g}", new_model=False)
         if self.model_options:
             self._check_model_options()
         if self.mixing_temperature is not None:
@@ -321,7 +321,7 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
             raise SesameError(f"{flag}: draws each window afresh, where --static-masks {self.static_masks} fixes a "
                               "window's masks per pass over the corpus; drop one of them")
 
-    def _check_embedding_init(self, flag: str, *, new_model: bool) -> None:
+    def _check_token_table(self, flag: str, *, new_model: bool) -> None:
         """``--embedding-init ppmi`` starts a new model's table of token embeddings (``new_model``);
         ``--embedding-rate`` sets any model's rate for its table."""
         if new_model and (self.base or self.teacher):

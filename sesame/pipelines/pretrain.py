@@ -144,13 +144,13 @@ def _trainer(learner: nn.Module, obj: Objective, config: RunConfig, shards: Shar
     if part.final_seq_len:
         final = window_length(config, part.final_seq_len)
         phases.append((final, shards.windows(final)))
-    factor, share, table = part.discriminative, part.embedding_rate, obj.backbone.embed.tokens.weight
+    factor, share = part.discriminative, part.embedding_rate
     if share == 0:
-        table.requires_grad_(False)
+        obj.backbone.embed.tokens.weight.requires_grad_(False)
     rates = recipes.discriminative_param_groups(recipes.layer_groups(obj, obj.backbone), cfg.lr, cfg.weight_decay,
                                                 factor) if factor != 1 or share not in (0, 1) else None
     if share not in (0, 1):
-        rates = recipes.table_share(rates, table, share)
+        rates = recipes.table_share(rates, obj.backbone.embed.tokens.weight, share)
     return Trainer(learner, settings, window_batches(learner, shards, phases, cfg, part.static_masks,
                                                      part.corpus_mixing),
                    evaluate=lambda m: lm_metrics(m, valid_shards, valid_windows, window_length(config), cfg.seed,
