@@ -34,12 +34,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sesame.data.shards import Shards  # noqa: E402
 from sesame.errors import SesameError  # noqa: E402
 from sesame.models import EncoderDecoder  # noqa: E402
 from sesame.pipelines.stages import LabeledFiles  # noqa: E402
-from sesame.pipelines.starts import ppmi_embedding  # noqa: E402
-from sesame.run import build_backbone, load_backbone, load_tokenizer, read_config  # noqa: E402
+from sesame.pipelines.starts import counted_table  # noqa: E402
+from sesame.run import build_backbone, load_backbone, load_tokenizer  # noqa: E402
+from sesame.sources import resolve_source  # noqa: E402
 from sesame.tasks.base import pad  # noqa: E402
 from sesame.tasks.classify import collate  # noqa: E402
 from sesame.tokenizer import TextTokenizer  # noqa: E402
@@ -47,32 +47,22 @@ from sesame.train.checkpoint import write_json  # noqa: E402
 
 POOLINGS = ("first", "mean", "mean of the embeddings", "mean of every layer")
 C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)  # logistic regression's inverse regularisation, picked on dev
-SCRATCH, COUNTS = "scratch:", "counts:"
 BATCH = 64
 
 
-def run_of(name: str) -> str:
-    """The run directory ``name`` names (without its ``scratch:`` or ``counts:``)."""
-    return name.removeprefix(SCRATCH).removeprefix(COUNTS)
-
-
-def backbone_of(name: str, seed: int) -> torch.nn.Module:
-    """The backbone ``name`` names: a run's with its weights, its shape with random ones (``scratch:RUN``), or those
-    with the token embeddings from RUN's shards' PPMI-SVD (``counts:RUN``, the run's pre-training seed)."""
-    if not name.startswith((SCRATCH, COUNTS)):
-        return load_backbone(name, "--runs")
-    config = read_config(run_of(name), "--runs", ("pretrained", "finetuned"))
+def backbone_of(name: str, seed: int) -> tuple[torch.nn.Module, TextTokenizer]:
+    """The backbone ``name`` names and its tokenizer: a run's with its weights, its shape with random ones seeded by
+    ``seed`` (``scratch:RUN``), or those with the counted token table (``counts:RUN``: sesame.sources)."""
+    source = resolve_source(name, "--runs")
+    if not source.scratch:
+        return load_backbone(name, "--runs"), load_tokenizer(name, "--runs")
+    if source.config is None:
+        raise SesameError(f"--runs {name}: a probe twins a run; write scratch:RUN or counts:RUN with its directory")
     torch.manual_seed(seed)
-    backbone = build_backbone(config).eval()
-    if name.startswith(COUNTS):
-        shards = config.pretrained.shards
-        if shards is None or not Path(shards).is_dir():
-            raise SesameError(f"--runs {name}: its config.json names no shards folder that is still there "
-                              f"({shards}); probe a run whose shards are kept")
-        specials = load_tokenizer(run_of(name), "--runs").specials.all
-        ppmi_embedding(backbone, Shards(shards), skip=specials, seed=(config.train or {}).get("seed", 0),
-                       progress=False)
-    return backbone
+    backbone, tokenizer = build_backbone(source.config).eval(), load_tokenizer(source.path, "--runs")
+    if source.counted:
+        counted_table(backbone, source.config, tokenizer, progress=False)
+    return backbone, tokenizer
 
 
 @torch.no_grad()
@@ -128,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         rows = {split: task.read(path) for split, path in (("train", args.train), ("dev", args.dev))}
         results = {}
         for name in args.runs:
-            backbone, tokenizer = backbone_of(name, args.seed), load_tokenizer(run_of(name), "--runs")
+            backbone, tokenizer = backbone_of(name, args.seed)
             train, dev = ((pooled(backbone, tokenizer, [r["text"] for r in rows[s]], args.max_length),
                            [r["label"] for r in rows[s]]) for s in ("train", "dev"))
             results[name] = probe(train, dev)

@@ -24,7 +24,7 @@ encoder (T5's and BART's own sizes do); ``hf_model_type`` names the transformers
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import SesameError
@@ -165,6 +165,12 @@ class Family:
     def maker(self) -> str:
         """The command that makes its runs: its application's, else ``sesame pretrain``."""
         return f"sesame {self.command}" if self.command else f"sesame pretrain --family {self.name}"
+
+    @property
+    def token_table(self) -> bool:
+        """Whether its backbone reads tokens from a table of embeddings (``embed.tokens``), which counts can start;
+        ELMo spells them from characters."""
+        return not any(f.name == "max_chars" for f in fields(ARCHITECTURES[self.arch][0]))
 
 
 RECURRENT_FINETUNE = {"lr": 2e-3}  # Adam's usual rate for LSTMs

@@ -7,7 +7,10 @@ into one typed :class:`Source`, which every pipeline and application asks instea
   its ``model_type`` imports as (:func:`sesame.interop.hf_import.transformers_family`);
 * ``scratch:FAMILY:SIZE``: ``kind == "scratch"``, a new model of that family and size;
 * ``scratch:RUN``: ``kind == "scratch"`` with the pretrained run's directory and config, its twin: the run's family,
-  shape and tokenizer with new weights, so that what pre-training bought can be measured.
+  shape and tokenizer with new weights, so that what pre-training bought can be measured;
+* ``counts:RUN``: that twin with ``counted`` set: its token table from the PPMI-SVD of the run's shards, as a new
+  run of them starts with ``--embedding-init ppmi`` (:func:`sesame.pipelines.starts.counted_table`), so that what
+  the training steps bought over the counts can be measured.
 
 Every source has its family's registry row, resolved here once, which the pipelines pass along.
 """
@@ -24,7 +27,7 @@ from .interop.hf_import import transformers_family
 from .interop.sources import MINILM, converted, minilm_dir, transformers_config
 from .run import RunConfig, read_config
 
-SCRATCH = "scratch:"
+SCRATCH, COUNTS = "scratch:", "counts:"
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Source:
     config: RunConfig | None = None  # a run's config.json
     size: str | None = None
     hf: dict | None = None  # a transformers directory's config.json, read once here and passed to its conversion
+    counted: bool = False  # counts:RUN, a scratch twin whose token table starts from the run's counts
 
     @property
     def scratch(self) -> bool:
@@ -65,6 +69,8 @@ def resolve_source(given: str | Path, flag: str) -> Source:
     given = str(given)
     if given.startswith(SCRATCH) and Path(given[len(SCRATCH):]).is_dir():
         return _twin(given, flag)
+    if given.startswith(COUNTS):
+        return _counted_twin(given, flag)
     if given.startswith(SCRATCH):
         parts = given.split(":")
         if len(parts) != 3:
@@ -83,14 +89,31 @@ def resolve_source(given: str | Path, flag: str) -> Source:
     return Source(given, flag, "run", run_family(config, f"{flag} {given}"), path, config, config.size)
 
 
-def _twin(given: str, flag: str) -> Source:
+def _twin(given: str, flag: str, *, prefix: str = SCRATCH) -> Source:
     """``scratch:RUN``: the pretrained run's family, shape and tokenizer, to be given new weights."""
-    run = resolve_source(given[len(SCRATCH):], flag)
+    folder = given[len(prefix):]
+    if not Path(folder).is_dir():
+        raise SesameError(f"{flag} {given}: no such run directory; write {prefix}RUN with a pretrained run's directory")
+    run = resolve_source(folder, flag)
     if run.kind != "run" or run.config.kind != "pretrained":
         holds = "a transformers model" if run.kind == "transformers" else f"a {run.config.kind!r} run"
-        raise SesameError(f"{flag} {given}: scratch:RUN twins a run that `sesame pretrain` made, and this folder "
-                          f"holds {holds}; give a pretrained run, or scratch:FAMILY:SIZE")
+        raise SesameError(f"{flag} {given}: {prefix}RUN twins a run that `sesame pretrain` made, and this folder "
+                          f"holds {holds}; give a pretrained run{', or scratch:FAMILY:SIZE' * (prefix == SCRATCH)}")
     return replace(run, given=given, kind="scratch")
+
+
+def _counted_twin(given: str, flag: str) -> Source:
+    """``counts:RUN``: the run's scratch twin with its token table from the counts of the run's shards, which must
+    still be there; a family that spells its tokens from characters (ELMo) has no table to count into."""
+    twin = _twin(given, flag, prefix=COUNTS)
+    if not twin.family.token_table:
+        raise SesameError(f"{flag} {given}: {twin.family.name} spells its tokens from characters and has no table of "
+                          f"token embeddings to count into; use scratch:{given[len(COUNTS):]}")
+    shards = twin.config.pretrained.shards
+    if shards is None or not Path(shards).is_dir():
+        raise SesameError(f"{flag} {given}: the run's config.json names no shards folder that is still there "
+                          f"({shards}); counts:RUN counts the run's shards, so give a run whose shards are kept")
+    return replace(twin, counted=True)
 
 
 @contextmanager

@@ -327,7 +327,7 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         if new_model and (self.base or self.teacher):
             source = f"--from {self.base}" if self.base else f"--teacher {self.teacher}"
             raise SesameError(f"{flag}: {source} brings its own embeddings; drop {flag}")
-        if any(f.name == "max_chars" for f in fields(ARCHITECTURES[self.fam.arch][0])):
+        if not self.fam.token_table:
             raise SesameError(f"{flag}: {self.fam.name} spells its tokens from characters and has no table of token "
                               "embeddings; drop the flag")
 
@@ -366,11 +366,14 @@ MODEL_SHAPE = {"hidden", "layers", "heads", "intermediate", "embedding_size"}  #
 
 @dataclass(kw_only=True)
 class FinetuneSpec(StageSpec, RecurrentDropouts):
-    """``sesame finetune``: a model (a run, a transformers directory, ``minilm`` or ``scratch:FAMILY:SIZE``)
-    fine-tuned on a labeled task; ``task_options`` are the task's (its columns, ...), ``recipe`` says which
-    parameters move and how fast, ``training`` holds TrainConfig fields over the fine-tuning defaults."""
+    """``sesame finetune``: a model (a run, a transformers directory, ``minilm``, ``scratch:FAMILY:SIZE``, or a run's
+    twin ``scratch:RUN`` or ``counts:RUN``: sesame.sources) fine-tuned on a labeled task; ``task_options`` are the
+    task's (its columns, ...), ``recipe`` says which parameters move and how fast, ``training`` holds TrainConfig
+    fields over the fine-tuning defaults."""
     base: str = option(flag="--from", help="run directory, transformers model directory, minilm (the installed "
-                                           "all-MiniLM-L6-v2), or scratch:FAMILY:SIZE")
+                                           "all-MiniLM-L6-v2), scratch:FAMILY:SIZE, scratch:RUN (a pretrained run's "
+                                           "family, shape and tokenizer with new weights), or counts:RUN (that twin "
+                                           "with the token table the run's counts give)")
     train: str | None = option(None, help="CSV, TSV or JSONL; CoNLL columns for tag; SQuAD JSON for span_qa")
     dev: str | None = option(None, help="the dev file: evaluated after every epoch (or every --eval-every steps), "
                                               "picks the kept weights")

@@ -23,9 +23,8 @@ def test_a_run_and_its_scratch_twin_are_probed_with_every_pooling(tiny_runs, tmp
     for scores in results.values():
         assert list(scores) == list(probe.POOLINGS) and all(0 <= s <= 1 for s in scores.values())
     texts = ["a cat sat on the mat.", "the dog ran", "birds fly over the sea tonight"]
-    read, drawn = (probe.pooled(probe.backbone_of(name, 0), probe.load_tokenizer(pre), texts, 32)
-                   for name in (pre, f"scratch:{pre}"))
-    hidden, layers = read["mean"].shape[1], probe.backbone_of(pre, 0).config.layers + 1
+    read, drawn = (probe.pooled(*probe.backbone_of(name, 0), texts, 32) for name in (pre, f"scratch:{pre}"))
+    hidden, layers = read["mean"].shape[1], probe.backbone_of(pre, 0)[0].config.layers + 1
     assert read["first"].shape == read["mean"].shape == (3, hidden)
     assert read["mean of every layer"].shape == (3, hidden * layers)
     assert (read["mean of the embeddings"] == read["mean of every layer"][:, :hidden]).all()
@@ -39,7 +38,7 @@ def test_a_run_and_its_scratch_twin_are_probed_with_every_pooling(tiny_runs, tmp
 def test_counts_are_the_twin_with_the_token_table_a_new_run_starts_from(tiny_runs) -> None:
     probe = load_script(SCRIPT, "feature_probe")
     pre = str(tiny_runs / "pre")
-    twin, counted = (probe.backbone_of(f"{kind}:{pre}", 0).state_dict() for kind in ("scratch", "counts"))
+    twin, counted = (probe.backbone_of(f"{kind}:{pre}", 0)[0].state_dict() for kind in ("scratch", "counts"))
     table = "embed.tokens.weight"
     assert all((twin[k] == counted[k]).all() for k in twin if k != table)  # only the token table differs
     specials = probe.load_tokenizer(pre).specials.all

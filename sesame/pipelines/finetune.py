@@ -31,7 +31,7 @@ from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import FinetunedPart, RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
-from ..sources import SCRATCH, Source, resolve_source
+from ..sources import COUNTS, SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.mixing import MEAN, SHARED, mixture_metrics, mixture_scores, read_mixture
@@ -41,6 +41,7 @@ from ..train.checkpoint import load_weights, write_json
 from ..data.vectors import embedding_matrix, load_vectors
 from ..train.recipes import Recipe, Techniques
 from ..train.trainer import micro_batches, world
+from .starts import counted_table
 from .teaching import GoldAnswers, Teaching
 
 SCRATCH_VOCAB = 8000  # the tokenizer a scratch model trains on its training texts
@@ -82,7 +83,7 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         torch.manual_seed(cfg.seed)
         model = data.job.build(build_backbone(config), len(data.labels), config.pooling, spec.head_dropout)
         recipe = config.finetuned.recipe
-        coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok)
+        coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok, progress=spec.progress)
         recipes.freeze_features(model.backbone)
         techniques = recipe.techniques()
         techniques.prepare(model)
@@ -157,12 +158,15 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
         finetuned=tuned), tok)
 
 
-def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer
-                   ) -> dict:
-    """A new run's starting weights: the pretrained ones (none for a scratch model), and ``--vectors`` in the word
-    embedding; returns the vectors' coverage of the vocabulary, if given."""
+def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer, *,
+                   progress: bool) -> dict:
+    """A new run's starting weights: the pretrained ones (none for a scratch model; a counted twin's token table
+    from its run's counts), and ``--vectors`` in the word embedding; returns the vectors' coverage of the
+    vocabulary, if given."""
     if not source.scratch:
         load_pretrained(model, base_dir, flag=source.flag)
+    elif source.counted:
+        counted_table(model.backbone, source.config, tok, progress=progress)
     return {"vectors_coverage": _embed_vectors(model.backbone, recipe.vectors, tok)} if recipe.vectors else {}
 
 
@@ -351,7 +355,8 @@ def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family, s
     imported from transformers."""
     if source is None:
         run = read_config(spec.out, "--out", ("finetuned",))
-        family, size, scratch = run_family(run, f"--out {spec.out}"), run.size, str(run.base).startswith(SCRATCH)
+        family, size, scratch = run_family(run, f"--out {spec.out}"), run.size, \
+            str(run.base).startswith((SCRATCH, COUNTS))
     else:
         run, family, size, scratch = source.config, source.family, source.size, source.scratch
     imported = source is not None and source.kind == "transformers" or run is not None and run.hf is not None
@@ -393,6 +398,9 @@ def _word_vectors(model: ModelConfig, recipe: Recipe, source: Source) -> ModelCo
     already trained (:meth:`sesame.families.Reader.vectors_refusal`)."""
     if not recipe.vectors:
         return model
+    if source.counted:
+        raise SesameError(f"--vectors {recipe.vectors}: {source.given} starts the word embedding from the run's "
+                          f"counts; drop --vectors, or use scratch:{source.path}")
     refusal = source.family.reader.vectors_refusal(source.family, scratch=source.scratch)
     if refusal:
         raise SesameError(f"--vectors {recipe.vectors}: {refusal}")

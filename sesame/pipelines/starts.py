@@ -22,7 +22,7 @@ from ..errors import SesameError
 from ..families import backbone_config
 from ..models import ModelConfig
 from ..objectives import Objective
-from ..run import read_config
+from ..run import RunConfig, read_config
 from ..specs import PretrainSpec
 from ..tokenizer import TextTokenizer
 from ..train.checkpoint import load_weights
@@ -135,6 +135,14 @@ def with_new_words(weights: dict[str, torch.Tensor], vocab_size: int) -> dict[st
     if table is None or table.shape[0] == vocab_size:
         return weights
     return {**weights, name: torch.cat([table, table.mean(0).expand(vocab_size - table.shape[0], -1)])}
+
+
+def counted_table(backbone: nn.Module, run: RunConfig, tok: TextTokenizer, *, progress: bool) -> None:
+    """``counts:RUN`` (:mod:`sesame.sources`): ``backbone``'s token table as a new run of ``run``'s shards starts it
+    with ``--embedding-init ppmi`` (:func:`ppmi_embedding`, with the run's pre-training seed); ``tok`` is the run's
+    tokenizer, whose specials keep their random rows."""
+    seed = (run.train or {}).get("seed", 0)
+    ppmi_embedding(backbone, Shards(run.pretrained.shards), skip=tok.specials.all, seed=seed, progress=progress)
 
 
 def ppmi_embedding(backbone: nn.Module, corpus: Shards, *, skip: Sequence[int], seed: int, progress: bool) -> None:
