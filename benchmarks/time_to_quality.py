@@ -11,6 +11,8 @@ with all of them, each of ``--seeds`` fine-tuning seeds fine-tunes with the defa
 
 * ``pretrained``: ``sesame finetune --from RUN --seed S``;
 * ``scratch``: the twin, ``--from scratch:RUN`` (the same family, shape, tokenizer and fine-tuning, new weights);
+* ``counts``: the counted twin, ``--from counts:RUN``: the scratch twin with the token table a new run of the same
+  shards starts from (their PPMI-SVD), so the row says what the training steps added over the counts;
 * ``tfidf``: TF-IDF word and character n-grams + logistic regression (``sesame compare``'s baseline; C picked on dev);
 * ``minilm``: all-MiniLM-L6-v2 fine-tuned with the defaults, or skipped with the reason when its weights are absent.
 
@@ -61,7 +63,8 @@ from sesame.errors import SesameError  # noqa: E402
 from sesame.interop import minilm_dir  # noqa: E402
 from sesame.pipelines.stages import LabeledFiles  # noqa: E402
 
-APPROACHES = ("pretrained", "scratch", "tfidf", "minilm")
+APPROACHES = ("pretrained", "scratch", "counts", "tfidf", "minilm")
+TWINS = ("pretrained", "scratch", "counts")  # fine-tuned from RUN, scratch:RUN, counts:RUN
 SAMPLE_SEED = 0  # the 1,000 labeled rows: one seeded sample of the training file, the same for every approach and seed
 ALL = "all"
 BLOCK = "time-to-quality"
@@ -219,7 +222,8 @@ def run_benchmark(args: argparse.Namespace) -> dict:
                 label = ALL if n is None else str(n)
                 train = out / f"{task.name}-train-{label}{task.train.suffix}"
                 for seed in range(settings.seeds):
-                    for twin, base in (("pretrained", str(run)), ("scratch", f"scratch:{run}")):
+                    for twin in TWINS:
+                        base = str(run) if twin == "pretrained" else f"{twin}:{run}"
                         if twin in args.approaches:
                             stage(results, f"{task.name}/{label}/{budget:g}/{twin}/seed{seed}", record,
                                   lambda: finetuned(base, task, train, out / twin / f"{task.name}-{budget:g}-{label}"
@@ -314,8 +318,8 @@ def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: d
     lines = ["```bash", "python benchmarks/time_to_quality.py " + shlex.join(args.argv), "```",
              "", "Dev accuracy in %, mean ± sd over fine-tuning seeds (their number in brackets); budgets are "
              "minutes of `sesame pretrain --max-minutes` on the machine that ran it.", "",
-             "| task | labels | pre-training minutes | pre-trained | scratch twin | gain | TF-IDF + LR | MiniLM |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| task | labels | pre-training minutes | pre-trained | scratch twin | gain | counted twin | TF-IDF + LR | "
+             "MiniLM |", "|---|---|---|---|---|---|---|---|---|"]
     reasons = set()
     for task in chosen:
         for n in settings.labels:
@@ -326,12 +330,13 @@ def write(results: dict, args: argparse.Namespace, settings: Settings, chosen: d
                 reasons.add(minilm)
             for budget in settings.budgets:
                 twins = {twin: cell(results, lambda s: f"{task}/{label}/{budget:g}/{twin}/seed{s}", seeds)
-                         for twin in ("pretrained", "scratch")}
+                         for twin in TWINS}
                 gain = (f"{twins['pretrained'][0] - twins['scratch'][0]:+.1f}"
-                        if all(isinstance(v, tuple) for v in twins.values()) else "")
+                        if all(isinstance(twins[t], tuple) for t in ("pretrained", "scratch")) else "")
                 baseline = "not run" if tfidf is None else f"{100 * tfidf['accuracy']:.1f}"
                 lines.append(f"| {task} | {label} | {budget:g} | {shown(twins['pretrained'])} | "
-                             f"{shown(twins['scratch'])} | {gain} | {baseline} | {shown(minilm)} |")
+                             f"{shown(twins['scratch'])} | {gain} | {shown(twins['counts'])} | {baseline} | "
+                             f"{shown(minilm)} |")
     lines += [f"\nMiniLM skipped: {reason}" for reason in sorted(reasons)]
     lines += ["", f"![time to quality]({figure.name})"]
     plot(results, settings, chosen, figure)
@@ -350,7 +355,7 @@ def plot(results: dict, settings: Settings, chosen: dict[str, Task], figure: Pat
     panels = [(task, ALL if n is None else str(n)) for task in chosen for n in settings.labels]
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
     for ax, (task, label) in zip(axes[0], panels):
-        for twin, style in (("pretrained", "o-"), ("scratch", "s--")):
+        for twin, style in zip(TWINS, ("o-", "s--", "^:")):
             points = [(b, cell(results, lambda s: f"{task}/{label}/{b:g}/{twin}/seed{s}", settings.seeds))
                       for b in settings.budgets]
             points = [(b, v) for b, v in points if isinstance(v, tuple)]

@@ -28,7 +28,7 @@ def test_smoke_runs_every_stage_records_it_and_resumes(tmp_path, monkeypatch, on
         for labels in ("32", "all"):
             assert 0 <= results[f"{task}/{labels}/tfidf"]["accuracy"] <= 1
             assert results[f"{task}/{labels}/minilm/seed0"]["skipped"] == "minilm: the MiniLM weights are not installed"
-            for twin in ("pretrained", "scratch"):
+            for twin in ("pretrained", "scratch", "counts"):
                 assert 0 <= results[f"{task}/{labels}/{budget:g}/{twin}/seed0"]["accuracy"] <= 1
     assert sum(1 for line in (tmp_path / "ttq/sst2-train-32.tsv").read_text().splitlines()) == 33  # header + 32
     page = (tmp_path / "ttq/time_to_quality.md").read_text()
@@ -72,7 +72,7 @@ def test_an_ablation_reaches_sesame_gets_its_own_block_and_cannot_mix_with_other
     assert results["ablation"]["changes"] == ["corpus=task", "pretrain.objective=mlm", "finetune.lr=0.001"]
     text = page.read_text()
     assert "<!-- time-to-quality corpus=task pretrain.objective=mlm finetune.lr=0.001:start -->" in text
-    assert "--pretrain-option objective=mlm" in text and "| airline | 1000 | 15 | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 | 75.0 | not run |" in text
+    assert "--pretrain-option objective=mlm" in text and "| airline | 1000 | 15 | 50.0 ± 0.0 | 50.0 ± 0.0 | +0.0 | not run | 75.0 | not run |" in text
     assert (tmp_path / "time_to_quality_corpus-task_pretrain.objective-mlm_finetune.lr-0.001.png").exists()
 
     before = (out / "results.json").read_bytes()

@@ -50,7 +50,8 @@ def test_a_counted_twin_starts_its_token_table_from_the_runs_counts(tiny_runs, t
     sesame.finetune(f"counts:{pre}", str(tiny_runs / "train.csv"), str(tiny_runs / "dev.csv"), str(tmp_path / "counts"),
                     max_steps=1, lr=1e-12, weight_decay=0.0, batch_size=16, max_length=32, progress=False)
     config = json.loads((tmp_path / "counts/config.json").read_text())
-    assert config["base"] == f"counts:{pre}" and config["model"] == json.loads((tiny_runs / "clf/config.json").read_text())["model"]
+    tuned = json.loads((tiny_runs / "clf/config.json").read_text())
+    assert config["base"] == f"counts:{pre}" and config["model"] == tuned["model"]
     source = resolve_source(f"counts:{pre}", "--from")
     random, backbone = (torch.manual_seed(0) and build_backbone(source.config) for _ in range(2))
     counted_table(backbone, source.config, load_tokenizer(pre), progress=False)
