@@ -52,6 +52,7 @@ def test_a_counted_twin_starts_its_token_table_from_the_runs_counts(tiny_runs, t
     config = json.loads((tmp_path / "counts/config.json").read_text())
     tuned = json.loads((tiny_runs / "clf/config.json").read_text())
     assert config["base"] == f"counts:{pre}" and config["model"] == tuned["model"]
+    assert config["train"]["lr"] == 1e-12  # as given; left out, its run's rate: the next test
     source = resolve_source(f"counts:{pre}", "--from")
     random, backbone = (torch.manual_seed(0) and build_backbone(source.config) for _ in range(2))
     counted_table(backbone, source.config, load_tokenizer(pre), progress=False)
@@ -77,3 +78,15 @@ def test_a_counted_twin_needs_a_pretrained_run_with_its_shards_and_a_token_table
     with pytest.raises(SesameError, match="names no shards folder that is still there"):
         resolve_source(f"counts:{tmp_path / 'moved'}", "--from")
     assert get_family("bert").token_table and not get_family("elmo").token_table
+
+
+def test_a_counted_twin_fine_tunes_at_its_runs_rate_and_resumes_at_it(tiny_runs, tmp_path):
+    pre, out = tiny_runs / "pre", tmp_path / "counts"
+    options = dict(batch_size=16, max_length=32, progress=False)
+    sesame.finetune(f"counts:{pre}", str(tiny_runs / "train.csv"), str(tiny_runs / "dev.csv"), str(out), max_steps=2,
+                    save_every=1, **options)
+    tuned = json.loads((tiny_runs / "clf/config.json").read_text())["train"]["lr"]
+    assert json.loads((out / "config.json").read_text())["train"]["lr"] == tuned < 1e-3  # not a new model's 1e-3
+    sesame.finetune(f"counts:{pre}", str(tiny_runs / "train.csv"), str(tiny_runs / "dev.csv"), str(out), max_steps=3,
+                    resume=True, **options)
+    assert json.loads((out / "config.json").read_text())["train"]["lr"] == tuned

@@ -31,7 +31,7 @@ from ..options import flag_name
 from ..resume import record_training, resumed_finetuning, setup_record
 from ..run import FinetunedPart, RunConfig, build_backbone, load_tokenizer, read_config, write_config
 from ..rundir import check_batch, claimed_run, from_checkpoint
-from ..sources import COUNTS, SCRATCH, Source, resolve_source
+from ..sources import SCRATCH, Source, resolve_source
 from ..specs import FinetuneSpec, default_epochs
 from ..tasks import BATCHINGS, Task, TaskModel, bucketed_batches, infer, make_task, steps_per_epoch
 from ..tasks.mixing import MEAN, SHARED, mixture_metrics, mixture_scores, read_mixture
@@ -352,13 +352,13 @@ def base_flag(spec: FinetuneSpec) -> str:
 def _trained_model(spec: FinetuneSpec, source: Source | None) -> tuple[Family, str | None, bool]:
     """(family, size, scratch): the task model's family and what fine-tuning's default rate depends on
     (:meth:`FinetuneSpec.train_config`), from the run being resumed, else from ``source``; size is None for weights
-    imported from transformers."""
+    imported from transformers; scratch: a new model's rate, which a counted twin (``counts:RUN``) does not take: it
+    fine-tunes at its run's (docs/results/time_to_quality.md measured both on two tasks)."""
     if source is None:
         run = read_config(spec.out, "--out", ("finetuned",))
-        family, size, scratch = run_family(run, f"--out {spec.out}"), run.size, \
-            str(run.base).startswith((SCRATCH, COUNTS))
+        family, size, scratch = run_family(run, f"--out {spec.out}"), run.size, str(run.base).startswith(SCRATCH)
     else:
-        run, family, size, scratch = source.config, source.family, source.size, source.scratch
+        run, family, size, scratch = source.config, source.family, source.size, source.scratch and not source.counted
     imported = source is not None and source.kind == "transformers" or run is not None and run.hf is not None
     return family, None if imported else size, scratch
 
