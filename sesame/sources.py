@@ -90,7 +90,8 @@ def resolve_source(given: str | Path, flag: str) -> Source:
 
 
 def _twin(given: str, flag: str, *, prefix: str = SCRATCH) -> Source:
-    """``scratch:RUN``: the pretrained run's family, shape and tokenizer, to be given new weights."""
+    """``scratch:RUN`` (``prefix`` the other twin's, ``counts:``): the pretrained run's family, shape and tokenizer, to
+    be given new weights."""
     folder = given[len(prefix):]
     if not Path(folder).is_dir():
         raise SesameError(f"{flag} {given}: no such run directory; write {prefix}RUN with a pretrained run's directory")
