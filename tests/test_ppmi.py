@@ -14,6 +14,7 @@ from sesame.data.ppmi import cooccurrence_counts, ppmi, ppmi_vectors, shard_cooc
 from sesame.data.shards import Shards
 from sesame.pipelines.starts import ppmi_embedding
 from sesame.run import build_backbone, load_tokenizer, read_config
+from sesame.specs import COUNTED_TRAINING, PRETRAIN_TRAINING
 from sesame.train.checkpoint import load_weights
 from sesame.train.recipes import table_share
 
@@ -126,20 +127,34 @@ def tiny_pretrain(corpus, out, **options):
 
 
 def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
-    """BERT's default (the 15-minute ablations', docs/results/time_to_quality.md); every other family's random start;
-    a continued run's embeddings are its base's; a run records its start and a resume refuses another."""
+    """BERT's default (the 15-minute ablations', docs/results/time_to_quality.md), at the counted start's peak rate
+    (sesame.specs.COUNTED_TRAINING, the 60-minute runs'); every other family's random start at pre-training's; a
+    continued run's embeddings are its base's; a run records its start and a resume refuses another."""
     corpus = tiny_run / "corpus.txt"
     tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
     assert read_config(tmp_path / "bert", "--out").pretrained.embedding_init == "ppmi"
+    assert read_config(tmp_path / "bert", "--out").train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
     assert "sesame: token embeddings from the corpus's PPMI-SVD" in capsys.readouterr().err
     for name, options in (("gpt", {"family": "gpt"}), ("random", {"embedding_init": "random"}),
                           ("continued", {"base": str(tmp_path / "bert"), "objective": "mlm"})):
         tiny_pretrain(corpus, tmp_path / name, **options)
         assert "embedding_init" not in json.loads((tmp_path / name / "config.json").read_text())  # as runs before
         assert read_config(tmp_path / name, "--out").pretrained.embedding_init == "random"
+        assert read_config(tmp_path / name, "--out").train["lr"] == PRETRAIN_TRAINING["lr"] == 1e-3
         assert "PPMI" not in capsys.readouterr().err
     refused(["pretrain", "--resume", "--corpus", str(corpus), "--out", str(tmp_path / "random"), "--embedding-init",
              "ppmi"], capsys, tmp_path, "--embedding-init ppmi", "was made with random")
+
+
+def test_the_counted_rate_yields_to_lr_and_to_a_run_made_before_it(tiny_run, tmp_path):
+    """`--lr` wins over the counted start's rate, and a counted run made at 1e-3 (as every run before the counted
+    rate was) resumes at the rate it recorded, not at today's default."""
+    corpus = tiny_run / "corpus.txt"
+    tiny_pretrain(corpus, tmp_path / "run", objective="mlm", lr=1e-3)
+    assert read_config(tmp_path / "run", "--out").train["lr"] == 1e-3
+    tiny_pretrain(corpus, tmp_path / "run", objective="mlm", max_steps=2, resume=True)
+    state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
+    assert state["step"] == 2 and state["config"]["lr"] == 1e-3
 
 
 def test_what_the_start_cannot_do_is_refused_in_one_line(tiny_run, tmp_path, capsys):
