@@ -168,6 +168,7 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs, capsys, mo
     if case not in IN_A_PROCESS:
         monkeypatch.setattr(sys, "stdin", io.StringIO("A cat sleeps.\n"))
         refused(argv, capsys, runs, message)
+        assert not (runs / "new").exists()
         return
     before = snapshot(runs)
     result = subprocess.run([sys.executable, "-m", "sesame", "--no-progress", *argv], capture_output=True, text=True,
@@ -176,6 +177,7 @@ def test_bad_input_is_one_line_exit_2_and_touches_nothing(case, runs, capsys, mo
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert message in result.stderr
     assert snapshot(runs) == before
+    assert not (runs / "new").exists()
 
 
 @pytest.mark.parametrize("terminal, flags, after, drawn", [(True, [], [], True), (False, [], [], False),
