@@ -1,5 +1,5 @@
 """Fine-tuning recipes: ULMFiT's slanted triangular rates, discriminative rates and gradual unfreezing;
-Houlsby adapters; ELMo's scalar mix over frozen features; GPT's auxiliary LM loss."""
+Houlsby adapters; ELMo's scalar mix over frozen features; GPT's auxiliary LM loss; re-initialised top layers."""
 from __future__ import annotations
 
 import json
@@ -14,6 +14,8 @@ from sesame.models.additions import Additions
 from sesame.tasks.classify import SequenceModel
 from sesame.train.optim import adamw, slanted_triangular
 from sesame.train.recipes import discriminative_param_groups, gradual_unfreezing, layer_groups, train_only
+
+from .conftest import refused
 
 LAYERS = 3
 CONFIGS = {
@@ -177,7 +179,7 @@ def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_
                     discriminative=2.6, **common)
     config = json.loads((run / "config.json").read_text())
     assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False, "adapters": None,
-                                "features": False, "lm_weight": 0.0, "vectors": None}
+                                "features": False, "lm_weight": 0.0, "vectors": None, "reinit_layers": 0}
     assert config["train"]["schedule"] == "stlr"
     logged = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
     embeddings_peak = 1e-3 / 2.6 ** 3  # tiny: 2 layers, so the embeddings sit 3 groups below the head
@@ -275,3 +277,43 @@ def test_finetune_with_adapters_features_and_lm_end_to_end(corpus, labeled, tmp_
     result = sesame.finetune(str(tmp_path / "gpt"), out=str(tmp_path / "gpt-lm"), lm_weight=0.0, **common)
     assert result["trainable_parameters"] == result["parameters"]
     assert json.loads((tmp_path / "gpt-lm/config.json").read_text())["recipe"]["lm_weight"] == 0.0  # given: kept
+
+
+# -- re-initialised top layers ---------------------------------------------------------------------
+
+def test_reinit_layers_start_the_top_layers_and_pooler_as_the_scratch_twin_does(tiny_runs, tmp_path, one_thread):
+    """Zhang et al. 2021, §5: with --reinit-layers 1 the top layer and the [CLS] pooler start as the scratch twin of
+    the same seed starts them, the lower layer and the embeddings from the pretrained run (a rate of 1e-12 keeps
+    every weight within 1e-9 of where it started)."""
+    import sesame
+    from sesame.train.checkpoint import load_weights
+
+    pre = tiny_runs / "pre"
+    common = dict(train=str(tiny_runs / "train.csv"), dev=str(tiny_runs / "dev.csv"), epochs=1, lr=1e-12,
+                  batch_size=16, max_length=32, seed=3, progress=False)
+    sesame.finetune(str(pre), out=str(tmp_path / "reinit"), reinit_layers=1, **common)
+    sesame.finetune(f"scratch:{pre}", out=str(tmp_path / "twin"), **common)
+    started = load_weights(tmp_path / "reinit/model.safetensors")
+    twin, pretrained = load_weights(tmp_path / "twin/model.safetensors"), load_weights(pre / "model.safetensors")
+    top = ("backbone.attention.1.", "backbone.feed_forward.1.", "pooler.")  # tiny: 2 layers
+    for name, value in started.items():
+        if not name.startswith(("backbone.", "pooler.")):
+            continue
+        source = twin if name.startswith(top) else pretrained
+        assert torch.allclose(value, source[name], atol=1e-9), name
+        if name.startswith(top) and name in pretrained and value.dim() == 2:
+            assert not torch.allclose(value, pretrained[name], atol=1e-3), name
+    assert json.loads((tmp_path / "reinit/config.json").read_text())["recipe"]["reinit_layers"] == 1
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--reinit-layers", "3"], ("--reinit-layers 3", "2 layers", "at most 2")),
+    (["--reinit-layers", "-1"], ("--reinit-layers -1",)),
+    (["--reinit-layers", "1", "--adapters", "8"], ("--reinit-layers", "--adapters")),
+])
+def test_reinit_layers_beyond_the_backbone_or_with_a_frozen_one_are_refused(tiny_runs, tmp_path, capsys, flags,
+                                                                           expected):
+    argv = ["finetune", "--from", str(tiny_runs / "pre"), "--train", str(tiny_runs / "train.csv"), "--dev",
+            str(tiny_runs / "dev.csv"), "--out", str(tmp_path / "new"), *flags]
+    refused(argv, capsys, tmp_path, *expected)
+    assert not (tmp_path / "new").exists()

@@ -40,7 +40,7 @@ def test_pretrain_resume_refuses_a_model_option_the_run_was_not_made_with(tiny_r
     ("--task", "regress", "classify"), ("--task", "pair", "classify"), ("--max-length", "64", "32"),
     ("--lr", "0.1", "0.0003"), ("--text-column", "sentence", "text"), ("--select", "macro_f1", "accuracy"),
     ("--dropout", "0.3", "0.1"), ("--gradual-unfreezing", None, "False"), ("--train", "dev.csv", "train.csv"),
-    ("--from", "clf", "pre")])
+    ("--reinit-layers", "1", "0"), ("--from", "clf", "pre")])
 def test_finetune_resume_refuses_what_contradicts_the_run(tiny_runs, capsys, flag, value, made_with):
     argv = finetune_resume(tiny_runs)
     if flag in ("--train", "--from"):

@@ -11,6 +11,7 @@ model learns from (here :class:`GoldAnswers`, the training file's).
 """
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields, replace
@@ -83,9 +84,10 @@ def train_task_model(spec: FinetuneSpec, teaching: Teaching, *, started: float) 
         torch.manual_seed(cfg.seed)
         model = data.job.build(build_backbone(config), len(data.labels), config.pooling, spec.head_dropout)
         recipe = config.finetuned.recipe
-        coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok, progress=spec.progress)
-        recipes.freeze_features(model.backbone)
         techniques = recipe.techniques()
+        coverage = {} if resumed else _start_weights(model, source, base_dir, recipe, tok,
+                                                     fresh=techniques.fresh(model), progress=spec.progress)
+        recipes.freeze_features(model.backbone)
         techniques.prepare(model)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
@@ -159,12 +161,16 @@ def plan(source: Source, base_dir: Path | None, spec: FinetuneSpec, data: _Data,
 
 
 def _start_weights(model: TaskModel, source: Source, base_dir: Path | None, recipe: Recipe, tok: TextTokenizer, *,
-                   progress: bool) -> dict:
+                   fresh: list[nn.Module], progress: bool) -> dict:
     """A new run's starting weights: the pretrained ones (none for a scratch model; a counted twin's token table
-    from its run's counts), and ``--vectors`` in the word embedding; returns the vectors' coverage of the
-    vocabulary, if given."""
+    from its run's counts) but in the ``fresh`` modules, which keep the initialisation they were built with
+    (``--reinit-layers``), and ``--vectors`` in the word embedding; returns the vectors' coverage of the vocabulary,
+    if given."""
     if not source.scratch:
+        kept = [copy.deepcopy(module.state_dict()) for module in fresh]
         load_pretrained(model, base_dir, flag=source.flag)
+        for module, state in zip(fresh, kept):
+            module.load_state_dict(state)
     elif source.counted:
         counted_table(model.backbone, source.config, tok, progress=progress)
     return {"vectors_coverage": _embed_vectors(model.backbone, recipe.vectors, tok)} if recipe.vectors else {}

@@ -6,7 +6,8 @@ discriminative rates and gradual unfreezing (Howard & Ruder 2018, §3.2) over a 
 training only adapters (Houlsby et al. 2019, §2.1) or only a scalar mix over frozen features (Peters et
 al. 2018, eq. 1), modules the technique inserts into the built backbone (:mod:`sesame.models.additions`, recorded
 as config.json's ``additions``, not in the backbone's configuration); GPT's auxiliary LM loss (Radford et al. 2018,
-eq. 5, :mod:`sesame.train.auxiliary_lm`).
+eq. 5, :mod:`sesame.train.auxiliary_lm`); re-initialising the top layers and the pooler before fine-tuning on few
+labels (Zhang et al. 2021, §5).
 Slanted triangular rates live with the other schedules, in :mod:`sesame.train.optim`.
 
 Layer groups run bottom to top: the backbone's embeddings, one group per Transformer or recurrent
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import torch
 from torch import nn
 
 from ..errors import SesameError
-from ..models import ModelConfig
+from ..models import ModelConfig, build_model
 from ..models.additions import Adapter, Additions, ScalarMix, takes_additions
 from ..options import option
 from .auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
@@ -45,6 +47,9 @@ class Recipe:
                                                                   "family's, 0.5 for gpt as in the paper, else 0 (off)")
     vectors: str | None = option(None, metavar="FILE", help="GloVe/word2vec text file: the word embedding of a new "
                                                             "recurrent task model starts from it")
+    reinit_layers: int = option(0, metavar="N", help="the top N layers and the [CLS] pooler start as a new model's "
+                                                     "instead of from the pretrained weights (Zhang et al. 2021, "
+                                                     "few-sample fine-tuning); default 0: every layer pretrained")
 
     def validate(self, *, processes: int = 1) -> None:
         """Refuse settings that contradict each other (before anything is written)."""
@@ -60,6 +65,11 @@ class Recipe:
                               "freeze it)")
         if (self.adapters or self.features) and (self.gradual_unfreezing or self.discriminative != 1):
             raise SesameError("--adapters/--features fix what trains; drop --gradual-unfreezing and --discriminative")
+        if self.reinit_layers < 0:
+            raise SesameError(f"--reinit-layers {self.reinit_layers}: give how many top layers start anew (0: none)")
+        if self.reinit_layers and (self.adapters or self.features):
+            raise SesameError("--reinit-layers with --adapters/--features: those keep the backbone frozen, so new "
+                              "layers would never train; drop one")
         if self.lm_weight is not None and self.lm_weight < 0:
             raise SesameError(f"--lm-weight {self.lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
 
@@ -85,6 +95,8 @@ class Recipe:
             parts.append(Features())
         if self.lm_weight:
             parts.append(AuxiliaryLM(weight=self.lm_weight))
+        if self.reinit_layers:
+            parts.append(Reinitialised(layers=self.reinit_layers))
         return Techniques(parts)
 
 
@@ -102,6 +114,10 @@ class Technique:
         """What the backbone gets inserted once built (config.json's ``additions``, :mod:`sesame.models.additions`),
         ``additions`` being the other techniques'."""
         return additions
+
+    def fresh(self, model: nn.Module) -> list[nn.Module]:
+        """The modules of the task model, as built, that keep their new initialisation when pretrained weights load."""
+        return []
 
     def prepare(self, model: nn.Module) -> None:
         """After the task model's weights load: choose which of its parameters train; add losses."""
@@ -132,6 +148,9 @@ class Techniques(Technique):
         for part in self.parts:
             additions = part.insert(additions)
         return additions
+
+    def fresh(self, model: nn.Module) -> list[nn.Module]:
+        return [module for part in self.parts for module in part.fresh(model)]
 
     def prepare(self, model: nn.Module) -> None:
         for part in self.parts:
@@ -227,6 +246,29 @@ class AuxiliaryLM(Technique):
 
     def count(self, batch: Batch) -> None:
         batch["counts"] = {**loss_counts(batch), "lm": int(next_tokens(batch["padding"]).sum())}
+
+
+@dataclass(kw_only=True)
+class Reinitialised(Technique):
+    """Zhang et al. (2021, §5, "Re-initializing Pre-trained Layers"): the top ``layers`` layer groups of the backbone
+    (:meth:`layer_modules`, so ALBERT's shared stack is one group and an encoder-decoder counts down from the
+    decoder's top) and the task head's pooler (BERT's, which NSP trained) keep the initialisation the task model was
+    built with, as the scratch twin of the same seed starts them; the layers below and the embeddings load the
+    pretrained weights. Every parameter then trains."""
+    layers: int
+
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
+        with torch.device("meta"):  # built to count its layer groups: no weights, no time
+            depth = len(build_model(model).layer_modules()) - 1
+        if self.layers > depth:
+            raise SesameError(f"--reinit-layers {self.layers}: {source} with {depth} layers; give at most {depth}")
+        return model
+
+    def fresh(self, model: nn.Module) -> list[nn.Module]:
+        groups = model.backbone.layer_modules()[1:]  # (the embeddings never start anew)
+        pooler = getattr(model, "pooler", None)
+        top = [module for group in groups[-self.layers:] for module in group if module is not None]
+        return top + ([pooler] if pooler is not None else [])
 
 
 def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Parameter]]:
