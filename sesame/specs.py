@@ -149,8 +149,8 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                         help="a new model's first token embeddings: random (the family's "
                                              "initialisation), or ppmi: the truncated SVD of the corpus's positive "
                                              "PMI (Levy et al. 2015), computed within the budget, then a peak rate "
-                                             f"of {COUNTED_TRAINING['lr']:g} unless --lr is given (default: the family's: ppmi for bert, "
-                                             "random for the others; docs/pretraining.md)")
+                                             f"of {COUNTED_TRAINING['lr']:g} unless --lr is given (default: the "
+                                             "family's: ppmi for bert, random for the others; docs/pretraining.md)")
     embedding_rate: float = option(1.0, within=(0.0, math.inf), metavar="SHARE",
                                    help="the token embeddings' learning rate as a share of the peak rate: 0 keeps "
                                         "the table as it started (with --embedding-init ppmi, the counted vectors) "
