@@ -270,6 +270,11 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
         if unknown:
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
+        for key, value in self.objective_settings().items():
+            accepted = OBJECTIVES[self.objective_name].choices.get(key)
+            if accepted and value not in accepted:
+                raise SesameError(f"--objective-option {key}={value}: the {self.objective_name} objective's {key} is "
+                                  f"one of {', '.join(accepted)}")
         # one made of windows of a corpus? (and span corruption's options: room for text at this length?)
         self.window_length()
         self.train_config()

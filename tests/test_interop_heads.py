@@ -66,7 +66,7 @@ def ours(obj: Objective, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, tor
             return {"disc": obj.discriminator_head(hidden).squeeze(-1)}
         if isinstance(obj, CausalLM):
             return {"lm": obj.tied_logits(hidden)}
-        out = {"lm": obj.transform(hidden) @ obj.backbone.embed.tokens.weight.t() + obj.bias}
+        out = {"lm": obj.transform(hidden) @ obj.output_weight.t() + obj.bias}
         if isinstance(obj, SentencePairs):
             out["pair"] = obj.get_submodule(obj.task)(obj.pooler(hidden[:, 0]))
         return out
@@ -229,6 +229,19 @@ def test_pretrained_runs_export_with_their_heads(tmp_path: Path, corpus: Path, f
     assert (summary["architecture"], summary["notes"]) == (cls, notes)
     model = loaded(tmp_path / "out", cls)
     obj = objective_of(run)
+    ids, mask = batch(obj.backbone.config.vocab_size, obj.specials.pad)
+    assert_same_outputs(ours(obj, ids, mask), theirs(model, ids, mask), mask)
+
+
+def test_an_untied_decoder_exports_as_an_output_layer_of_its_own(tmp_path: Path, corpus: Path, one_thread) -> None:
+    run = tmp_path / "run"
+    sesame.pretrain([str(corpus)], str(run), family="bert", size="tiny", vocab_size=300, seq_len=32, max_steps=3,
+                    batch_size=4, lr=1e-2, objective_options={"decoder": "untied"}, progress=False)
+    obj = objective_of(run)
+    assert not torch.allclose(obj.decoder, obj.backbone.embed.tokens.weight)  # trained apart from the table
+    assert to_hf(run, tmp_path / "out")["architecture"] == "BertForPreTraining"
+    assert read_json(tmp_path / "out" / "config.json")["tie_word_embeddings"] is False
+    model = loaded(tmp_path / "out", "BertForPreTraining")
     ids, mask = batch(obj.backbone.config.vocab_size, obj.specials.pad)
     assert_same_outputs(ours(obj, ids, mask), theirs(model, ids, mask), mask)
 

@@ -1,6 +1,7 @@
 """Count-based token vectors (sesame.data.ppmi, Levy, Goldberg & Dagan 2015), `sesame pretrain --embedding-init
-ppmi`, which starts a new model's token embeddings from them, and `--embedding-rate`, the table's share of the rate
-(0 keeps it as it started)."""
+ppmi`, which starts a new model's token embeddings from them, `--embedding-rate`, the table's share of the rate
+(0 keeps it as it started), and the masked LM's `--objective-option decoder=untied`, which trains the output layer
+apart from the table."""
 import json
 import random
 
@@ -12,6 +13,7 @@ from scipy import sparse
 import sesame
 from sesame.data.ppmi import cooccurrence_counts, ppmi, ppmi_vectors, shard_cooccurrence, svd_vectors
 from sesame.data.shards import Shards
+from sesame.objectives import build_objective
 from sesame.pipelines.starts import ppmi_embedding
 from sesame.run import build_backbone, load_tokenizer, read_config
 from sesame.specs import COUNTED_TRAINING, PRETRAIN_TRAINING
@@ -207,3 +209,43 @@ def test_a_run_records_its_table_rate_and_a_resume_refuses_another(tiny_run, tmp
     assert "embedding_rate" not in json.loads((tmp_path / "one" / "config.json").read_text())  # as runs before
     refused(["pretrain", "--resume", "--corpus", str(corpus), "--out", str(tmp_path / "half"), "--embedding-rate",
              "1"], capsys, tmp_path, "--embedding-rate 1", "was made with 0.5")
+
+
+def test_an_untied_decoder_starts_as_the_counted_table_and_leaves_it_the_inputs_gradients_alone(tiny_run, tmp_path):
+    """The decoder is copied after the counts are (one step at a rate of 1e-9 leaves both where they started); then
+    a table no longer read at the output gets no gradient for the ids the batch's inputs do not hold, where the tied
+    table gets one for every id (the softmax's)."""
+    corpus, run = tiny_run / "corpus.txt", tmp_path / "untied"
+    tiny_pretrain(corpus, run, objective="mlm", objective_options={"decoder": "untied"}, lr=1e-9)
+    weights = load_weights(run / "model.safetensors")
+    torch.testing.assert_close(weights["decoder"], weights[TABLE])
+    config, tok = read_config(run, "--out"), load_tokenizer(run)
+    assert config.pretrained.objective_options == {"decoder": "untied"}
+    shards = Shards(config.pretrained.shards)
+    windows = torch.as_tensor(np.asarray(shards.arrays[0][:60], dtype=np.int64)).reshape(2, 30)
+    grads = {}
+    for decoder in ("untied", "tied"):
+        obj = build_objective("mlm", build_backbone(config), tok, {"decoder": decoder})
+        obj.load_state_dict({k: v for k, v in weights.items() if decoder == "untied" or k != "decoder"})
+        batch = obj.make_batch(windows, [torch.Generator().manual_seed(i) for i in range(2)])
+        obj(batch).backward()
+        unseen = ~torch.isin(torch.arange(tok.vocab_size), batch["ids"])
+        grads[decoder] = obj.backbone.embed.tokens.weight.grad[unseen]
+        if decoder == "untied":
+            assert obj.decoder.grad[unseen].abs().sum() > 0
+    assert unseen.any() and not grads["untied"].any() and grads["tied"].abs().sum() > 0
+
+
+def test_a_tied_run_continues_untied_from_its_table_and_an_untied_run_only_untied(tiny_run, tmp_path, capsys):
+    corpus, tied = tiny_run / "corpus.txt", tiny_run / "run"
+    tiny_pretrain(corpus, tmp_path / "untied", base=str(tied), objective="mlm", objective_options={"decoder": "untied"},
+                  lr=1e-9)
+    weights = load_weights(tmp_path / "untied" / "model.safetensors")
+    torch.testing.assert_close(weights["decoder"], load_weights(tied / "model.safetensors")[TABLE])
+    base = ["pretrain", "--corpus", str(corpus), "--objective", "mlm", "--max-steps", "1"]
+    refused([*base, "--from", str(tmp_path / "untied"), "--out", str(tmp_path / "again")], capsys, tmp_path,
+            f"--from {tmp_path / 'untied'}: its masked LM's decoder is untied", "--objective-option decoder=untied")
+    refused([*base, "--objective-option", "decoder=loose", "--out", str(tmp_path / "loose")], capsys, tmp_path,
+            "--objective-option decoder=loose: the mlm objective's decoder is one of tied, untied")
+    refused([*base, "--objective-option", "masking=span", "--out", str(tmp_path / "span")], capsys, tmp_path,
+            "--objective-option masking=span: the mlm objective's masking is one of token, whole_word, phrase")

@@ -155,7 +155,7 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
     source = record["config"] if record else {}
     vocab = source.get("vocab_size", tokens.shape[0])
     drop = all(_still_copies(t, record and record["tokenizer"], vocab, tok.backend.get_vocab())
-               for t in (tokens, weights.get("bias")) if t is not None)  # the MLM head's bias has rows too
+               for t in (tokens, weights.get("bias"), weights.get("decoder")) if t is not None)  # (the MLM head's rows)
     types = backbone.get("embed.types.weight")
     one_type = source.get("type_vocab_size") == 1 and types is not None and torch.equal(types[0], types[1])
     rows = Rows(offset=model["pad_id"] + 1 if arch.position_offset else 0,
@@ -171,8 +171,10 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
         extra, name, notes = (lm_entries(arch), arch.lm.hf_class, []) if generator else \
             _export_heads(config, model, arch)
         prefix = "" if name == arch.base_class else arch.prefix + "."
-        if name != arch.base_class:
-            head = {"tie_word_embeddings": True}  # sesame's output layer is the token embeddings
+        if name != arch.base_class:  # the output layer: the token embeddings, or an untied masked LM's decoder
+            head = {"tie_word_embeddings": "decoder" not in weights}
+            if "decoder" in weights:
+                extra = [*extra, Entry("decoder", (f"{arch.lm.decoder}.weight",))]
         elif arch.pooler:
             extra = dense_entries("pooler.0", arch.pooler)
             if "pooler.0.weight" not in weights:
@@ -185,8 +187,10 @@ def _write_hf(config: RunConfig, weights: dict[str, torch.Tensor], tok: TextToke
     tensors = {prefix + k: v for k, v in export_tensors(backbone, name_plan(arch, meta_backbone(model)), rows).items()}
     if arch.always_projects and model["embedding_size"] is None:
         tensors.update({prefix + k: v for k, v in identity_projection(arch, model["hidden"]).items()})
-    tensors.update({e.hf[0]: (weights[e.sesame][: rows.vocab] if e.sesame == "bias" else weights[e.sesame])
+    tensors.update({e.hf[0]: (weights[e.sesame][: rows.vocab] if e.sesame in ("bias", "decoder") else weights[e.sesame])
                     .contiguous() for e in extra})
+    if head.get("tie_word_embeddings") is False:  # transformers reads an untied decoder's bias under its own name
+        tensors[f"{arch.lm.decoder}.bias"] = tensors[arch.lm.bias].clone()
 
     tokenizer_json, specials = export_tokenizer(tok, record and record["tokenizer"], drop)
     ids = Tokenizer.from_str(tokenizer_json).get_vocab()

@@ -29,6 +29,7 @@ class Objective(nn.Module):
     pairs = False
     scored_by: str | None = None  # a command that scores its runs instead of `sesame evaluate`
     options: tuple[str, ...] = ()  # the options a user may give (--objective-option), recorded in config.json
+    choices: dict[str, tuple[str, ...]] = {}  # the values an option of a few named ones takes (checked before a run)
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
     classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)

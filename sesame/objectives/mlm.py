@@ -31,7 +31,7 @@ loss and every gradient are bitwise those of the unpadded batch.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +99,13 @@ class MaskedLM(Objective):
     head's GELU is the backbone's (exact, or the tanh approximation ALBERT was trained with), as in
     BERT's and ALBERT's released heads, which both apply the model's ``hidden_act``.
 
+    ``decoder="untied"`` gives the head an output matrix of its own, started as a copy of the token table (so the
+    first scores are the tied head's) and trained apart from it: the table then learns from the model's inputs
+    alone. A deliberate departure from BERT, whose decoder is the table (Devlin et al. 2019, after Press & Wolf
+    2017), for a table that starts from counts (``--embedding-init ppmi``), which the output side's gradients wear
+    down (docs/results/time_to_quality.md). Weights of a tied run loaded into an untied head start its decoder as
+    their table.
+
     ``word_starts`` (a bool per vocabulary entry, :meth:`TextTokenizer.word_starts`) is needed by
     every ``masking`` but ``token``; ``phrase_ids`` are the phrases as token ids (``build`` tokenizes
     the ``phrases`` of the run's options). ``token_weights`` (a weight per vocabulary entry; None: uniform), which
@@ -109,15 +116,19 @@ class MaskedLM(Objective):
     token_weights: torch.Tensor | None = None
 
     name = "mlm"
-    options = ("masking", "ngram", "phrases", "rate")
+    options = ("decoder", "masking", "ngram", "phrases", "rate")
     maskings = ("token", "whole_word", "phrase")
+    decoders = ("tied", "untied")
+    choices = {"masking": maskings, "decoder": decoders}
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, rate: float = 0.15, masking: str = "token",
                  word_starts: torch.Tensor | None = None, phrase_ids: Sequence[Sequence[int]] | None = None,
-                 ngram: int = 3):
+                 ngram: int = 3, decoder: str = "tied"):
         super().__init__(backbone, specials)
         if masking not in self.maskings:
             raise ValueError(f"masking {masking!r}: choose one of {', '.join(self.maskings)}")
+        if decoder not in self.decoders:
+            raise ValueError(f"decoder {decoder!r}: choose one of {', '.join(self.decoders)}")
         if masking != "token" and word_starts is None:
             raise ValueError(f"{masking} masking needs word_starts; build the objective with its tokenizer")
         if phrase_ids and masking != "phrase":
@@ -133,9 +144,22 @@ class MaskedLM(Objective):
         self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(approximate=ACTIVATIONS[cfg.activation]),
                                        nn.LayerNorm(width, eps=cfg.layer_norm_eps))
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.register_parameter("decoder", nn.Parameter(backbone.embed.tokens.weight.detach().clone())
+                                if decoder == "untied" else None)
         nn.init.normal_(self.transform[0].weight, std=0.02)
         nn.init.zeros_(self.transform[0].bias)
         self.workspace = Workspace()
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The decoder's (vocabulary, width) matrix: the token table (tied), or the head's own (untied)."""
+        return self.backbone.embed.tokens.weight if self.decoder is None else self.decoder
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        table = prefix + "backbone.embed.tokens.weight"
+        if self.decoder is not None and prefix + "decoder" not in state_dict and table in state_dict:
+            state_dict[prefix + "decoder"] = state_dict[table]  # a tied run's weights: the decoder starts as its table
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, phrases: Sequence[str] | None = None,
@@ -211,14 +235,13 @@ class MaskedLM(Objective):
         """Summed cross-entropy of the original tokens at the selected positions (gathered at the padded
         positions, a shape fixed by the batch's; the head on the real ones: :func:`masked_loss`)."""
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, batch["positions"])
-        return masked_loss(self.transform, picked, batch, self.backbone.embed.tokens.weight, self.bias,
-                           self.workspace)
+        return masked_loss(self.transform, picked, batch, self.output_weight, self.bias, self.workspace)
 
     def masked_logits(self, hidden: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The head's scores over the vocabulary at the real selected positions, ``[masked, vocab]`` (the whole
         distribution, which distillation's soft targets need; the loss alone takes :meth:`mlm_loss`'s fused path)."""
         picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, masked_entries(batch, "positions"))
-        return F.linear(self.transform(picked), self.backbone.embed.tokens.weight, self.bias)
+        return F.linear(self.transform(picked), self.output_weight, self.bias)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.mlm_loss(self.backbone(batch["ids"]), batch)

@@ -51,13 +51,12 @@ def pretrain(spec: PretrainSpec) -> dict:
         if config.pretrained.sizing:  # --size auto's batch (a resumed run's recorded choice: nothing is measured again)
             cfg = replace(cfg, batch_size=config.pretrained.sizing.batch_size)
         torch.manual_seed(cfg.seed)
-        tok, shards = load_tokenizer(run), Shards(config.pretrained.shards)
-        obj = build_objective(config.pretrained.objective, build_backbone(config), tok,
-                              config.pretrained.objective_options)
+        tok, shards, backbone = load_tokenizer(run), Shards(config.pretrained.shards), build_backbone(config)
+        if not resumed and config.pretrained.embedding_init == "ppmi":  # (before an untied decoder copies the table)
+            ppmi_embedding(backbone, shards, skip=tok.specials.all, seed=cfg.seed, progress=spec.progress)
+        obj = build_objective(config.pretrained.objective, backbone, tok, config.pretrained.objective_options)
         if not resumed:
             start.initialise(obj, spec)
-            if config.pretrained.embedding_init == "ppmi":
-                ppmi_embedding(obj.backbone, shards, skip=tok.specials.all, seed=cfg.seed, progress=spec.progress)
         learner = start.learner(obj, spec, shards)  # trained; obj's weights are kept
         settings = RunSettings(run, cfg, placement=placement, progress=spec.progress, started=started)
         return _trainer(learner, obj, config, shards, settings).fit(resume=resumed, record=lambda: record_training(

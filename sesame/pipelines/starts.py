@@ -103,6 +103,10 @@ class Continued(NewModel):
         if spec.tokenizer or spec.cased:
             flag = "--tokenizer" if spec.tokenizer else "--cased"
             raise SesameError(f"{flag}: {spec.base} brings its own tokenizer; drop {flag}")
+        untied = self.config.pretrained.objective_options.get("decoder") == "untied"
+        if untied and spec.objective_settings().get("decoder") != "untied":
+            raise SesameError(f"--from {spec.base}: its masked LM's decoder is untied from the token table; continue "
+                              "it with --objective-option decoder=untied")
 
     def tokenizer_file(self, spec: PretrainSpec) -> str | None:
         return str(Path(spec.base) / "tokenizer.json")
