@@ -156,12 +156,18 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
         notes.append("ELECTRA's discriminator head is left behind: sesame's electra objective also needs the "
                      "generator, which transformers keeps in a checkpoint of its own; give that directory with "
                      "--generator to import both as one electra run")
-    bias = next((n for n in (head.bias, f"{head.decoder}.bias") if n in weights), None) if head and head.bias else None
+    table, decoder = weights.get(f"{arch.modules['embed.tokens']}.weight"), f"{head.decoder}.weight" if head else ""
+    # a masked LM with an output layer of its own (a stored decoder unlike the table: tie_word_embeddings false) imports
+    # untied (--objective-option decoder=untied), scoring with its decoder's bias as transformers' untied head does
+    untied = bool(head) and head.objective == "mlm" and decoder in weights and table is not None and not torch.equal(
+        weights[decoder], table)
+    named = (f"{head.decoder}.bias", head.bias) if untied else (head.bias, f"{head.decoder}.bias") if head else ()
+    bias = next((n for n in named if n in weights), None) if head and head.bias else None
     if head is None or not (bias or not head.bias and head.hf_class in (given.get("architectures") or [])):
         return None, pooler, [], notes
-    tied = {f"{head.decoder}.weight": weights.get(f"{arch.modules['embed.tokens']}.weight"),
-            f"{head.decoder}.bias": weights.get(bias)}  # a stored copy → what it must equal
+    tied = {} if untied else {decoder: table, f"{head.decoder}.bias": weights.get(bias)}  # a stored copy → its value
     copies = [Entry(f"decoder.{n.rsplit('.', 1)[1]}", (n,)) for n in tied if n in weights and n != bias]
+    unused = [Entry("bias", (head.bias,))] if untied and head.bias != bias and head.bias in weights else []
     activation = given[head.activation] if head.activation else "gelu"
     backbone_activation = given[arch.config["activation"]]
     why = ""
@@ -169,18 +175,18 @@ def _pretraining_heads(weights: dict[str, torch.Tensor], given: dict, arch: Arch
         why = (f"its head applies {activation!r} where sesame's {head.objective} head applies the backbone's "
                f"{backbone_activation!r}")
     elif any(tied[e.hf[0]] is not None and not torch.equal(weights[e.hf[0]], tied[e.hf[0]]) for e in copies) or (
-            f"{head.decoder}.weight" not in weights and given.get("tie_word_embeddings") is False):
+            decoder not in weights and given.get("tie_word_embeddings") is False):
         why = "its output layer is not tied to the token embeddings, as sesame's is"
     if why:
         return None, pooler, [], [*notes, f"{head.hf_class}'s language-model head is left behind: {why}"]
-    entries = lm_entries(arch, bias)
+    entries = lm_entries(arch, bias) + ([Entry("decoder", (decoder,))] if untied else [])
     pairs = arch.pairs
     if pairs and pooler and f"{pairs.hf_module}.weight" in weights:
-        return pairs.objective, entries + pair_entries(arch), copies, notes
+        return pairs.objective, entries + pair_entries(arch), copies + unused, notes
     if pooler:
         notes.append(f"the [CLS] pooler is left behind: sesame's {head.objective} objective has none "
                      "(fine-tuning with pooling cls starts a fresh one)")
-    return head.objective, entries, copies + pooler, notes
+    return head.objective, entries, copies + unused + pooler, notes
 
 
 def _discriminator_head(weights: dict[str, torch.Tensor], given: dict, arch: Architecture, where: Path
@@ -271,8 +277,9 @@ def _import(src: Path, hf_config: dict, discriminator: bool = False, flag: str =
     dropped = _check_tensors(weights, expected, arch, path)
     state = {"backbone." + k: v for k, v in import_tensors(weights, plan, rows).items()}
     state.update({e.sesame: weights[e.hf[0]].contiguous() for e in extra})
-    if "bias" in state:  # the output bias has a row per token, like the embeddings: appended tokens copy theirs
-        state["bias"] = torch.cat([state["bias"], state["bias"][list(rows.aliases)]])
+    for name in ("bias", "decoder"):  # the output layer has a row per token, like the embeddings: appended tokens
+        if name in state:               # copy theirs
+            state[name] = torch.cat([state[name], state[name][list(rows.aliases)]])
     if objective and rows.aliases:
         notes.append(f"the appended tokens {', '.join(record['aliases'])} share the output rows of the tokens they "
                      f"copy ({', '.join(sorted(set(record['aliases'].values())))}), so sesame's {objective} "
@@ -287,9 +294,11 @@ def _import(src: Path, hf_config: dict, discriminator: bool = False, flag: str =
     else:
         # with an objective, the window `sesame evaluate` reads by default (--seq-len overrides it)
         seq_len = min(EVAL_SEQ_LEN, model["max_positions"]) if objective else None
+        options = {"decoder": "untied"} if any(e.sesame == "decoder" for e in extra) else {}
         config = RunConfig(kind="pretrained", family=arch.family,
                            pooling=transformers_family(hf_config, str(config_path)).pooling, model=backbone,
-                           hf=origin, pretrained=PretrainedPart(objective=objective, seq_len=seq_len))
+                           hf=origin, pretrained=PretrainedPart(objective=objective, seq_len=seq_len,
+                                                               objective_options=options))
     summary = {"model_type": arch.model_type, "family": arch.family, "kind": config.kind, "task": task,
                "objective": objective, "labels": labels, "layers": model["layers"], "hidden": model["hidden"],
                "vocab_size": model["vocab_size"], "pooler": any(e.sesame.startswith("pooler.") for e in extra),

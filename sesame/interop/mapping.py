@@ -144,12 +144,12 @@ def discriminator_entries(arch: Architecture) -> list[Entry]:
 
 def head_shapes(model: dict, vocab: int) -> dict[str, torch.Tensor]:
     """Meta tensors shaped as sesame's pre-training heads (objectives/mlm.py, pairs.py, electra.py) for ``model``
-    with the checkpoint's ``vocab``: what a checkpoint's head must match (``decoder``: the tied output
-    layer, the token embeddings and the bias)."""
+    with the checkpoint's ``vocab``: what a checkpoint's head must match (``decoder.*``: the tied output
+    layer, the token embeddings and the bias; ``decoder``: an untied masked LM's own output layer)."""
     h, e = model["hidden"], model["embedding_size"] or model["hidden"]
     shapes = {"transform.0.weight": (e, h), "transform.0.bias": (e,), "transform.2.weight": (e,),
               "transform.2.bias": (e,), "bias": (vocab,), "pooler.0.weight": (h, h), "pooler.0.bias": (h,),
-              "decoder.weight": (vocab, e), "decoder.bias": (vocab,)}
+              "decoder.weight": (vocab, e), "decoder.bias": (vocab,), "decoder": (vocab, e)}
     shapes.update({f"{task}.{p}": s for task in ("nsp", "sop") for p, s in (("weight", (2, h)), ("bias", (2,)))})
     shapes.update({"discriminator_head.0.weight": (h, h), "discriminator_head.0.bias": (h,),
                    "discriminator_head.2.weight": (1, h), "discriminator_head.2.bias": (1,)})
