@@ -271,6 +271,7 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
             raise SesameError(f"--objective-option {', '.join(sorted(unknown))}: not an option of the "
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
         for key, value in self.objective_settings().items():
+            OBJECTIVES[self.objective_name].check_option(key, value)
             accepted = OBJECTIVES[self.objective_name].choices.get(key)
             if accepted and value not in accepted:
                 raise SesameError(f"--objective-option {key}={value}: the {self.objective_name} objective's {key} is "

@@ -87,6 +87,11 @@ def test_spec_validation_names_the_flag_before_anything_is_written(tmp_path):
            ({"seq_len": 4}, "--seq-len 4"),
            ({"attention_window": 8, "family": "ulmfit"}, "banded attention is for Transformers"),
            ({"objective_options": {"samples": 3}}, "--objective-option samples: not an option of the mlm_nsp"),
+           ({"objective_options": {"rate": "abc"}}, "--objective-option rate=abc: the mlm_nsp objective's rate is a "
+                                                    r"number \(default 0.15\)"),
+           ({"family": "elmo", "objective_options": {"samples": 2.5}}, "samples=2.5: .* is a whole number"),
+           ({"family": "t5", "objective_options": {"separators": 1}}, "separators=1: .* is true or false"),
+           ({"family": "bart", "objective_options": {"mask_ratio": None}}, "mask_ratio=null: .* is a number"),
            ({"lr": -1.0}, "--lr: must be positive"),
            ({"drop_mult": 0.5}, "--drop-mult: scales the five dropouts of a recurrent .* --family bert is a "
                                 "transformer model; drop --drop-mult"),
@@ -114,6 +119,11 @@ def test_objective_options_are_declared_and_accepted_by_the_objective():
         takes_more = any(p.kind == p.VAR_KEYWORD for p in build.values())
         for name in cls.options:
             assert name in build or takes_more, (cls.name, name)
+        for name, default in cls.option_defaults().items():
+            cls.check_option(name, default)  # each default is a value of its own kind
+    for family in FAMILIES.values():  # and so is every family's own setting
+        for name, value in (family.objective_options if family.objective in OBJECTIVES else {}).items():
+            OBJECTIVES[family.objective].check_option(name, value)
 
 
 def test_config_schema_version_and_fields_are_checked(tmp_path):

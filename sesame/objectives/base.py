@@ -1,9 +1,14 @@
 """The contract every pre-training objective fulfils."""
 from __future__ import annotations
 
+import inspect
+import json
+from dataclasses import fields
+
 import torch
 from torch import nn
 
+from ..errors import SesameError
 from ..models import Transformer
 from ..tokenizer import SpecialIds, TextTokenizer
 
@@ -30,6 +35,7 @@ class Objective(nn.Module):
     scored_by: str | None = None  # a command that scores its runs instead of `sesame evaluate`
     options: tuple[str, ...] = ()  # the options a user may give (--objective-option), recorded in config.json
     choices: dict[str, tuple[str, ...]] = {}  # the values an option of a few named ones takes (checked before a run)
+    option_dataclass: type | None = None  # a dataclass whose fields are the options (else the constructors' keywords)
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
     classified: tuple[str, ...] = ()  # the parts that classify, whose accuracy validation reports (score)
@@ -59,6 +65,41 @@ class Objective(nn.Module):
         """Whether it can train a backbone of ``arch``: the architecture it names, or, naming none, one that no
         objective names."""
         return cls.arch == arch if cls.arch else arch not in Objective.named_archs
+
+    @classmethod
+    def option_defaults(cls) -> dict[str, object]:
+        """Each option's default, whose kind (true/false, whole number, number, name) a given value must share: the
+        fields of ``option_dataclass``, else the keywords of the constructors up the class tree (a subclass's win).
+        Options without a default of their own (None, or read by ``build`` alone) are left out."""
+        if cls.option_dataclass is not None:
+            found = {f.name: f.default for f in fields(cls.option_dataclass)}
+        else:
+            found = {}
+            for klass in reversed(cls.__mro__):
+                if "__init__" in vars(klass):
+                    found |= {name: p.default for name, p in inspect.signature(klass.__init__).parameters.items()
+                              if p.default is not inspect.Parameter.empty}
+        return {name: found[name] for name in cls.options if found.get(name) is not None}
+
+    @classmethod
+    def check_option(cls, key: str, value: object) -> None:
+        """Refuse, in one line, a value of another kind than ``key``'s default (``rate=abc`` for a fraction): caught
+        before the run is written, not at its first batch."""
+        default = cls.option_defaults().get(key)
+        if default is None:
+            return
+        if isinstance(default, bool):
+            kind, fits = "true or false", isinstance(value, bool)
+        elif isinstance(default, int):
+            kind, fits = "a whole number", isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            kind, fits = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            kind, fits = "text", isinstance(value, str)
+        if not fits:
+            given = value if isinstance(value, str) else json.dumps(value)  # as written on the command line
+            raise SesameError(f"--objective-option {key}={given}: the {cls.name} objective's {key} is {kind} "
+                              f"(default {json.dumps(default)})")
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":

@@ -60,6 +60,7 @@ class SpanCorruption(TeacherForced):
     100 sentinels cover windows of about 2000 tokens)."""
 
     name = "span_corruption"
+    option_dataclass = SpanCorruptionOptions
     options = tuple(f.name for f in fields(SpanCorruptionOptions))
 
     def __init__(self, backbone: EncoderDecoder, specials: SpecialIds, *, sentinels: torch.Tensor, **options):
@@ -146,6 +147,7 @@ class Denoising(TeacherForced):
     """
 
     name = "denoising"
+    option_dataclass = DenoisingOptions
     options = tuple(f.name for f in fields(DenoisingOptions))
 
     def __init__(self, backbone: EncoderDecoder, specials: SpecialIds, *, word_starts: torch.Tensor,
