@@ -68,8 +68,8 @@ class Objective(nn.Module):
 
     @classmethod
     def option_defaults(cls) -> dict[str, object]:
-        """Each option's default, whose kind (true/false, whole number, number, name) a given value must share: the
-        fields of ``option_dataclass``, else the keywords of the constructors up the class tree (a subclass's win).
+        """Each option's default, whose kind (true/false, whole number, number, text) a given value must share: the
+        fields of ``option_dataclass``, else the keywords of the constructors up the class tree (a subclass's wins).
         Options without a default of their own (None, or read by ``build`` alone) are left out."""
         if cls.option_dataclass is not None:
             found = {f.name: f.default for f in fields(cls.option_dataclass)}
