@@ -272,10 +272,6 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                               f"{self.objective_name} objective; it takes {', '.join(sorted(known)) or 'none'}")
         for key, value in self.objective_settings().items():
             OBJECTIVES[self.objective_name].check_option(key, value)
-            accepted = OBJECTIVES[self.objective_name].choices.get(key)
-            if accepted and value not in accepted:
-                raise SesameError(f"--objective-option {key}={value}: the {self.objective_name} objective's {key} is "
-                                  f"one of {', '.join(accepted)}")
         # one made of windows of a corpus? (and span corruption's options: room for text at this length?)
         self.window_length()
         self.train_config()

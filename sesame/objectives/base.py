@@ -83,23 +83,24 @@ class Objective(nn.Module):
 
     @classmethod
     def check_option(cls, key: str, value: object) -> None:
-        """Refuse, in one line, a value of another kind than ``key``'s default (``rate=abc`` for a fraction): caught
-        before the run is written, not at its first batch."""
-        default = cls.option_defaults().get(key)
-        if default is None:
-            return
+        """Refuse, in one line, a value of another kind than ``key``'s default (``rate=abc`` for a fraction) or outside
+        its named ``choices``: caught before the run is written, not at its first batch."""
+        default, accepted = cls.option_defaults().get(key), cls.choices.get(key)
         if isinstance(default, bool):
             kind, fits = "true or false", isinstance(value, bool)
         elif isinstance(default, int):
             kind, fits = "a whole number", isinstance(value, int) and not isinstance(value, bool)
         elif isinstance(default, float):
             kind, fits = "a number", isinstance(value, (int, float)) and not isinstance(value, bool)
-        else:
-            kind, fits = "text", isinstance(value, str)
+        else:  # text, or no default to go by
+            kind, fits = "text", default is None or isinstance(value, str)
         if not fits:
             given = value if isinstance(value, str) else json.dumps(value)  # as written on the command line
             raise SesameError(f"--objective-option {key}={given}: the {cls.name} objective's {key} is {kind} "
                               f"(default {json.dumps(default)})")
+        if accepted and value not in accepted:
+            raise SesameError(f"--objective-option {key}={value}: the {cls.name} objective's {key} is one of "
+                              f"{', '.join(accepted)}")
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":
