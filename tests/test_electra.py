@@ -8,6 +8,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import sesame
+from sesame.errors import SesameError
 from sesame.models import Transformer, TransformerConfig
 from sesame.objectives.electra import Electra
 from sesame.objectives.mlm import masked_entries
@@ -146,8 +147,9 @@ def test_generator_width_is_the_fraction():
     assert (g.hidden, g.heads, g.intermediate, g.layers, g.norm, g.embedding_width) == (128, 2, 512, 2, "pre", 256)
     g = electra(cfg).generator.config
     assert (g.hidden, g.heads, g.intermediate) == (64, 1, 256)
-    with pytest.raises(ValueError):
-        electra(generator_fraction=0.0)
+    with pytest.raises(SesameError, match="generator_fraction=0.0: the electra objective's generator_fraction is "
+                                          "above 0"):
+        Electra.check_option("generator_fraction", 0.0)  # refused before a run is written
 
 
 def test_no_gradient_through_sampling_and_lambda_weighting():

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 from torch import nn
@@ -11,6 +12,19 @@ from torch import nn
 from ..errors import SesameError
 from ..models import Transformer
 from ..tokenizer import SpecialIds, TextTokenizer
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The numbers an option accepts, as a check and the words that name them."""
+
+    words: str
+    holds: Callable[[float], bool]
+
+
+FRACTION = Bound("above 0 and at most 1", lambda value: 0 < value <= 1)
+POSITIVE = Bound("above 0", lambda value: value > 0)
+AT_LEAST_ONE = Bound("at least 1", lambda value: value >= 1)
 
 
 class Objective(nn.Module):
@@ -35,6 +49,7 @@ class Objective(nn.Module):
     scored_by: str | None = None  # a command that scores its runs instead of `sesame evaluate`
     options: tuple[str, ...] = ()  # the options a user may give (--objective-option), recorded in config.json
     choices: dict[str, tuple[str, ...]] = {}  # the values an option of a few named ones takes (checked before a run)
+    bounds: dict[str, Bound] = {}  # the numbers a numeric option takes (checked before a run)
     option_dataclass: type | None = None  # a dataclass whose fields are the options (else the constructors' keywords)
     part_names: tuple[str, ...] = ()  # several losses: their names, the language model's first
     part_weights: dict[str, float] = {}  # and their weights in the total (default 1)
@@ -83,9 +98,10 @@ class Objective(nn.Module):
 
     @classmethod
     def check_option(cls, key: str, value: object) -> None:
-        """Refuse, in one line, a value of another kind than ``key``'s default (``rate=abc`` for a fraction) or outside
-        its named ``choices``: caught before the run is written, not at its first batch."""
-        default, accepted = cls.option_defaults().get(key), cls.choices.get(key)
+        """Refuse, in one line, a value of another kind than ``key``'s default (``rate=abc`` for a fraction), outside
+        its named ``choices`` or out of its ``bounds`` (``rate=1.5``): caught before the run is written, not at its
+        first batch."""
+        default, accepted, bound = cls.option_defaults().get(key), cls.choices.get(key), cls.bounds.get(key)
         if isinstance(default, bool):
             kind, fits = "true or false", isinstance(value, bool)
         elif isinstance(default, int):
@@ -101,6 +117,9 @@ class Objective(nn.Module):
         if accepted and value not in accepted:
             raise SesameError(f"--objective-option {key}={value}: the {cls.name} objective's {key} is one of "
                               f"{', '.join(accepted)}")
+        if bound and not bound.holds(value):
+            raise SesameError(f"--objective-option {key}={json.dumps(value)}: the {cls.name} objective's {key} is "
+                              f"{bound.words} (default {json.dumps(default)})")
 
     @classmethod
     def build(cls, backbone: Transformer, tokenizer: TextTokenizer, **options) -> "Objective":

@@ -36,7 +36,7 @@ from torch import nn
 
 from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
-from .base import Objective
+from .base import FRACTION, POSITIVE, Bound, Objective
 from .masking import mask_rows, replacement_pool, uniforms
 from .mlm import gather_selected, masked_entries
 from .projection import Workspace, default_chunk_size, linear_cross_entropy, product_dtype
@@ -68,6 +68,8 @@ class Electra(Objective):
     name = "electra"
     options = ("disc_weight", "generator_fraction", "rate", "two_stage")
     part_names = ("mlm", "disc")
+    bounds = {"rate": FRACTION, "generator_fraction": POSITIVE, "disc_weight": Bound("0 or more", lambda v: v >= 0),
+              "two_stage": Bound("a fraction of the run from 0 and under 1", lambda v: 0 <= v < 1)}
 
     @cached_property
     def pool(self) -> torch.Tensor:
@@ -78,10 +80,6 @@ class Electra(Objective):
     def __init__(self, backbone: Transformer, specials: SpecialIds, generator_fraction: float = 0.25,
                  disc_weight: float = 50.0, two_stage: float = 0.0, rate: float = 0.15):
         super().__init__(backbone, specials)
-        if generator_fraction <= 0:
-            raise ValueError(f"generator_fraction must be positive, got {generator_fraction}")
-        if not 0.0 <= two_stage < 1.0:
-            raise ValueError(f"two_stage is a fraction of the run in [0, 1), got {two_stage}")
         cfg = backbone.config
         self.two_stage, self.rate = two_stage, rate
         self.part_weights = {"disc": disc_weight}

@@ -41,7 +41,7 @@ from torch.nn.utils.rnn import pad_sequence
 from ..models import Transformer
 from ..models.transformer import ACTIVATIONS
 from ..tokenizer import SpecialIds, TextTokenizer
-from .base import Objective
+from .base import AT_LEAST_ONE, FRACTION, Objective
 from .masking import (mask_rows, mask_units, mask_weighted_rows, ngram_units, phrase_table, phrase_units,
                       replacement_pool, select_words, word_index)
 from .projection import Workspace, linear_cross_entropy
@@ -120,6 +120,7 @@ class MaskedLM(Objective):
     maskings = ("token", "whole_word", "phrase")
     decoders = ("tied", "untied")
     choices = {"masking": maskings, "decoder": decoders}
+    bounds = {"rate": FRACTION, "ngram": AT_LEAST_ONE}
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, rate: float = 0.15, masking: str = "token",
                  word_starts: torch.Tensor | None = None, phrase_ids: Sequence[Sequence[int]] | None = None,
@@ -133,8 +134,6 @@ class MaskedLM(Objective):
             raise ValueError(f"{masking} masking needs word_starts; build the objective with its tokenizer")
         if phrase_ids and masking != "phrase":
             raise ValueError(f"phrases are for masking='phrase', not {masking!r}")
-        if ngram < 1:
-            raise ValueError(f"ngram {ngram}: use at least 1")
         cfg = backbone.config
         self.rate, self.masking, self.ngram = rate, masking, ngram
         self.phrases = phrase_table(phrase_ids or [])

@@ -22,6 +22,7 @@ from torch import nn
 from ..models import Transformer
 from ..tokenizer import SpecialIds, TextTokenizer
 from .masking import span_units, word_index
+from .base import AT_LEAST_ONE, FRACTION
 from .mlm import MaskedLM, masked_entries, masked_loss, padded
 
 
@@ -52,6 +53,7 @@ class SpanBERT(MaskedLM):
     part_names = ("mlm", "sbo")
     options = ("max_span", "p", "rate")
     maskings = ("span",)
+    bounds = {"rate": FRACTION, "p": FRACTION, "max_span": AT_LEAST_ONE}
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, word_starts: torch.Tensor, rate: float = 0.15,
                  p: float = 0.2, max_span: int = 10):
