@@ -60,6 +60,37 @@ def test_masking_uses_mask_only_and_is_per_example():
     assert torch.equal(alone["ids"][0], batch["ids"][3]) and torch.equal(alone["draws"][0], batch["draws"][3])
 
 
+def test_unchanged_leaves_that_share_of_the_selected_tokens_as_they_are():
+    """The official code's masking (``pretrain_helpers.mask``): 85% of the selected tokens become [MASK], the rest
+    stay; the generator predicts and D's labels cover all of them."""
+    rows = windows(256)
+    full = torch.cat([torch.full((256, 1), SPECIALS.cls), rows, torch.full((256, 1), SPECIALS.sep)], 1).flatten()
+    batch = batch_of(electra(unchanged=0.15), rows)
+    selected = batch["ids"].flatten()[masked_entries(batch, "positions")]
+    assert torch.equal(masked_entries(batch, "targets")[selected != SPECIALS.mask], selected[selected != SPECIALS.mask])
+    assert abs((selected != SPECIALS.mask).float().mean().item() - 0.15) < 0.04
+    assert torch.equal(batch["ids"].flatten()[full == SPECIALS.mask], full[full == SPECIALS.mask])
+
+
+def test_the_generator_learns_a_rule_from_context_with_tokens_left_unchanged():
+    """Windows that count up through 8 tokens: each masked token follows from its neighbours. With 15% of the selected
+    tokens left unchanged, as the official code does, G's masked-LM loss falls far under the unigram's ln 8 = 2.08
+    (with every one masked it stays there for thousands of steps: the docstring's note)."""
+    torch.manual_seed(0)
+    obj = electra(config(hidden=32, heads=2, intermediate=64), generator_fraction=1.0, unchanged=0.15)
+    opt = torch.optim.AdamW(obj.parameters(), lr=3e-3)
+    losses = []
+    for step in range(500):
+        batch = batch_of(obj, windows(16, seed=step), first=16 * step)
+        parts = obj(batch)
+        mlm = parts["mlm"] / batch["masked"]
+        (mlm + 50.0 * parts["disc"] / batch["ids"].numel()).backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(mlm.item())
+    assert sum(losses[-20:]) / 20 < 1.0, losses[-20:]
+
+
 def test_labels_mark_exactly_the_replaced_tokens():
     obj = electra()
     with torch.no_grad():  # the generator always predicts token 7

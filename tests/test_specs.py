@@ -95,7 +95,7 @@ def test_spec_validation_names_the_flag_before_anything_is_written(tmp_path):
            ({"objective_options": {"rate": 1.5}}, r"rate=1.5: the mlm_nsp objective's rate is above 0 and at most 1 "
                                                   r"\(default 0.15\)"),
            ({"family": "spanbert", "objective_options": {"max_span": 0}}, "max_span=0: .* is at least 1"),
-           ({"family": "electra", "objective_options": {"two_stage": 1}}, "two_stage=1: .* from 0 and under 1"),
+           ({"family": "electra", "objective_options": {"two_stage": 1}}, "two_stage=1: .* a fraction from 0 and under 1"),
            ({"lr": -1.0}, "--lr: must be positive"),
            ({"drop_mult": 0.5}, "--drop-mult: scales the five dropouts of a recurrent .* --family bert is a "
                                 "transformer model; drop --drop-mult"),

@@ -25,6 +25,7 @@ class Bound:
 FRACTION = Bound("above 0 and at most 1", lambda value: 0 < value <= 1)
 POSITIVE = Bound("above 0", lambda value: value > 0)
 AT_LEAST_ONE = Bound("at least 1", lambda value: value >= 1)
+UNDER_ONE = Bound("a fraction from 0 and under 1", lambda value: 0 <= value < 1)
 
 
 class Objective(nn.Module):

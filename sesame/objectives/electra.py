@@ -7,8 +7,11 @@ L_MLM(x, θ_G) + λ·L_Disc(x, θ_D) with λ = 50 (Appendix A), and no gradient 
 
 * Inputs are [CLS] window [SEP]; 15% of the ordinary tokens are selected by independent Bernoulli
   draws (as in :mod:`~sesame.objectives.mlm`, where that deviation from a fixed count is noted) and
-  replaced by [MASK], as §2 defines x^masked. Deviation from the official code, which leaves 15% of
-  the selected tokens unchanged instead of masking them all.
+  replaced by [MASK], as §2 defines x^masked. The official code leaves 15% of the selected tokens unchanged
+  instead (its ``pretrain_helpers.mask``): ``unchanged`` = 0.15 does so (default 0, §2's). Why it may matter at
+  small scale: on windows that count up through 8 tokens, a 2-layer generator learns the rule within a few hundred
+  steps with 15% left unchanged and stays at the unigram's ln 8 for thousands with every one masked (as BERT's
+  masked LM does with its 10% unchanged and 10% random: docs/results/time_to_quality.md).
 * G (§3.2, "Smaller generators") is a Transformer of width round(fraction·H), with max(1, width // 64)
   heads (fewer if needed to divide the width), feed-forward 4·width, and D's depth and norm style. It
   reads D's token, position and segment embeddings (§3.2, "Weight sharing": all embeddings tied)
@@ -36,7 +39,7 @@ from torch import nn
 
 from ..models import Transformer, TransformerConfig
 from ..tokenizer import SpecialIds
-from .base import FRACTION, POSITIVE, Bound, Objective
+from .base import FRACTION, POSITIVE, UNDER_ONE, Bound, Objective
 from .masking import mask_rows, replacement_pool, uniforms
 from .mlm import gather_selected, masked_entries
 from .projection import Workspace, default_chunk_size, linear_cross_entropy, product_dtype
@@ -66,10 +69,10 @@ class Electra(Objective):
     """
 
     name = "electra"
-    options = ("disc_weight", "generator_fraction", "rate", "two_stage")
+    options = ("disc_weight", "generator_fraction", "rate", "two_stage", "unchanged")
     part_names = ("mlm", "disc")
     bounds = {"rate": FRACTION, "generator_fraction": POSITIVE, "disc_weight": Bound("0 or more", lambda v: v >= 0),
-              "two_stage": Bound("a fraction of the run from 0 and under 1", lambda v: 0 <= v < 1)}
+              "two_stage": UNDER_ONE, "unchanged": UNDER_ONE}
 
     @cached_property
     def pool(self) -> torch.Tensor:
@@ -78,10 +81,10 @@ class Electra(Objective):
         return replacement_pool(self.backbone.config.vocab_size, self.special_ids)
 
     def __init__(self, backbone: Transformer, specials: SpecialIds, generator_fraction: float = 0.25,
-                 disc_weight: float = 50.0, two_stage: float = 0.0, rate: float = 0.15):
+                 disc_weight: float = 50.0, two_stage: float = 0.0, rate: float = 0.15, unchanged: float = 0.0):
         super().__init__(backbone, specials)
         cfg = backbone.config
-        self.two_stage, self.rate = two_stage, rate
+        self.two_stage, self.rate, self.unchanged = two_stage, rate, unchanged
         self.part_weights = {"disc": disc_weight}
         self.progress = 0.0
         self.generator = Transformer(generator_config(cfg, generator_fraction))
@@ -118,7 +121,7 @@ class Electra(Objective):
         sep = torch.full((b, 1), self.specials.sep, dtype=windows.dtype)
         ids = torch.cat([cls, windows, sep], dim=1)
         masked, selected = mask_rows(ids, self.special_ids, self.specials.mask, self.pool, generators, rate=self.rate,
-                                     mask_frac=1.0, random_frac=0.0)
+                                     mask_frac=1.0 - self.unchanged, random_frac=0.0)
         selection = gather_selected(ids, selected, self.rate)
         draws = uniforms(generators, ids.shape[1:])
         return {"ids": masked, **selection, "draws": draws, "counts": {"mlm": selection["masked"], "disc": ids.numel()}}
