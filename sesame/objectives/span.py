@@ -21,8 +21,8 @@ from torch import nn
 
 from ..models import Transformer
 from ..tokenizer import SpecialIds, TextTokenizer
-from .masking import span_units, word_index
 from .base import AT_LEAST_ONE, FRACTION
+from .masking import span_units, word_index
 from .mlm import MaskedLM, masked_entries, masked_loss, padded
 
 
