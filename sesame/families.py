@@ -149,6 +149,11 @@ class Family:
     # the corpus's PPMI-SVD vectors (sesame.pipelines.starts.ppmi_embedding), where the 15-minute ablations chose it
     # (docs/results/time_to_quality.md)
     pretrain_embedding_init: str = "random"
+    # the pooling `sesame pretrain` records in a new model's run, so its fine-tunes and its scratch twin read it that
+    # way (None: ``pooling``; imports and ``scratch:FAMILY:SIZE`` keep ``pooling``): T5's encoder mean, as a decoder
+    # pre-trained for minutes to hours ignores its source (docs/results/time_to_quality.md); --pooling last is the
+    # head transformers' T5ForSequenceClassification has
+    pretrain_pooling: str | None = None
     # an encoder-decoder's first decoder input: the special role whose token it is (T5: pad, BART: sep)
     decoder_start: str | None = None
     # how an encoder-decoder's inputs start (sesame.inputs.SourceStart): BART's <s> text </s> (Lewis et al. 2020, §2.2,
@@ -218,7 +223,8 @@ FAMILIES: dict[str, Family] = {
         #      name  tokenizer  objective        causal norm  emb-LN pooling paper
         Family("t5", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020",  # BART's head,
                arch="encoder_decoder", model_options=STYLES["t5"], decoder_start="pad", sentinels=100,  # as HF's T5
-               hf_model_type="t5", objective_options=T5_WINDOWS, inputs=WITHOUT_START),
+               hf_model_type="t5", objective_options=T5_WINDOWS, inputs=WITHOUT_START,
+               pretrain_embedding_init="ppmi", pretrain_pooling="mean"),
         # T5 v1.1 (transformers' google/t5-v1_1-*): GLU feed-forward narrowed to keep its parameters (Shazeer 2020)
         Family("t5v1_1", "unigram", "span_corruption", False, "pre", False, "last", "Raffel et al. 2020, v1.1",
                arch="encoder_decoder", model_options=STYLES["t5v1_1"], decoder_start="pad", sentinels=100,

@@ -57,3 +57,25 @@ def test_continued_pretraining_on_a_tasks_training_file(family, task_files, tmp_
                      str(root / "dev.csv"), "--max-steps", "2", "--batch-size", "8", "--max-length", "32",
                      "--out", str(tmp_path / "tuned")]) == 0
     assert json.loads((tmp_path / "tuned/config.json").read_text())["base"] == str(continued)
+
+
+def test_a_new_t5_run_is_read_through_its_encoders_mean_and_a_continued_run_as_its_base(task_files, tmp_path):
+    """T5's short-budget defaults (docs/results/time_to_quality.md): a new run starts from the counts and records
+    pooling mean, which its fine-tunes and its scratch twin read; continuing a run keeps the run's pooling (a T5
+    imported from transformers records last, its T5ForSequenceClassification head)."""
+    q, root = ["--no-progress"], task_files
+    short = ["--seq-len", "32", "--max-steps", "1", "--batch-size", "8"]
+    base, continued = tmp_path / "base", tmp_path / "continued"
+    assert main(q + ["pretrain", "--family", "t5", "--size", "tiny", "--corpus", str(root / "corpus.txt"),
+                     "--vocab-size", VOCAB["t5"], *short, "--out", str(base)]) == 0
+    config = json.loads((base / "config.json").read_text())
+    assert (config["pooling"], config["embedding_init"]) == ("mean", "ppmi")
+    for start, out in ((str(base), "tuned"), (f"scratch:{base}", "twin")):
+        assert main(q + ["finetune", "--from", start, "--train", str(root / "train.csv"), "--dev",
+                         str(root / "dev.csv"), "--max-steps", "1", "--batch-size", "8", "--max-length", "32",
+                         "--out", str(tmp_path / out)]) == 0
+        assert json.loads((tmp_path / out / "config.json").read_text())["pooling"] == "mean"
+    (base / "config.json").write_text(json.dumps({**config, "pooling": "last"}))  # as an imported T5 records
+    assert main(q + ["pretrain", "--from", str(base), "--corpus", str(root / "train.csv"), *short,
+                     "--out", str(continued)]) == 0
+    assert json.loads((continued / "config.json").read_text())["pooling"] == "last"

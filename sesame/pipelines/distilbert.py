@@ -118,7 +118,7 @@ class PretrainTeacher:
         return self.student_model(spec, dropout(spec))
 
     def origin(self, spec: PretrainSpec, model: TransformerConfig) -> Origin:
-        return Origin(None, spec.teacher)
+        return Origin(None, spec.teacher, pooling=spec.fam.pooling)
 
     def initialise(self, student: MaskedLM, spec: PretrainSpec) -> None:
         """Copy the teacher's weights into a new ``student`` (:func:`student_weights`)."""

@@ -104,7 +104,7 @@ def _set_up(run: Path, spec: PretrainSpec, start: Start, cfg: TrainConfig, place
                     **spec.recurrent_dropouts(spec.family, spec.dropout, arch=fam.arch, what=f"--family {fam.name}"))
     origin = start.origin(spec, model)
     config = RunConfig(
-        kind="pretrained", family=spec.family, size=origin.size, base=origin.base, pooling=fam.pooling,
+        kind="pretrained", family=spec.family, size=origin.size, base=origin.base, pooling=origin.pooling,
         model=model, train=asdict(cfg), setup=setup_record(spec), pretrained=PretrainedPart(
             objective=spec.objective_name, objective_options=spec.objective_settings(), seq_len=spec.seq_len,
             static_masks=spec.static_masks, final_seq_len=spec.final_seq_len, added_words=origin.added_words,

@@ -31,9 +31,11 @@ from ..train.checkpoint import load_weights
 @dataclass(frozen=True)
 class Origin:
     """Where a pre-trained model came from, as config.json records it: its ``size`` (None: a teacher's student), the
-    run or model it started from (``base``) and the words continued pre-training added to its vocabulary."""
+    run or model it started from (``base``), how its classifiers read it (``pooling``) and the words continued
+    pre-training added to its vocabulary."""
     size: str | None
     base: str | None
+    pooling: str
     added_words: int = 0
 
 
@@ -82,7 +84,7 @@ class NewModel:
         return replace(config, **spec.model_options)  # (checked by PretrainSpec.validate)
 
     def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
-        return Origin(spec.size, spec.base)
+        return Origin(spec.size, spec.base, pooling=spec.fam.pretrain_pooling or spec.fam.pooling)
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         pass
@@ -124,7 +126,8 @@ class Continued(NewModel):
                        **({"dropout": spec.dropout} if spec.dropout is not None else {}))
 
     def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
-        return Origin(self.config.size, spec.base, added_words=model.vocab_size - self.config.model.vocab_size)
+        return Origin(self.config.size, spec.base, pooling=self.config.pooling,
+                      added_words=model.vocab_size - self.config.model.vocab_size)
 
     def initialise(self, obj: Objective, spec: PretrainSpec) -> None:
         obj.load_state_dict(with_new_words(load_weights(Path(spec.base) / "model.safetensors"),
