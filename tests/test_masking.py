@@ -75,3 +75,13 @@ def test_evaluation_masks_are_a_fixed_function_of_the_seed_and_the_window_index(
         [2, 100, 101, 236, 103, 104, 105, 106, 107, 108, 4, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 3],
         [2, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 4, 4, 133, 134, 135, 136, 137, 138, 139, 3]]
     assert model.make_batch(windows[1:], generators(1, [7]))["ids"].tolist() == batch["ids"][1:].tolist()
+
+
+def test_the_head_s_transform_takes_the_backbone_s_activation():
+    """As BERT's prediction head transform applies the model's hidden_act: ReLU under a ReLU backbone (T5's
+    layer choices on a BERT, --model-option activation=relu), GELU's tanh form under gelu_tanh."""
+    for name, kind in (("relu", torch.nn.ReLU), ("gelu_tanh", torch.nn.GELU), ("gelu", torch.nn.GELU)):
+        model = MaskedLM(Transformer(TransformerConfig(vocab_size=VOCAB, hidden=64, layers=1, heads=1,
+                                                       intermediate=128, activation=name)), SPECIALS)
+        assert type(model.transform[1]) is kind
+        assert kind is torch.nn.ReLU or model.transform[1].approximate == ("tanh" if name == "gelu_tanh" else "none")

@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
 from ..models import Transformer
-from ..models.transformer import ACTIVATIONS
+from ..models.transformer import activation
 from ..tokenizer import SpecialIds, TextTokenizer
 from .base import AT_LEAST_ONE, FRACTION, Objective
 from .masking import (mask_rows, mask_units, mask_weighted_rows, ngram_units, phrase_table, phrase_units,
@@ -140,7 +140,7 @@ class MaskedLM(Objective):
         # the batch's tables on the CPU, where batches are made (plain attributes: see Objective.__init__)
         self.word_starts, self.pool = word_starts, replacement_pool(cfg.vocab_size, self.special_ids)
         width = cfg.embedding_width  # the tied decoder's input width (E < H under ALBERT's factorisation)
-        self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), nn.GELU(approximate=ACTIVATIONS[cfg.activation]),
+        self.transform = nn.Sequential(nn.Linear(cfg.hidden, width), activation(cfg.activation),
                                        nn.LayerNorm(width, eps=cfg.layer_norm_eps))
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.register_parameter("decoder", nn.Parameter(backbone.embed.tokens.weight.detach().clone())
