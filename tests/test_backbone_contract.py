@@ -10,7 +10,7 @@ particular to one architecture (T5's buckets, XLNet's streams, AWD-LSTM's dropou
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -186,6 +186,17 @@ def test_the_config_round_trips_through_json(case):
     recorded = json.loads(json.dumps(case.config.to_dict()))  # as config.json holds it
     assert model_config(recorded) == case.config
     assert recorded.get("arch", "transformer") == case.arch  # the dict names its own architecture
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if hasattr(c.config, "embedding_std")], ids=lambda c: c.name)
+def test_embedding_std_draws_the_token_table_alone(case):
+    """``embedding_std`` (a Transformer's, an encoder-decoder's, XLNet's) is the token table's initial scale and
+    changes no other weight's first draw."""
+    plain, scaled = case.build(), Case(case.name, replace(case.config, embedding_std=0.5)).build()
+    table = "embed.tokens.weight"
+    assert abs(scaled.state_dict()[table].std().item() - 0.5) < 0.05
+    assert all(torch.equal(value, scaled.state_dict()[name]) for name, value in plain.state_dict().items()
+               if name != table and not torch.equal(value, plain.state_dict()[table]))  # (a tied output: the table)
 
 
 @ALL

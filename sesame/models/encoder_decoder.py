@@ -87,7 +87,6 @@ class EncoderDecoderConfig(TransformerConfig):
     relative_buckets: int = 0  # T5's relative position bias with this many buckets (0: learned positions)
     relative_max_distance: int = 128  # offsets this far or farther share the last bucket
     scale_logits: bool = False  # the tied output layer reads the states times hidden^-0.5 (T5)
-    embedding_std: float = 0.02  # the token embeddings' initial standard deviation (T5: 1)
     gated: bool = False  # T5 v1.1's gated feed-forward, activation(x·W) ⊙ x·V (GatedFeedForward)
     tied: bool = True  # the output layer is the token table (False: a layer of its own, T5 v1.1's lm_head)
     weight_init: str = "normal"  # the stacks' linear weights: N(0, 0.02), or "xavier" (module docstring)

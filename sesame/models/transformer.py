@@ -15,7 +15,8 @@
   far, a forward over the new tokens costs O(context) per token instead of recomputing the prefix;
 * GELU feed-forward of width 4·hidden (exact GELU, or with ``activation="gelu_tanh"`` the tanh
   approximation GPT-2 and ALBERT were trained with, Hugging Face's ``gelu_new``), or ReLU (T5); weights
-  initialised N(0, 0.02); in pre-norm stacks the residual output projections use std 0.02/√(2·layers) as in GPT-2;
+  initialised N(0, 0.02), the token table N(0, ``embedding_std``) (0.02 unless set; T5's 1); in pre-norm stacks
+  the residual output projections use std 0.02/√(2·layers) as in GPT-2;
 * T5's choices (Raffel et al. 2020): RMSNorm (``norm_kind="rms"``), no biases, unscaled attention scores (the
   query projection's initial weights take the 1/√(head size) instead), and the parts of an encoder-decoder's
   stacks (``encoder_decoder.py``): a position bias on every layer's scores, a decoder's cross-attention;
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from .caches import Memory
 
 
+INIT_STD = 0.02  # every weight's initial standard deviation (BERT's initializer_range), unless said otherwise
+
+
 @dataclass
 class TransformerConfig:
     vocab_size: int
@@ -71,6 +75,7 @@ class TransformerConfig:
     norm_kind: str = "layer"  # layer (LayerNorm) | rms (T5's RMSNorm: no mean subtraction, no bias)
     bias: bool = True  # biases in the attention and feed-forward projections (T5: none)
     scale_attention: bool = True  # scores · 1/√(head size) (T5: unscaled)
+    embedding_std: float = INIT_STD  # the token embeddings' initial standard deviation (T5: 1)
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
@@ -265,6 +270,9 @@ class Transformer(nn.Module):
         self.final_norm = make_norm(cfg) if self.pre_norm else nn.Identity()
         self.mix: nn.Module | None = None  # ELMo's scalar mix of every layer, where one is inserted (models.additions)
         self.apply(self._init)
+        if self.embed is not None:  # N(0, embedding_std): the N(0, INIT_STD) draw rescaled, so no other draw moves
+            with torch.no_grad():
+                self.embed.tokens.weight.mul_(cfg.embedding_std / INIT_STD)
         if self.pre_norm:
             for sublayer in (*self.attention, *self.feed_forward):
                 nn.init.normal_(sublayer.out.weight, std=0.02 / math.sqrt(2 * cfg.layers))
@@ -287,7 +295,7 @@ class Transformer(nn.Module):
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
+            nn.init.normal_(module.weight, std=INIT_STD)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):

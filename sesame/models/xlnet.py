@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .transformer import Dropout, FeedForward, Transformer, TransformerConfig, dropout, make_norm
+from .transformer import INIT_STD, Dropout, FeedForward, Transformer, TransformerConfig, dropout, make_norm
 
 UNSUPPORTED = {"sharing": "none", "embedding_size": None, "embedding_norm": False, "attention_window": None,
                "norm": "post", "norm_kind": "layer", "bias": True, "scale_attention": True, "causal": False}
@@ -188,6 +188,8 @@ class XLNet(nn.Module):
         self.mix: nn.Module | None = None  # ELMo's scalar mix of every layer, where one is inserted (models.additions)
         for module in (self.embed.tokens, *self.attention, *self.feed_forward):
             module.apply(Transformer._init)
+        with torch.no_grad():  # N(0, embedding_std), as a Transformer's table (drawn, then rescaled)
+            self.embed.tokens.weight.mul_(cfg.embedding_std / INIT_STD)
 
     def layer_modules(self) -> list[list[nn.Module | None]]:
         """The embeddings, then each layer's attention and feed-forward; the scalar mix with the top layer."""
