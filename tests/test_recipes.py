@@ -13,7 +13,10 @@ from sesame.models import Transformer, TransformerConfig
 from sesame.models.additions import Additions
 from sesame.tasks.classify import SequenceModel
 from sesame.train.optim import adamw, slanted_triangular
-from sesame.train.recipes import discriminative_param_groups, gradual_unfreezing, layer_groups, train_only
+from sesame.errors import SesameError
+from sesame.models import ElmoConfig
+from sesame.train.recipes import (TableRate, discriminative_param_groups, gradual_unfreezing, layer_groups,
+                                   train_only)
 
 from .conftest import refused
 
@@ -179,7 +182,8 @@ def test_finetune_applies_the_recipes_end_to_end(corpus, labeled, tmp_path, one_
                     discriminative=2.6, **common)
     config = json.loads((run / "config.json").read_text())
     assert config["recipe"] == {"discriminative": 2.6, "gradual_unfreezing": False, "adapters": None,
-                                "features": False, "lm_weight": 0.0, "vectors": None, "reinit_layers": 0}
+                                "features": False, "lm_weight": 0.0, "vectors": None, "reinit_layers": 0,
+                                "embedding_rate": 1.0}
     assert config["train"]["schedule"] == "stlr"
     logged = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
     embeddings_peak = 1e-3 / 2.6 ** 3  # tiny: 2 layers, so the embeddings sit 3 groups below the head
@@ -313,6 +317,50 @@ def test_reinit_layers_start_the_top_layers_and_pooler_as_the_scratch_twin_does(
 ])
 def test_reinit_layers_beyond_the_backbone_or_with_a_frozen_one_are_refused(tiny_runs, tmp_path, capsys, flags,
                                                                            expected):
+    argv = ["finetune", "--from", str(tiny_runs / "pre"), "--train", str(tiny_runs / "train.csv"), "--dev",
+            str(tiny_runs / "dev.csv"), "--out", str(tmp_path / "new"), *flags]
+    refused(argv, capsys, tmp_path, *expected)
+    assert not (tmp_path / "new").exists()
+
+
+# -- the token table's share of the rate ------------------------------------------------------------
+
+def test_embedding_rate_0_keeps_the_token_table_as_it_started_while_the_rest_trains(tiny_runs, tmp_path, one_thread):
+    """--embedding-rate 0: fine-tuning leaves the table exactly as the pretrained run has it; the layers move."""
+    import sesame
+    from sesame.train.checkpoint import load_weights
+
+    pre = tiny_runs / "pre"
+    sesame.finetune(str(pre), str(tiny_runs / "train.csv"), str(tiny_runs / "dev.csv"), str(tmp_path / "kept"),
+                    embedding_rate=0, epochs=1, lr=1e-3, batch_size=16, max_length=32, progress=False)
+    before, after = load_weights(pre / "model.safetensors"), load_weights(tmp_path / "kept/model.safetensors")
+    table = "backbone.embed.tokens.weight"
+    assert torch.equal(after[table], before[table])
+    assert not torch.allclose(after["backbone.attention.0.qkv.weight"], before["backbone.attention.0.qkv.weight"])
+    assert json.loads((tmp_path / "kept/config.json").read_text())["recipe"]["embedding_rate"] == 0
+
+
+def test_an_embedding_rate_share_puts_the_table_alone_at_that_share_of_its_group_s_rate():
+    model = classifier()
+    groups = TableRate(share=0.25).param_groups(model, lr=1e-3, weight_decay=0.01)
+    table = model.backbone.embed.tokens.weight
+    own = [g for g in groups if any(p is table for p in g["params"])]
+    assert len(own) == 1 and own[0]["params"] == [table]
+    assert own[0]["lr"] == own[0]["base_lr"] == pytest.approx(2.5e-4) and own[0]["weight_decay"] == 0.01
+    assert {g["lr"] for g in groups if g is not own[0]} == {1e-3}
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_embedding_rate_refuses_a_model_without_a_token_table():
+    with pytest.raises(SesameError, match="--embedding-rate: elmo"):
+        TableRate(share=0).configure(ElmoConfig(vocab_size=50), source="elmo")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--embedding-rate", "0", "--discriminative", "2.6"], ("--embedding-rate", "--discriminative")),
+    (["--embedding-rate", "-1"], ("--embedding-rate",)),
+])
+def test_embedding_rate_with_other_rates_or_below_0_is_refused(tiny_runs, tmp_path, capsys, flags, expected):
     argv = ["finetune", "--from", str(tiny_runs / "pre"), "--train", str(tiny_runs / "train.csv"), "--dev",
             str(tiny_runs / "dev.csv"), "--out", str(tmp_path / "new"), *flags]
     refused(argv, capsys, tmp_path, *expected)

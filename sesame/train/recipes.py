@@ -16,6 +16,7 @@ is None, so it neither moves nor decays.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -24,7 +25,7 @@ from torch import nn
 from ..errors import SesameError
 from ..models import ModelConfig, build_model
 from ..models.additions import Adapter, Additions, ScalarMix, takes_additions
-from ..options import option
+from ..options import check_ranges, option
 from .auxiliary_lm import add_auxiliary_lm, check_auxiliary_lm, next_tokens
 from .trainer import Batch, loss_counts
 
@@ -50,9 +51,13 @@ class Recipe:
     reinit_layers: int = option(0, metavar="N", help="the top N layers and the [CLS] pooler start as a new model's "
                                                      "instead of from the pretrained weights (Zhang et al. 2021, "
                                                      "few-sample fine-tuning); default 0: every layer pretrained")
+    embedding_rate: float = option(1.0, within=(0.0, math.inf), metavar="SHARE",
+                                   help="the token embeddings' share of the fine-tuning rate: 0 keeps the table as "
+                                        "the starting model has it (default 1: one rate for every weight)")
 
     def validate(self, *, processes: int = 1) -> None:
         """Refuse settings that contradict each other (before anything is written)."""
+        check_ranges(self)
         if self.discriminative < 1:
             raise SesameError(f"--discriminative {self.discriminative}: use 1 (one rate) or more (2.6 in ULMFiT)")
         if self.gradual_unfreezing and processes > 1:
@@ -70,6 +75,9 @@ class Recipe:
         if self.reinit_layers and (self.adapters or self.features):
             raise SesameError("--reinit-layers with --adapters/--features: those keep the backbone frozen, so new "
                               "layers would never train; drop one")
+        if self.embedding_rate != 1 and (self.adapters or self.features or self.discriminative != 1):
+            raise SesameError("--embedding-rate with --adapters/--features/--discriminative: those set the rates "
+                              "already; drop one")
         if self.lm_weight is not None and self.lm_weight < 0:
             raise SesameError(f"--lm-weight {self.lm_weight}: must be 0 (off) or positive (0.5 in GPT)")
 
@@ -97,6 +105,8 @@ class Recipe:
             parts.append(AuxiliaryLM(weight=self.lm_weight))
         if self.reinit_layers:
             parts.append(Reinitialised(layers=self.reinit_layers))
+        if self.embedding_rate != 1:
+            parts.append(TableRate(share=self.embedding_rate))
         return Techniques(parts)
 
 
@@ -269,6 +279,32 @@ class Reinitialised(Technique):
         pooler = getattr(model, "pooler", None)
         top = [module for group in groups[-self.layers:] for module in group if module is not None]
         return top + ([pooler] if pooler is not None else [])
+
+
+@dataclass(kw_only=True)
+class TableRate(Technique):
+    """The token table (``embed.tokens``) at ``share`` × the rate of the weights around it, 0 freezing it as the
+    starting model has it: Adam moves every weight by about the rate per step whatever its size, so a table of
+    small entries (BERT's N(0, 0.02)) is rewritten by fine-tuning where T5's N(0, 1) barely moves
+    (docs/results/time_to_quality.md)."""
+    share: float
+
+    def configure(self, model: ModelConfig, *, source: str) -> ModelConfig:
+        with torch.device("meta"):  # built to find its table: no weights, no time
+            embed = getattr(build_model(model), "embed", None)
+        if not isinstance(getattr(embed, "tokens", None), nn.Embedding):
+            raise SesameError(f"--embedding-rate: {source} reads no table of token embeddings")
+        return model
+
+    def prepare(self, model: nn.Module) -> None:
+        if self.share == 0:
+            model.backbone.embed.tokens.weight.requires_grad_(False)
+
+    def param_groups(self, model: nn.Module, *, lr: float, weight_decay: float) -> list[dict] | None:
+        if self.share == 0:
+            return None  # AdamW's default groups take only what trains
+        groups = discriminative_param_groups(layer_groups(model, model.backbone), lr, weight_decay, 1.0)
+        return table_share(groups, model.backbone.embed.tokens.weight, self.share)
 
 
 def layer_groups(model: nn.Module, backbone: nn.Module) -> list[list[nn.Parameter]]:
