@@ -149,6 +149,10 @@ class Family:
     # the corpus's PPMI-SVD vectors (sesame.pipelines.starts.ppmi_embedding), where the 15-minute ablations chose it
     # (docs/results/time_to_quality.md)
     pretrain_embedding_init: str = "random"
+    # the token table's initial standard deviation (the backbone's ``embedding_std``) when it starts from the counts
+    # (None: the family's): BERT's 0.1, so the counted vectors outweigh the random positions added to them before
+    # the embeddings' LayerNorm, as T5's table (N(0, 1), no positions added) does (docs/results/time_to_quality.md)
+    counted_embedding_std: float | None = None
     # the pooling `sesame pretrain` records in a new model's run, so its fine-tunes and its scratch twin read it that
     # way (None: ``pooling``; imports and ``scratch:FAMILY:SIZE`` keep ``pooling``): T5's encoder mean, as a decoder
     # pre-trained for minutes to hours ignores its source (docs/results/time_to_quality.md); --pooling last is the
@@ -188,7 +192,7 @@ FAMILIES: dict[str, Family] = {
     for f in [
         #      name        tokenizer    objective  causal norm  emb-LN pooling paper
         Family("bert", "wordpiece", "mlm_nsp", False, "post", True, "cls", "Devlin et al. 2019",
-               pretrain_embedding_init="ppmi"),
+               pretrain_embedding_init="ppmi", counted_embedding_std=0.1),
         Family("roberta", "bpe", "mlm", False, "post", True, "cls", "Liu et al. 2019",
                recipe={"batch_size": 128, "accumulate": 4}),  # FULL-SENTENCES, dynamic masks, large batches
         Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",

@@ -130,12 +130,17 @@ def tiny_pretrain(corpus, out, **options):
 
 def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
     """BERT's default (the 15-minute ablations', docs/results/time_to_quality.md), at the counted start's peak rate
-    (sesame.specs.COUNTED_TRAINING, the 60-minute runs'); every other family's random start at pre-training's; a
-    continued run's embeddings are its base's; a run records its start and a resume refuses another."""
+    (sesame.specs.COUNTED_TRAINING, the 60-minute runs') and its table drawn at 0.1 (the family's
+    ``counted_embedding_std``; --model-option embedding_std wins); every other family's random start at pre-training's
+    rate and scale; a continued run's embeddings are its base's; a run records its start and a resume refuses
+    another."""
     corpus = tiny_run / "corpus.txt"
     tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
     assert read_config(tmp_path / "bert", "--out").pretrained.embedding_init == "ppmi"
     assert read_config(tmp_path / "bert", "--out").train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
+    assert read_config(tmp_path / "bert", "--out").model.embedding_std == 0.1
+    tiny_pretrain(corpus, tmp_path / "given", objective="mlm", model_options={"embedding_std": 0.05})
+    assert read_config(tmp_path / "given", "--out").model.embedding_std == 0.05
     assert "sesame: token embeddings from the corpus's PPMI-SVD" in capsys.readouterr().err
     for name, options in (("gpt", {"family": "gpt"}), ("random", {"embedding_init": "random"}),
                           ("continued", {"base": str(tmp_path / "bert"), "objective": "mlm"})):
@@ -143,6 +148,7 @@ def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tin
         assert "embedding_init" not in json.loads((tmp_path / name / "config.json").read_text())  # as runs before
         assert read_config(tmp_path / name, "--out").pretrained.embedding_init == "random"
         assert read_config(tmp_path / name, "--out").train["lr"] == PRETRAIN_TRAINING["lr"] == 1e-3
+        assert read_config(tmp_path / name, "--out").model.embedding_std == (0.1 if name == "continued" else 0.02)
         assert "PPMI" not in capsys.readouterr().err
     refused(["pretrain", "--resume", "--corpus", str(corpus), "--out", str(tmp_path / "random"), "--embedding-init",
              "ppmi"], capsys, tmp_path, "--embedding-init ppmi", "was made with random")

@@ -81,7 +81,9 @@ class NewModel:
                                  max(spec.fam.context, spec.seq_len), specials=tok.specials)
         if spec.attention_window is not None:
             config = replace(config, attention_window=spec.attention_window)
-        return replace(config, **spec.model_options)  # (checked by PretrainSpec.validate)
+        scale = spec.fam.counted_embedding_std if spec.embedding_start == "ppmi" else None
+        counted = {"embedding_std": scale} if scale is not None else {}
+        return replace(config, **{**counted, **spec.model_options})  # (checked by PretrainSpec.validate)
 
     def origin(self, spec: PretrainSpec, model: ModelConfig) -> Origin:
         return Origin(spec.size, spec.base, pooling=spec.fam.pretrain_pooling or spec.fam.pooling)
@@ -155,12 +157,13 @@ def counted_table(backbone: nn.Module, run: RunConfig, tok: TextTokenizer, *, pr
 def ppmi_embedding(backbone: nn.Module, corpus: Shards, *, skip: Sequence[int], seed: int, progress: bool) -> None:
     """Start ``backbone``'s token embeddings (``embed.tokens``) from the PPMI-SVD vectors of the ``corpus`` shards
     (:mod:`sesame.data.ppmi`): centred (the mean vector of the ids that have one taken away) and each scaled to the
-    random rows' mean norm, so that every token enters the model at the scale the family's initialisation gives it and
-    only the directions come from the counts (uncentred, unnormalised vectors share one dominant direction and span
-    norms over orders of magnitude, and a BERT pre-trained from them stalled at the unigram loss). Ids in ``skip``
-    (the specials) and ids that never co-occur keep their random rows; columns beyond the SVD's rank (a vocabulary
-    narrower than the table) are zero. (BERT's default and ``--embedding-init ppmi``: a deliberate departure from
-    every family's paper, which starts from random embeddings; docs/pretraining.md.)"""
+    random rows' mean norm (BERT's counted start draws them at 0.1: ``Family.counted_embedding_std``), so that every
+    token enters the model at the scale the family's initialisation gives it and only the directions come from the
+    counts (uncentred, unnormalised vectors share one dominant direction and span norms over orders of magnitude,
+    and a BERT pre-trained from them stalled at the unigram loss). Ids in ``skip`` (the specials) and ids that never
+    co-occur keep their random rows; columns beyond the SVD's rank (a vocabulary narrower than the table) are zero.
+    (BERT's default and ``--embedding-init ppmi``: a deliberate departure from every family's paper, which starts
+    from random embeddings; docs/pretraining.md.)"""
     began = time.perf_counter()
     table = backbone.embed.tokens.weight
     vectors, counted = ppmi_vectors(corpus, table.shape[0], table.shape[1], skip=skip, seed=seed, progress=progress)
