@@ -240,7 +240,8 @@ FAMILIES: dict[str, Family] = {
         Family("xlnet", "unigram", "plm", False, "post", False, "last", "Yang et al. 2019", arch="xlnet",  # §2,
                inputs=CLS_LAST, hf_model_type="xlnet",  # its relative positions read any length (sesame.models.xlnet)
                objective_options={"max_span": 5, "bi_data": True},  # §3.1's pre-training: spans, both directions
-               model_options={"activation": "gelu_tanh"}),  # XLNet's code (modeling.py's gelu): the tanh form
+               model_options={"activation": "gelu_tanh"},  # XLNet's code (modeling.py's gelu): the tanh form
+               pretrain_embedding_init="ppmi"),  # two 15-minute seeds on both tasks (docs/results/time_to_quality.md)
     ]
 }
 DOWNSTREAM = "bilstm"  # the task model that reads a feature extractor's (elmo, cove) output beside its own embeddings

@@ -36,6 +36,8 @@ PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
 # that peak: 60 minutes of BERT-mini at 3e-4 fine-tuned 0.9 (airline) and 3.1 (SST-2) points above the same
 # minutes at 1e-3, with 1,000 labels (docs/results/time_to_quality.md, issue 36). A family's recipe and --lr win
 COUNTED_TRAINING = {"lr": 3e-4}
+# the families whose new runs start from the counts (their rows' pretrain_embedding_init)
+COUNTED_FAMILIES = [f.name for f in FAMILIES.values() if f.pretrain_embedding_init == "ppmi"]
 # BERT's fine-tuning settings (Devlin et al. 2019, §4 and A.3), under the size's rate and a family's own; and under
 # --max-minutes, dev read at half the time too (an epoch may outlast the budget). Not more often: each reading of
 # CoNLL-2003's dev took a minute of a busy machine's 5-minute budget (docs/results/foundation.md)
@@ -150,7 +152,8 @@ class PretrainSpec(StageSpec, RecurrentDropouts):
                                              "initialisation), or ppmi: the truncated SVD of the corpus's positive "
                                              "PMI (Levy et al. 2015), computed within the budget, then a peak rate "
                                              f"of {COUNTED_TRAINING['lr']:g} unless --lr is given (default: the "
-                                             "family's: ppmi for bert, random for the others; docs/pretraining.md)")
+                                             f"family's: ppmi for {', '.join(COUNTED_FAMILIES)}, random for the "
+                                             "others; docs/pretraining.md)")
     embedding_rate: float = option(1.0, within=(0.0, math.inf), metavar="SHARE",
                                    help="the token embeddings' learning rate as a share of the peak rate: 0 keeps "
                                         "the table as it started (with --embedding-init ppmi, the counted vectors) "

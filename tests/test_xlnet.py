@@ -264,7 +264,8 @@ def test_xlnet_row_tokenizer_ends_with_sep_cls():
 
 
 def test_pretrain_evaluate_and_classify_end_to_end(tmp_path, labeled, capsys):
-    """`sesame pretrain --family xlnet` → evaluate → fine-tune a classifier reading <cls> (last) → predict."""
+    """`sesame pretrain --family xlnet` → evaluate → fine-tune a classifier reading <cls> (last) → predict; a new
+    run starts from the corpus's counts at their rate (the family's default after two 15-minute seeds)."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(documents(sentences(300)))
     run, q = tmp_path / "run", ["--no-progress"]
@@ -273,6 +274,7 @@ def test_pretrain_evaluate_and_classify_end_to_end(tmp_path, labeled, capsys):
                      "--out", str(run)]) == 0
     config = json.loads((run / "config.json").read_text())
     assert (config["objective"], config["model"]["arch"], config["pooling"]) == ("plm", "xlnet", "last")
+    assert (config["embedding_init"], config["train"]["lr"]) == ("ppmi", 3e-4)
     tok = load_tokenizer(run)
     encoding = tok.encodings(["The cat sleeps."], ["A dog runs."])[0]
     assert encoding.ids[-2:] == [tok.specials.sep, tok.specials.cls] and tok.specials.cls not in encoding.ids[:-1]
