@@ -32,10 +32,9 @@ from .train.recipes import Recipe
 # GPT stably in 20 minutes where 5e-4 underfit (docs/results/foundation.md; Geiping & Goldstein 2022 likewise push the
 # rate up for short budgets), under a family's own recipe (AWD-LSTM, ELMo, RoBERTa's batches)
 PRETRAIN_TRAINING = {"lr": 1e-3, "warmup": 0.1}
-# A token table that starts from counts (--embedding-init ppmi, the default of COUNTED_FAMILIES below) keeps more of
-# them at a third of that peak: 60 minutes of BERT-mini at 3e-4 fine-tuned 0.9 (airline) and 3.1 (SST-2) points above
-# the same minutes at 1e-3, with 1,000 labels (docs/results/time_to_quality.md, issue 36). A family's recipe and --lr
-# win
+# A token table that starts from counts (--embedding-init ppmi, COUNTED_FAMILIES' default) keeps more of them at a
+# third of that peak: 60 minutes of BERT-mini at 3e-4 fine-tuned 0.9 (airline) and 3.1 (SST-2) points above the same
+# minutes at 1e-3, with 1,000 labels (docs/results/time_to_quality.md, issue 36). A family's recipe and --lr win
 COUNTED_TRAINING = {"lr": 3e-4}
 # the families whose new runs start from the counts (their rows' pretrain_embedding_init)
 COUNTED_FAMILIES = [f.name for f in FAMILIES.values() if f.pretrain_embedding_init == "ppmi"]
