@@ -150,8 +150,9 @@ class Family:
     # (docs/results/time_to_quality.md)
     pretrain_embedding_init: str = "random"
     # the token table's initial standard deviation (the backbone's ``embedding_std``) when it starts from the counts
-    # (None: the family's): BERT's 0.1, so the counted vectors outweigh the random positions added to them before
-    # the embeddings' LayerNorm, as T5's table (N(0, 1), no positions added) does (docs/results/time_to_quality.md)
+    # (None: the family's): BERT's and RoBERTa's 0.1, so the counted vectors outweigh the random positions added to
+    # them before the embeddings' LayerNorm, as T5's table (N(0, 1), no positions added) does
+    # (docs/results/time_to_quality.md)
     counted_embedding_std: float | None = None
     # the pooling `sesame pretrain` records in a new model's run, so its fine-tunes and its scratch twin read it that
     # way (None: ``pooling``; imports and ``scratch:FAMILY:SIZE`` keep ``pooling``): T5's encoder mean, as a decoder
@@ -194,7 +195,8 @@ FAMILIES: dict[str, Family] = {
         Family("bert", "wordpiece", "mlm_nsp", False, "post", True, "cls", "Devlin et al. 2019",
                pretrain_embedding_init="ppmi", counted_embedding_std=0.1),
         Family("roberta", "bpe", "mlm", False, "post", True, "cls", "Liu et al. 2019",
-               recipe={"batch_size": 128, "accumulate": 4}),  # FULL-SENTENCES, dynamic masks, large batches
+               recipe={"batch_size": 128, "accumulate": 4},  # FULL-SENTENCES, dynamic masks, large batches
+               pretrain_embedding_init="ppmi", counted_embedding_std=0.1),  # BERT's start: two 15-minute seeds
         Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",
                embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3},
                model_options={"activation": "gelu_tanh"}),  # ALBERT's released models: gelu_new

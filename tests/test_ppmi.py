@@ -128,17 +128,19 @@ def tiny_pretrain(corpus, out, **options):
                                                        "batch_size": 4, "max_steps": 1, "progress": False, **options})
 
 
-def test_bert_starts_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
-    """BERT's default (the 15-minute ablations', docs/results/time_to_quality.md), at the counted start's peak rate
-    (sesame.specs.COUNTED_TRAINING, the 60-minute runs') and its table drawn at 0.1 (the family's
-    ``counted_embedding_std``; --model-option embedding_std wins); every other family's random start at pre-training's
-    rate and scale; a continued run's embeddings are its base's; a run records its start and a resume refuses
-    another."""
+def test_bert_and_roberta_start_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
+    """BERT's and RoBERTa's default (the 15-minute ablations', docs/results/time_to_quality.md), at the counted
+    start's peak rate (sesame.specs.COUNTED_TRAINING, the 60-minute runs') and its table drawn at 0.1 (the family's
+    ``counted_embedding_std``; --model-option embedding_std wins); every other family's random start at
+    pre-training's rate and scale; a continued run's embeddings are its base's; a run records its start and a resume
+    refuses another."""
     corpus = tiny_run / "corpus.txt"
     tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
-    assert read_config(tmp_path / "bert", "--out").pretrained.embedding_init == "ppmi"
-    assert read_config(tmp_path / "bert", "--out").train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
-    assert read_config(tmp_path / "bert", "--out").model.embedding_std == 0.1
+    tiny_pretrain(corpus, tmp_path / "roberta", family="roberta", vocab_size=300)  # (byte-level: 256 to start)
+    for name in ("bert", "roberta"):
+        assert read_config(tmp_path / name, "--out").pretrained.embedding_init == "ppmi"
+        assert read_config(tmp_path / name, "--out").train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
+        assert read_config(tmp_path / name, "--out").model.embedding_std == 0.1
     tiny_pretrain(corpus, tmp_path / "given", objective="mlm", model_options={"embedding_std": 0.05})
     assert read_config(tmp_path / "given", "--out").model.embedding_std == 0.05
     assert "sesame: token embeddings from the corpus's PPMI-SVD" in capsys.readouterr().err
