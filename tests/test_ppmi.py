@@ -138,9 +138,10 @@ def test_bert_and_roberta_start_from_the_counts_by_default_and_other_starts_keep
     tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
     tiny_pretrain(corpus, tmp_path / "roberta", family="roberta", vocab_size=300)  # (byte-level: 256 to start)
     for name in ("bert", "roberta"):
-        assert read_config(tmp_path / name, "--out").pretrained.embedding_init == "ppmi"
-        assert read_config(tmp_path / name, "--out").train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
-        assert read_config(tmp_path / name, "--out").model.embedding_std == 0.1
+        config = read_config(tmp_path / name, "--out")
+        assert config.pretrained.embedding_init == "ppmi"
+        assert config.train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
+        assert config.model.embedding_std == 0.1
     tiny_pretrain(corpus, tmp_path / "given", objective="mlm", model_options={"embedding_std": 0.05})
     assert read_config(tmp_path / "given", "--out").model.embedding_std == 0.05
     assert "sesame: token embeddings from the corpus's PPMI-SVD" in capsys.readouterr().err
