@@ -150,8 +150,8 @@ class Family:
     # (docs/results/time_to_quality.md)
     pretrain_embedding_init: str = "random"
     # the token table's initial standard deviation (the backbone's ``embedding_std``) when it starts from the counts
-    # (None: the family's): BERT's and RoBERTa's 0.1, so the counted vectors outweigh the random positions added to
-    # them before the embeddings' LayerNorm, as T5's table (N(0, 1), no positions added) does
+    # (None: the family's): BERT's, RoBERTa's and ALBERT's 0.1, so the counted vectors outweigh the random positions
+    # added to them before the embeddings' LayerNorm, as T5's table (N(0, 1), no positions added) does
     # (docs/results/time_to_quality.md)
     counted_embedding_std: float | None = None
     # the pooling `sesame pretrain` records in a new model's run, so its fine-tunes and its scratch twin read it that
@@ -199,7 +199,8 @@ FAMILIES: dict[str, Family] = {
                pretrain_embedding_init="ppmi", counted_embedding_std=0.1),  # BERT's start: two 15-minute seeds
         Family("albert", "unigram", "mlm_sop", False, "post", True, "cls", "Lan et al. 2020",
                embedding_size=128, sharing="all", objective_options={"masking": "phrase", "ngram": 3},
-               model_options={"activation": "gelu_tanh"}),  # ALBERT's released models: gelu_new
+               model_options={"activation": "gelu_tanh"},  # ALBERT's released models: gelu_new
+               pretrain_embedding_init="ppmi", counted_embedding_std=0.1),  # BERT's start: two 15-minute seeds
         Family("spanbert", "wordpiece", "span", False, "post", True, "cls", "Joshi et al. 2020"),
         Family("electra", "wordpiece", "electra", False, "post", True, "cls", "Clark et al. 2020"),
         Family("gpt", "bpe", "clm", True, "post", False, "last", "Radford et al. 2018", inputs=GPT_TOKENS,

@@ -128,16 +128,17 @@ def tiny_pretrain(corpus, out, **options):
                                                        "batch_size": 4, "max_steps": 1, "progress": False, **options})
 
 
-def test_bert_and_roberta_start_from_the_counts_by_default_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
-    """BERT's and RoBERTa's default (the 15-minute ablations', docs/results/time_to_quality.md), at the counted
-    start's peak rate (sesame.specs.COUNTED_TRAINING, the 60-minute runs') and its table drawn at 0.1 (the family's
-    ``counted_embedding_std``; --model-option embedding_std wins); every other family's random start at
+def test_bert_roberta_and_albert_start_from_the_counts_and_other_starts_keep_theirs(tiny_run, tmp_path, capsys):
+    """BERT's, RoBERTa's and ALBERT's default (the 15-minute ablations', docs/results/time_to_quality.md), at the
+    counted start's peak rate (sesame.specs.COUNTED_TRAINING, the 60-minute runs') and its table drawn at 0.1 (the
+    family's ``counted_embedding_std``; --model-option embedding_std wins); every other family's random start at
     pre-training's rate and scale; a continued run's embeddings are its base's; a run records its start and a resume
     refuses another."""
     corpus = tiny_run / "corpus.txt"
     tiny_pretrain(corpus, tmp_path / "bert", objective="mlm")
     tiny_pretrain(corpus, tmp_path / "roberta", family="roberta", vocab_size=300)  # (byte-level: 256 to start)
-    for name in ("bert", "roberta"):
+    tiny_pretrain(corpus, tmp_path / "albert", family="albert")
+    for name in ("bert", "roberta", "albert"):
         config = read_config(tmp_path / name, "--out")
         assert config.pretrained.embedding_init == "ppmi"
         assert config.train["lr"] == COUNTED_TRAINING["lr"] == 3e-4
